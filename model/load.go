@@ -1,0 +1,435 @@
+package model
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// File is one YAML file of a description: its name as errors should show it, and its bytes.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Load reads every *.yaml and *.yml file under dir (recursively, in lexical order, skipping
+// hidden directories such as .git) and returns the validated mesh. A description problem
+// is a *LoadError listing every diagnostic; a directory that cannot be read is an ordinary
+// error.
+func Load(dir string) (*Mesh, error) {
+	files, err := ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(files)
+}
+
+// ReadDir returns the description files under dir, named relative to it.
+func ReadDir(dir string) ([]File, error) {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the mesh description: %w", err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("reading the mesh description: %s is not a directory", dir)
+	}
+	var files []File
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			// .git and editors' hidden directories hold YAML that is not the mesh.
+			if path != dir && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !IsDescriptionFile(d.Name()) {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			rel = path
+		}
+		files = append(files, File{Name: filepath.ToSlash(rel), Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the mesh description in %s: %w", dir, err)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	return files, nil
+}
+
+// IsDescriptionFile reports whether a file of this name is part of a description. Editors'
+// temporary and backup files (".foo.yaml.swp", "foo.yaml~") are not.
+func IsDescriptionFile(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
+	ext := filepath.Ext(name)
+	return ext == ".yaml" || ext == ".yml"
+}
+
+// Parse validates a description given as files, in the order given.
+func Parse(files []File) (*Mesh, error) {
+	var diags diagnostics
+	var raw rawMesh
+	if len(files) == 0 {
+		diags.add(Pos{File: "."}, "no mesh description found: expected *.yaml or *.yml files")
+		return nil, diags.err()
+	}
+	for _, f := range files {
+		d := decoder{file: f.Name, diags: &diags}
+		d.file_(f.Data, &raw)
+	}
+	mesh := raw.validate(&diags)
+	if err := diags.err(); err != nil {
+		return nil, err
+	}
+	return mesh, nil
+}
+
+// decoder turns yaml.v3 nodes of one file into raw declarations, recording problems with
+// their positions instead of stopping at the first.
+type decoder struct {
+	file  string
+	diags *diagnostics
+}
+
+func (d *decoder) pos(n *yaml.Node) Pos { return Pos{File: d.file, Line: n.Line, Col: n.Column} }
+
+func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
+	d.diags.add(d.pos(n), format, args...)
+}
+
+func (d *decoder) file_(data []byte, raw *rawMesh) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			d.diags.add(Pos{File: d.file, Line: yamlErrorLine(err), Col: 1}, "malformed YAML: %s", yamlErrorText(err))
+			return
+		}
+		if len(doc.Content) == 0 {
+			continue
+		}
+		d.document(doc.Content[0], raw)
+	}
+}
+
+// yamlErrorLine digs the line out of a yaml.v3 syntax error, which carries it only in text.
+func yamlErrorLine(err error) int {
+	var line int
+	msg := err.Error()
+	if i := strings.Index(msg, "line "); i >= 0 {
+		fmt.Sscanf(msg[i:], "line %d", &line)
+	}
+	if line == 0 {
+		line = 1
+	}
+	return line
+}
+
+func yamlErrorText(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if i := strings.Index(msg, "line "); i == 0 {
+		if j := strings.Index(msg, ": "); j > 0 {
+			msg = msg[j+2:]
+		}
+	}
+	return msg
+}
+
+var topKeys = []string{"bus", "controller", "nodes", "seats", "modules", "holders"}
+
+func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return
+	}
+	fields := d.fields(n, "the top level of a mesh file", topKeys)
+	if v, ok := fields["bus"]; ok {
+		if raw.bus != nil {
+			d.errorf(v.key, "bus is declared twice: first at %s", raw.bus.pos)
+		} else {
+			raw.bus = d.bus(v.val)
+		}
+	}
+	if v, ok := fields["controller"]; ok {
+		if raw.controller != nil {
+			d.errorf(v.key, "controller is declared twice: first at %s", raw.controller.pos)
+		} else {
+			raw.controller = d.controller(v.val)
+		}
+	}
+	if v, ok := fields["nodes"]; ok {
+		for _, item := range d.seq(v.val, "nodes") {
+			f := d.fields(item, "a node", []string{"name"})
+			raw.nodes = append(raw.nodes, rawNode{name: d.requiredName(item, f, "node"), pos: d.pos(item)})
+		}
+	}
+	if v, ok := fields["seats"]; ok {
+		for _, item := range d.seq(v.val, "seats") {
+			raw.seats = append(raw.seats, d.seat(item))
+		}
+	}
+	if v, ok := fields["modules"]; ok {
+		for _, item := range d.seq(v.val, "modules") {
+			raw.modules = append(raw.modules, d.module(item))
+		}
+	}
+	if v, ok := fields["holders"]; ok {
+		for _, item := range d.seq(v.val, "holders") {
+			f := d.fields(item, "a holder", []string{"seat", "node", "module"})
+			raw.holders = append(raw.holders, rawHolder{
+				seat:   d.required(item, f, "seat", "holder"),
+				node:   d.required(item, f, "node", "holder"),
+				module: d.required(item, f, "module", "holder"),
+				pos:    d.pos(item),
+			})
+		}
+	}
+}
+
+func (d *decoder) bus(n *yaml.Node) *rawBus {
+	b := &rawBus{pos: d.pos(n)}
+	f := d.fields(n, "bus", []string{"url", "fingerprint", "accounts_file", "listen", "replicas", "reload", "events_max_age"})
+	b.url, _ = d.optional(f, "url")
+	b.fingerprint, _ = d.optional(f, "fingerprint")
+	b.accountsFile, _ = d.optional(f, "accounts_file")
+	b.listen, _ = d.optional(f, "listen")
+	b.eventsMaxAge, _ = d.optional(f, "events_max_age")
+	if v, ok := f["replicas"]; ok {
+		b.replicas = d.integer(v.val, "bus.replicas")
+		b.replicasPos = d.pos(v.val)
+	}
+	if v, ok := f["reload"]; ok {
+		b.reload = d.reload(v.val)
+	}
+	return b
+}
+
+func (d *decoder) reload(n *yaml.Node) *rawReload {
+	r := &rawReload{pos: d.pos(n)}
+	if n.Kind == yaml.ScalarNode {
+		if n.Value != "none" {
+			d.errorf(n, `bus.reload must be "none", {pid_file: PATH} or {command: [ARGV...]}, not %q`, n.Value)
+		}
+		r.manual = true
+		return r
+	}
+	f := d.fields(n, "bus.reload", []string{"pid_file", "command"})
+	r.pidFile, _ = d.optional(f, "pid_file")
+	if v, ok := f["command"]; ok {
+		r.command = d.strings(v.val, "bus.reload.command")
+		if len(r.command) == 0 {
+			d.errorf(v.val, "bus.reload.command must name a program to run")
+		}
+	}
+	if r.pidFile.val != "" && len(r.command) > 0 {
+		d.errorf(n, "bus.reload takes either pid_file or command, not both")
+	}
+	if r.pidFile.val == "" && len(r.command) == 0 {
+		d.errorf(n, `bus.reload needs pid_file or command (or write reload: none)`)
+	}
+	return r
+}
+
+func (d *decoder) controller(n *yaml.Node) *rawController {
+	c := &rawController{pos: d.pos(n)}
+	f := d.fields(n, "controller", []string{"follows", "sends", "calls"})
+	c.follows = d.names(f, "follows", "controller.follows")
+	c.sends = d.names(f, "sends", "controller.sends")
+	c.calls = d.names(f, "calls", "controller.calls")
+	return c
+}
+
+func (d *decoder) seat(n *yaml.Node) rawSeat {
+	f := d.fields(n, "a seat", []string{"name", "scope", "accepts", "emits", "serves", "formerly"})
+	s := rawSeat{name: d.requiredName(n, f, "seat"), pos: d.pos(n)}
+	s.scope, _ = d.optional(f, "scope")
+	s.accepts = d.names(f, "accepts", "seat.accepts")
+	s.emits = d.names(f, "emits", "seat.emits")
+	s.serves = d.names(f, "serves", "seat.serves")
+	s.formerly = d.names(f, "formerly", "seat.formerly")
+	return s
+}
+
+func (d *decoder) module(n *yaml.Node) rawModule {
+	f := d.fields(n, "a module", []string{"name", "on", "claims", "emits", "serves", "follows", "sends", "calls"})
+	m := rawModule{name: d.requiredName(n, f, "module"), pos: d.pos(n)}
+	m.on = d.names(f, "on", "module.on")
+	if _, ok := f["on"]; !ok {
+		d.errorf(n, "module %q has no `on`: list the nodes it runs on", m.name.val)
+	}
+	m.claims = d.names(f, "claims", "module.claims")
+	m.emits = d.names(f, "emits", "module.emits")
+	m.serves = d.names(f, "serves", "module.serves")
+	m.follows = d.names(f, "follows", "module.follows")
+	m.sends = d.names(f, "sends", "module.sends")
+	m.calls = d.names(f, "calls", "module.calls")
+	return m
+}
+
+// field is a mapping entry with both nodes, so errors can point at the key or the value.
+type field struct{ key, val *yaml.Node }
+
+// fields reads a mapping, reporting unknown and repeated keys. A value of the wrong kind
+// yields no fields and one error.
+func (d *decoder) fields(n *yaml.Node, what string, allowed []string) map[string]field {
+	out := map[string]field{}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, "%s must be a mapping (key: value), not %s", what, kindName(n))
+		return out
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(k, "%s: keys must be plain words", what)
+			continue
+		}
+		if !contains(allowed, k.Value) {
+			d.errorf(k, "unknown key %q in %s%s; expected one of: %s", k.Value, what,
+				didYouMean(k.Value, allowed), strings.Join(allowed, ", "))
+			continue
+		}
+		if prev, dup := out[k.Value]; dup {
+			d.errorf(k, "key %q appears twice in %s: first at %s", k.Value, what, d.pos(prev.key))
+			continue
+		}
+		out[k.Value] = field{key: k, val: v}
+	}
+	return out
+}
+
+func (d *decoder) seq(n *yaml.Node, what string) []*yaml.Node {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, "%s must be a list, not %s", what, kindName(n))
+		return nil
+	}
+	return n.Content
+}
+
+// scalar reads a string-like scalar. Numbers are accepted as their text (an event may be
+// named "404"); booleans and nulls are refused, since `yes` meant as a name is a typo
+// waiting to happen.
+func (d *decoder) scalar(n *yaml.Node, what string) (name, bool) {
+	if n.Kind != yaml.ScalarNode {
+		d.errorf(n, "%s must be a string, not %s", what, kindName(n))
+		return name{}, false
+	}
+	switch n.Tag {
+	case "!!str", "!!int":
+	default:
+		d.errorf(n, "%s must be a string, not %s", what, kindName(n))
+		return name{}, false
+	}
+	return name{val: n.Value, pos: d.pos(n)}, true
+}
+
+func (d *decoder) optional(f map[string]field, key string) (name, bool) {
+	v, ok := f[key]
+	if !ok {
+		return name{}, false
+	}
+	return d.scalar(v.val, key)
+}
+
+func (d *decoder) required(n *yaml.Node, f map[string]field, key, what string) name {
+	if _, ok := f[key]; !ok {
+		if n.Kind == yaml.MappingNode {
+			d.errorf(n, "%s needs a %s", what, key)
+		}
+		return name{pos: d.pos(n)}
+	}
+	v, _ := d.optional(f, key)
+	return v
+}
+
+func (d *decoder) requiredName(n *yaml.Node, f map[string]field, what string) name {
+	return d.required(n, f, "name", what)
+}
+
+func (d *decoder) names(f map[string]field, key, what string) []name {
+	v, ok := f[key]
+	if !ok {
+		return nil
+	}
+	var out []name
+	for _, item := range d.seq(v.val, what) {
+		if s, ok := d.scalar(item, what+" entry"); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (d *decoder) strings(n *yaml.Node, what string) []string {
+	var out []string
+	for _, item := range d.seq(n, what) {
+		if s, ok := d.scalar(item, what+" entry"); ok {
+			out = append(out, s.val)
+		}
+	}
+	return out
+}
+
+func (d *decoder) integer(n *yaml.Node, what string) int {
+	var v int
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
+		d.errorf(n, "%s must be a whole number, not %s", what, kindName(n))
+		return 0
+	}
+	return v
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			return "empty"
+		case "!!bool":
+			return fmt.Sprintf("the boolean %s", n.Value)
+		case "!!int", "!!float":
+			return fmt.Sprintf("the number %s", n.Value)
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "something else"
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

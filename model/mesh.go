@@ -1,0 +1,194 @@
+package model
+
+import (
+	"fmt"
+	"time"
+)
+
+// Pos is where something was declared: the file (relative to the loaded directory), line
+// and column, all as an operator's editor shows them.
+type Pos struct {
+	File string `json:"file"`
+	Line int    `json:"line"`
+	Col  int    `json:"col"`
+}
+
+func (p Pos) String() string {
+	if p.File == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+}
+
+// Mesh is a validated description: every name follows the rules, every reference
+// resolves, and seat references use the seat's current name even where the YAML used a
+// former one.
+type Mesh struct {
+	Bus        Bus
+	Controller Controller
+	Nodes      []Node
+	Seats      []Seat
+	Modules    []Module
+	// Holders are the explicit handovers, as declared.
+	Holders []HolderDecl
+	// Holding is who holds each seat that has a holder, sorted by seat: an explicit
+	// holder where one is declared, otherwise the first module instance claiming it.
+	Holding []Holding
+}
+
+// Bus says which bus the mesh lives on. Without URL, meshctl runs an embedded bus itself.
+type Bus struct {
+	URL          string
+	Fingerprint  string // hex SHA-256 of the bus's leaf certificate (DER), normalised to lower case without separators
+	AccountsFile string // where meshctl writes the accounts config an external server includes
+	Listen       string // the embedded bus's listen address
+	Replicas     int
+	Reload       Reload
+	EventsMaxAge time.Duration
+	Pos          Pos
+}
+
+// Embedded reports whether meshctl runs the bus itself.
+func (b Bus) Embedded() bool { return b.URL == "" }
+
+// Reload is how an external server is told to re-read its accounts config.
+type Reload struct {
+	PIDFile string   // SIGHUP the process whose pid this file holds
+	Command []string // or run this command
+	// Manual: neither; the operator reloads, and meshctl says the config is written but not live.
+	Manual bool
+}
+
+// Controller is the control plane's own declared traffic: it files no manifest, so what it
+// follows and sends to is declared here.
+type Controller struct {
+	Follows []EventRef
+	Sends   []AcceptRef
+	Calls   []ToolRef
+	Pos     Pos
+}
+
+// Node is a machine of the mesh.
+type Node struct {
+	Name string
+	Pos  Pos
+}
+
+// Seat scopes: a module seat is a role some application module takes; a mesh seat is a
+// role of the mesh's own control plane (a build machine, say). The scope changes nothing
+// on the bus; it tells reviewers whose role it is.
+const (
+	ScopeModule = "module"
+	ScopeMesh   = "mesh"
+)
+
+// Seat is a role with a work queue: work is addressed to the seat, and exactly one module
+// instance, its holder, takes it.
+type Seat struct {
+	Name    string
+	Scope   string
+	Accepts []string
+	Emits   []string
+	Serves  []string
+	// Formerly lists names this seat had before. References under a former name resolve to
+	// this seat, so renaming a seat does not break every module that named it.
+	Formerly []string
+	Pos      Pos
+}
+
+// Module is a program that runs on one or more nodes; each (node, module) pair is an
+// instance with its own user and consumer.
+type Module struct {
+	Name    string
+	On      []string
+	Claims  []string // seat names (current names, after resolving former ones)
+	Emits   []string
+	Serves  []string
+	Follows []EventRef
+	Sends   []AcceptRef
+	Calls   []ToolRef
+	Pos     Pos
+}
+
+// EventRef names an event to follow: a module's (`shop/order.placed`) or a seat's
+// (`seat:telegram-sender/delivered`).
+type EventRef struct {
+	Seat  bool
+	Owner string
+	Event string
+	Pos   Pos
+}
+
+func (r EventRef) String() string { return refString(r.Seat, r.Owner, r.Event) }
+
+// AcceptRef names work sent to a seat: `telegram-sender/send`.
+type AcceptRef struct {
+	Seat   string
+	Accept string
+	Pos    Pos
+}
+
+func (r AcceptRef) String() string { return r.Seat + "/" + r.Accept }
+
+// ToolRef names a tool to call: a module's (`telegram/status`) or a seat's
+// (`seat:telegram-sender/status`).
+type ToolRef struct {
+	Seat  bool
+	Owner string
+	Tool  string
+	Pos   Pos
+}
+
+func (r ToolRef) String() string { return refString(r.Seat, r.Owner, r.Tool) }
+
+func refString(seat bool, owner, name string) string {
+	if seat {
+		return "seat:" + owner + "/" + name
+	}
+	return owner + "/" + name
+}
+
+// HolderDecl is an explicit handover: this instance holds this seat, whatever claims say.
+type HolderDecl struct {
+	Seat   string
+	Node   string
+	Module string
+	Pos    Pos
+}
+
+// Instance is one module running on one node.
+type Instance struct {
+	Node   string `json:"node"`
+	Module string `json:"module"`
+}
+
+func (i Instance) String() string { return i.Node + "/" + i.Module }
+
+// Holding is the resolved holder of a seat.
+type Holding struct {
+	Seat     string   `json:"seat"`
+	Holder   Instance `json:"holder"`
+	Explicit bool     `json:"explicit"`
+}
+
+// Instances lists every module instance in declaration order: modules as declared, each on
+// its nodes in the order given.
+func (m *Mesh) Instances() []Instance {
+	var out []Instance
+	for _, mod := range m.Modules {
+		for _, n := range mod.On {
+			out = append(out, Instance{Node: n, Module: mod.Name})
+		}
+	}
+	return out
+}
+
+// Seat returns the seat of that current name.
+func (m *Mesh) Seat(name string) (Seat, bool) {
+	for _, s := range m.Seats {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Seat{}, false
+}

@@ -1,0 +1,614 @@
+package model
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The raw declarations, as read, with a position on every value an error may point at.
+type name struct {
+	val string
+	pos Pos
+}
+
+type rawMesh struct {
+	bus        *rawBus
+	controller *rawController
+	nodes      []rawNode
+	seats      []rawSeat
+	modules    []rawModule
+	holders    []rawHolder
+}
+
+type rawBus struct {
+	url, fingerprint, accountsFile, listen, eventsMaxAge name
+	replicas                                             int
+	replicasPos                                          Pos
+	reload                                               *rawReload
+	pos                                                  Pos
+}
+
+type rawReload struct {
+	pidFile name
+	command []string
+	manual  bool
+	pos     Pos
+}
+
+type rawController struct {
+	follows, sends, calls []name
+	pos                   Pos
+}
+
+type rawNode struct {
+	name name
+	pos  Pos
+}
+
+type rawSeat struct {
+	name, scope                      name
+	accepts, emits, serves, formerly []name
+	pos                              Pos
+}
+
+type rawModule struct {
+	name                                             name
+	on, claims, emits, serves, follows, sends, calls []name
+	pos                                              Pos
+}
+
+type rawHolder struct {
+	seat, node, module name
+	pos                Pos
+}
+
+// MaxNameLen bounds node, module and seat names: they are joined into user, consumer and
+// stream names, and an operator reading a permission list should not need to scroll.
+const MaxNameLen = 32
+
+var (
+	nameRule = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	// A subject path: tokens joined by dots, no wildcards (`*`, `>`), no whitespace, no
+	// empty token. Tokens keep to letters, digits, `-` and `_` so every derived subject
+	// reads the same in a config file, a log line and a shell.
+	subjectPath = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+)
+
+// maxSubjectPathLen bounds an event, tool or accept name.
+const maxSubjectPathLen = 128
+
+// ReservedNodeNames cannot name nodes: users `node.<n>` and `enrol.<n>` would collide with
+// the user `<n>.<m>` of a module on a node so named, and `controller` is the controller's
+// own user and consumer.
+var ReservedNodeNames = []string{"controller", "enrol", "node"}
+
+// DefaultListen is where the embedded bus listens unless bus.listen says otherwise.
+const DefaultListen = "127.0.0.1:4222"
+
+// DefaultEventsMaxAge is how long EVENTS keeps an event nobody has consumed.
+const DefaultEventsMaxAge = 7 * 24 * time.Hour
+
+func checkName(diags *diagnostics, n name, what string) bool {
+	switch {
+	case n.val == "":
+		return false // already reported as missing
+	case len(n.val) > MaxNameLen:
+		diags.add(n.pos, "%s name %q is %d characters; at most %d", what, n.val, len(n.val), MaxNameLen)
+	case !nameRule.MatchString(n.val):
+		hint := ""
+		if strings.ContainsAny(n.val, "_.") {
+			hint = ": `_` and `.` join names into consumer and user names, so they would make two different things collide"
+		}
+		diags.add(n.pos, "%s name %q must be lowercase letters, digits and `-`, starting with a letter%s", what, n.val, hint)
+	default:
+		return true
+	}
+	return false
+}
+
+func checkSubjectPath(diags *diagnostics, n name, what string) bool {
+	if len(n.val) > maxSubjectPathLen {
+		diags.add(n.pos, "%s %q is longer than %d characters", what, n.val, maxSubjectPathLen)
+		return false
+	}
+	if !subjectPath.MatchString(n.val) {
+		diags.add(n.pos, "%s %q must be subject tokens joined by dots (letters, digits, `-`, `_`), never a wildcard, a space or an empty token", what, n.val)
+		return false
+	}
+	return true
+}
+
+// uniquePaths checks a list of event, tool or accept names and returns them in order.
+func uniquePaths(diags *diagnostics, list []name, what, owner string) []string {
+	seen := map[string]Pos{}
+	var out []string
+	for _, n := range list {
+		if !checkSubjectPath(diags, n, what) {
+			continue
+		}
+		if p, dup := seen[n.val]; dup {
+			diags.add(n.pos, "%s %q of %s is listed twice: first at %s", what, n.val, owner, p)
+			continue
+		}
+		seen[n.val] = n.pos
+		out = append(out, n.val)
+	}
+	return out
+}
+
+// index is what validation looks names up in.
+type index struct {
+	nodes     map[string]Pos
+	nodeNames []string
+	seats     map[string]*rawSeat
+	seatNames []string
+	formerly  map[string]string // former name -> current
+	modules   map[string]*rawModule
+	modNames  []string
+	// events and tools by owner, as sets.
+	modEvents, modTools, seatEvents, seatTools, seatAccepts map[string]map[string]bool
+}
+
+func set(list []string) map[string]bool {
+	s := make(map[string]bool, len(list))
+	for _, x := range list {
+		s[x] = true
+	}
+	return s
+}
+
+func (r *rawMesh) validate(diags *diagnostics) *Mesh {
+	m := &Mesh{}
+	ix := &index{
+		nodes: map[string]Pos{}, seats: map[string]*rawSeat{}, formerly: map[string]string{},
+		modules: map[string]*rawModule{}, modEvents: map[string]map[string]bool{},
+		modTools: map[string]map[string]bool{}, seatEvents: map[string]map[string]bool{},
+		seatTools: map[string]map[string]bool{}, seatAccepts: map[string]map[string]bool{},
+	}
+	m.Bus = r.validateBus(diags)
+
+	for _, n := range r.nodes {
+		if !checkName(diags, n.name, "node") {
+			continue
+		}
+		if slices.Contains(ReservedNodeNames, n.name.val) {
+			diags.add(n.name.pos, "node name %q is reserved: the users `node.<n>` and `enrol.<n>` would collide with a module user `<n>.<m>`, and `controller` is the controller's own", n.name.val)
+			continue
+		}
+		if p, dup := ix.nodes[n.name.val]; dup {
+			diags.add(n.name.pos, "node %q is declared twice: first at %s", n.name.val, p)
+			continue
+		}
+		ix.nodes[n.name.val] = n.name.pos
+		ix.nodeNames = append(ix.nodeNames, n.name.val)
+		m.Nodes = append(m.Nodes, Node{Name: n.name.val, Pos: n.pos})
+	}
+
+	// Seats first, with their former names, so every reference below can resolve.
+	for i := range r.seats {
+		s := &r.seats[i]
+		if !checkName(diags, s.name, "seat") {
+			continue
+		}
+		if prev, dup := ix.seats[s.name.val]; dup {
+			diags.add(s.name.pos, "seat %q is declared twice: first at %s", s.name.val, prev.name.pos)
+			continue
+		}
+		ix.seats[s.name.val] = s
+		ix.seatNames = append(ix.seatNames, s.name.val)
+	}
+	for i := range r.seats {
+		s := &r.seats[i]
+		if ix.seats[s.name.val] != s {
+			continue // invalid or a duplicate, already reported
+		}
+		for _, old := range s.formerly {
+			if !checkName(diags, old, "former seat") {
+				continue
+			}
+			if _, current := ix.seats[old.val]; current {
+				diags.add(old.pos, "seat %q lists %q as a former name, but a seat of that name is declared: one name cannot mean two seats", s.name.val, old.val)
+				continue
+			}
+			if other, dup := ix.formerly[old.val]; dup && other != s.name.val {
+				diags.add(old.pos, "former name %q is claimed by both seat %q and seat %q", old.val, other, s.name.val)
+				continue
+			}
+			ix.formerly[old.val] = s.name.val
+		}
+	}
+	for i := range r.seats {
+		s := &r.seats[i]
+		if ix.seats[s.name.val] != s {
+			continue
+		}
+		seat := Seat{Name: s.name.val, Scope: ScopeModule, Pos: s.pos}
+		if s.scope.val != "" {
+			if s.scope.val != ScopeModule && s.scope.val != ScopeMesh {
+				diags.add(s.scope.pos, "seat scope %q must be %q or %q", s.scope.val, ScopeModule, ScopeMesh)
+			} else {
+				seat.Scope = s.scope.val
+			}
+		}
+		owner := "seat " + s.name.val
+		seat.Accepts = uniquePaths(diags, s.accepts, "accept", owner)
+		seat.Emits = uniquePaths(diags, s.emits, "event", owner)
+		seat.Serves = uniquePaths(diags, s.serves, "tool", owner)
+		for _, old := range s.formerly {
+			if ix.formerly[old.val] == s.name.val && !slices.Contains(seat.Formerly, old.val) {
+				seat.Formerly = append(seat.Formerly, old.val)
+			}
+		}
+		ix.seatAccepts[seat.Name] = set(seat.Accepts)
+		ix.seatEvents[seat.Name] = set(seat.Emits)
+		ix.seatTools[seat.Name] = set(seat.Serves)
+		m.Seats = append(m.Seats, seat)
+	}
+
+	// Modules: names and what they offer, before anyone's references to them.
+	for i := range r.modules {
+		mod := &r.modules[i]
+		if !checkName(diags, mod.name, "module") {
+			continue
+		}
+		if prev, dup := ix.modules[mod.name.val]; dup {
+			diags.add(mod.name.pos, "module %q is declared twice: first at %s", mod.name.val, prev.name.pos)
+			continue
+		}
+		ix.modules[mod.name.val] = mod
+		ix.modNames = append(ix.modNames, mod.name.val)
+		owner := "module " + mod.name.val
+		ix.modEvents[mod.name.val] = set(uniquePaths(diags, mod.emits, "event", owner))
+		ix.modTools[mod.name.val] = set(uniquePaths(diags, mod.serves, "tool", owner))
+	}
+	for i := range r.modules {
+		mod := &r.modules[i]
+		if ix.modules[mod.name.val] != mod {
+			continue
+		}
+		m.Modules = append(m.Modules, r.validateModule(diags, ix, mod))
+	}
+
+	if r.controller != nil {
+		c := r.controller
+		m.Controller = Controller{Pos: c.pos}
+		m.Controller.Follows = ix.follows(diags, c.follows, "the controller")
+		m.Controller.Sends = ix.sends(diags, c.sends, "the controller")
+		m.Controller.Calls = ix.calls(diags, c.calls, "the controller")
+	}
+
+	m.Holders, m.Holding = r.resolveHolders(diags, ix, m)
+	return m
+}
+
+func (r *rawMesh) validateModule(diags *diagnostics, ix *index, mod *rawModule) Module {
+	owner := "module " + mod.name.val
+	out := Module{Name: mod.name.val, Pos: mod.pos}
+	seenNode := map[string]Pos{}
+	for _, n := range mod.on {
+		if _, ok := ix.nodes[n.val]; !ok {
+			diags.add(n.pos, "module %q runs on unknown node %q%s", mod.name.val, n.val, didYouMean(n.val, ix.nodeNames))
+			continue
+		}
+		if p, dup := seenNode[n.val]; dup {
+			diags.add(n.pos, "module %q lists node %q twice: first at %s", mod.name.val, n.val, p)
+			continue
+		}
+		seenNode[n.val] = n.pos
+		out.On = append(out.On, n.val)
+	}
+	if len(mod.on) == 0 && mod.on != nil {
+		diags.add(mod.pos, "module %q runs on no node: list at least one in `on`", mod.name.val)
+	}
+	seenSeat := map[string]Pos{}
+	for _, c := range mod.claims {
+		seat, ok := ix.seat(diags, c, owner)
+		if !ok {
+			continue
+		}
+		if p, dup := seenSeat[seat]; dup {
+			diags.add(c.pos, "module %q claims seat %q twice: first at %s", mod.name.val, seat, p)
+			continue
+		}
+		seenSeat[seat] = c.pos
+		out.Claims = append(out.Claims, seat)
+	}
+	out.Emits = uniquePaths(&diagnostics{}, mod.emits, "event", owner) // reported once, above
+	out.Serves = uniquePaths(&diagnostics{}, mod.serves, "tool", owner)
+	out.Follows = ix.follows(diags, mod.follows, owner)
+	out.Sends = ix.sends(diags, mod.sends, owner)
+	out.Calls = ix.calls(diags, mod.calls, owner)
+	return out
+}
+
+// seat resolves a seat reference, accepting a former name.
+func (ix *index) seat(diags *diagnostics, n name, who string) (string, bool) {
+	if !checkName(diags, n, "seat") {
+		return "", false
+	}
+	if _, ok := ix.seats[n.val]; ok {
+		return n.val, true
+	}
+	if current, ok := ix.formerly[n.val]; ok {
+		return current, true
+	}
+	diags.add(n.pos, "%s names unknown seat %q%s", who, n.val, didYouMean(n.val, ix.seatNames))
+	return "", false
+}
+
+// splitRef splits `owner/thing` or `seat:owner/thing`.
+func splitRef(diags *diagnostics, n name, who, form string) (seat bool, owner, thing name, ok bool) {
+	v := n.val
+	if rest, found := strings.CutPrefix(v, "seat:"); found {
+		seat, v = true, rest
+	}
+	o, t, found := strings.Cut(v, "/")
+	if !found || o == "" || t == "" {
+		diags.add(n.pos, "%s: %q must be written %s", who, n.val, form)
+		return false, name{}, name{}, false
+	}
+	return seat, name{val: o, pos: n.pos}, name{val: t, pos: n.pos}, true
+}
+
+func (ix *index) follows(diags *diagnostics, list []name, who string) []EventRef {
+	var out []EventRef
+	seen := map[string]Pos{}
+	for _, n := range list {
+		seat, owner, ev, ok := splitRef(diags, n, who, "`module/event` or `seat:seat/event`")
+		if !ok || !checkSubjectPath(diags, ev, "event") {
+			continue
+		}
+		ref := EventRef{Seat: seat, Event: ev.val, Pos: n.pos}
+		if seat {
+			s, ok := ix.seat(diags, owner, who)
+			if !ok {
+				continue
+			}
+			if !ix.seatEvents[s][ev.val] {
+				diags.add(n.pos, "%s follows %q, but seat %q does not emit %q%s", who, n.val, s, ev.val, didYouMean(ev.val, keys(ix.seatEvents[s])))
+				continue
+			}
+			ref.Owner = s
+		} else {
+			if !checkName(diags, owner, "module") {
+				continue
+			}
+			if _, known := ix.modules[owner.val]; !known {
+				hint := didYouMean(owner.val, ix.modNames)
+				if _, isSeat := ix.seats[owner.val]; isSeat {
+					hint = fmt.Sprintf(" (%q is a seat: write seat:%s)", owner.val, n.val)
+				}
+				diags.add(n.pos, "%s follows %q, but no module is named %q%s", who, n.val, owner.val, hint)
+				continue
+			}
+			if !ix.modEvents[owner.val][ev.val] {
+				diags.add(n.pos, "%s follows %q, but nobody emits it: module %q does not emit %q%s", who, n.val, owner.val, ev.val, didYouMean(ev.val, keys(ix.modEvents[owner.val])))
+				continue
+			}
+			ref.Owner = owner.val
+		}
+		if p, dup := seen[ref.String()]; dup {
+			diags.add(n.pos, "%s follows %q twice: first at %s", who, ref.String(), p)
+			continue
+		}
+		seen[ref.String()] = n.pos
+		out = append(out, ref)
+	}
+	return out
+}
+
+func (ix *index) sends(diags *diagnostics, list []name, who string) []AcceptRef {
+	var out []AcceptRef
+	seen := map[string]Pos{}
+	for _, n := range list {
+		isSeat, owner, acc, ok := splitRef(diags, n, who, "`seat/accept`")
+		if !ok || !checkSubjectPath(diags, acc, "accept") {
+			continue
+		}
+		_ = isSeat // `seat:` is redundant here and harmless: sends only ever go to seats
+		s, ok := ix.seat(diags, owner, who)
+		if !ok {
+			continue
+		}
+		if !ix.seatAccepts[s][acc.val] {
+			diags.add(n.pos, "%s sends %q, but seat %q does not accept %q%s", who, n.val, s, acc.val, didYouMean(acc.val, keys(ix.seatAccepts[s])))
+			continue
+		}
+		ref := AcceptRef{Seat: s, Accept: acc.val, Pos: n.pos}
+		if p, dup := seen[ref.String()]; dup {
+			diags.add(n.pos, "%s sends %q twice: first at %s", who, ref.String(), p)
+			continue
+		}
+		seen[ref.String()] = n.pos
+		out = append(out, ref)
+	}
+	return out
+}
+
+func (ix *index) calls(diags *diagnostics, list []name, who string) []ToolRef {
+	var out []ToolRef
+	seen := map[string]Pos{}
+	for _, n := range list {
+		seat, owner, tool, ok := splitRef(diags, n, who, "`module/tool` or `seat:seat/tool`")
+		if !ok || !checkSubjectPath(diags, tool, "tool") {
+			continue
+		}
+		ref := ToolRef{Seat: seat, Tool: tool.val, Pos: n.pos}
+		if seat {
+			s, ok := ix.seat(diags, owner, who)
+			if !ok {
+				continue
+			}
+			if !ix.seatTools[s][tool.val] {
+				diags.add(n.pos, "%s calls %q, but seat %q does not serve %q%s", who, n.val, s, tool.val, didYouMean(tool.val, keys(ix.seatTools[s])))
+				continue
+			}
+			ref.Owner = s
+		} else {
+			if !checkName(diags, owner, "module") {
+				continue
+			}
+			if _, known := ix.modules[owner.val]; !known {
+				diags.add(n.pos, "%s calls %q, but no module is named %q%s", who, n.val, owner.val, didYouMean(owner.val, ix.modNames))
+				continue
+			}
+			if !ix.modTools[owner.val][tool.val] {
+				diags.add(n.pos, "%s calls %q, but module %q does not serve %q%s", who, n.val, owner.val, tool.val, didYouMean(tool.val, keys(ix.modTools[owner.val])))
+				continue
+			}
+			ref.Owner = owner.val
+		}
+		if p, dup := seen[ref.String()]; dup {
+			diags.add(n.pos, "%s calls %q twice: first at %s", who, ref.String(), p)
+			continue
+		}
+		seen[ref.String()] = n.pos
+		out = append(out, ref)
+	}
+	return out
+}
+
+func keys(s map[string]bool) []string {
+	out := make([]string, 0, len(s))
+	for k := range s {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// resolveHolders checks the explicit handovers and decides who holds each seat: an explicit
+// holder wins; otherwise the first module instance (modules in declaration order, each on
+// its nodes in order) that claims the seat.
+func (r *rawMesh) resolveHolders(diags *diagnostics, ix *index, m *Mesh) ([]HolderDecl, []Holding) {
+	explicit := map[string]HolderDecl{}
+	var decls []HolderDecl
+	for _, h := range r.holders {
+		who := "holder"
+		seat, ok := ix.seat(diags, h.seat, who)
+		nodeOK := checkName(diags, h.node, "node")
+		modOK := checkName(diags, h.module, "module")
+		if !ok || !nodeOK || !modOK {
+			continue
+		}
+		if _, known := ix.nodes[h.node.val]; !known {
+			diags.add(h.node.pos, "holder of seat %q names unknown node %q%s", seat, h.node.val, didYouMean(h.node.val, ix.nodeNames))
+			continue
+		}
+		mod, known := ix.modules[h.module.val]
+		if !known {
+			diags.add(h.module.pos, "holder of seat %q names unknown module %q%s", seat, h.module.val, didYouMean(h.module.val, ix.modNames))
+			continue
+		}
+		if !slices.ContainsFunc(mod.on, func(n name) bool { return n.val == h.node.val }) {
+			diags.add(h.node.pos, "holder of seat %q: module %q does not run on node %q; add the node to its `on`, or name a node it runs on", seat, h.module.val, h.node.val)
+			continue
+		}
+		if !slices.ContainsFunc(mod.claims, func(n name) bool { s, _ := ix.seat(&diagnostics{}, n, ""); return s == seat }) {
+			diags.add(h.module.pos, "holder of seat %q: module %q does not claim it; add %q to its `claims`", seat, h.module.val, seat)
+			continue
+		}
+		if prev, dup := explicit[seat]; dup {
+			diags.add(h.pos, "seat %q has two holders: %s/%s here and %s/%s at %s; a seat has exactly one", seat, h.node.val, h.module.val, prev.Node, prev.Module, prev.Pos)
+			continue
+		}
+		d := HolderDecl{Seat: seat, Node: h.node.val, Module: h.module.val, Pos: h.pos}
+		explicit[seat] = d
+		decls = append(decls, d)
+	}
+	claimed := map[string]Instance{}
+	for _, mod := range m.Modules {
+		for _, seat := range mod.Claims {
+			if _, taken := claimed[seat]; taken || len(mod.On) == 0 {
+				continue
+			}
+			claimed[seat] = Instance{Node: mod.On[0], Module: mod.Name}
+		}
+	}
+	var holding []Holding
+	for _, s := range m.Seats {
+		if d, ok := explicit[s.Name]; ok {
+			holding = append(holding, Holding{Seat: s.Name, Holder: Instance{Node: d.Node, Module: d.Module}, Explicit: true})
+		} else if inst, ok := claimed[s.Name]; ok {
+			holding = append(holding, Holding{Seat: s.Name, Holder: inst})
+		}
+	}
+	slices.SortFunc(holding, func(a, b Holding) int { return strings.Compare(a.Seat, b.Seat) })
+	return decls, holding
+}
+
+func (r *rawMesh) validateBus(diags *diagnostics) Bus {
+	b := Bus{Replicas: 1, EventsMaxAge: DefaultEventsMaxAge}
+	if r.bus == nil {
+		b.Listen = DefaultListen
+		return b
+	}
+	rb := r.bus
+	b.Pos = rb.pos
+	if rb.url.val != "" {
+		u, err := url.Parse(rb.url.val)
+		switch {
+		case err != nil || u.Host == "":
+			// The parser's own message may quote the URL, password and all: say what is wrong
+			// without repeating it.
+			diags.add(rb.url.pos, "bus.url is not a valid address; write it as nats://host:port or tls://host:port")
+		case u.User != nil:
+			diags.add(rb.url.pos, "bus.url must not carry a user or password (%s://%s): meshctl dials as the controller with the credential in its state directory", u.Scheme, u.Host)
+		case u.Scheme != "nats" && u.Scheme != "tls":
+			diags.add(rb.url.pos, "bus.url scheme %q is not supported; use nats:// or tls://", u.Scheme)
+		default:
+			b.URL = u.Scheme + "://" + u.Host
+		}
+	}
+	if rb.fingerprint.val != "" {
+		fp := strings.ToLower(strings.ReplaceAll(rb.fingerprint.val, ":", ""))
+		if raw, err := hex.DecodeString(fp); err != nil || len(raw) != 32 {
+			diags.add(rb.fingerprint.pos, "bus.fingerprint must be the SHA-256 of the bus's leaf certificate: 64 hex digits (colons allowed)")
+		} else {
+			b.Fingerprint = fp
+		}
+	}
+	external := rb.url.val != ""
+	if rb.listen.val != "" {
+		if external {
+			diags.add(rb.listen.pos, "bus.listen is for the embedded bus; with bus.url the server's own config says where it listens")
+		}
+		b.Listen = rb.listen.val
+	} else {
+		b.Listen = DefaultListen
+	}
+	if rb.accountsFile.val != "" {
+		b.AccountsFile = rb.accountsFile.val
+	} else if external {
+		diags.add(rb.pos, "bus.accounts_file is required with bus.url: it is the file meshctl writes the users to and the server includes")
+	}
+	if rb.reload != nil {
+		if !external {
+			diags.add(rb.reload.pos, "bus.reload is for an external bus: meshctl reloads its embedded bus itself")
+		}
+		b.Reload = Reload{PIDFile: rb.reload.pidFile.val, Command: rb.reload.command, Manual: rb.reload.manual}
+	} else if external {
+		b.Reload = Reload{Manual: true}
+	}
+	if rb.replicasPos != (Pos{}) {
+		if rb.replicas < 1 || rb.replicas > 5 {
+			diags.add(rb.replicasPos, "bus.replicas must be between 1 and 5, not %d", rb.replicas)
+		} else {
+			b.Replicas = rb.replicas
+		}
+	}
+	if rb.eventsMaxAge.val != "" {
+		d, err := time.ParseDuration(rb.eventsMaxAge.val)
+		if err != nil || d <= 0 {
+			diags.add(rb.eventsMaxAge.pos, "bus.events_max_age %q must be a positive duration such as 168h", rb.eventsMaxAge.val)
+		} else {
+			b.EventsMaxAge = d
+		}
+	}
+	return b
+}

@@ -1,0 +1,381 @@
+package render
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/model"
+)
+
+// Kind is what a principal is.
+type Kind string
+
+// The kinds of principal.
+const (
+	KindController Kind = "controller"
+	KindNode       Kind = "node"
+	KindEnrol      Kind = "enrol"
+	KindModule     Kind = "module"
+)
+
+// Grant is one subject a principal may publish or subscribe to, with the job that needs
+// it. Queue, on a subscribe grant, limits the subscription to that queue group.
+type Grant struct {
+	Subject string `json:"subject"`
+	Queue   string `json:"queue,omitempty"`
+	Job     string `json:"job"`
+}
+
+// String is the grant as the accounts config writes it: a subscribe grant with a queue is
+// `"<subject> <queue>"`.
+func (g Grant) String() string {
+	if g.Queue != "" {
+		return g.Subject + " " + g.Queue
+	}
+	return g.Subject
+}
+
+// Principal is one user of the MESH account.
+type Principal struct {
+	User           string  `json:"user"`
+	Kind           Kind    `json:"kind"`
+	Node           string  `json:"node,omitempty"`
+	Module         string  `json:"module,omitempty"`
+	Publish        []Grant `json:"publish"`
+	Subscribe      []Grant `json:"subscribe"`
+	AllowResponses bool    `json:"allow_responses"`
+}
+
+// Consumer is a consumer and the stream it reads.
+type Consumer struct {
+	Stream string                   `json:"stream"`
+	Config jetstream.ConsumerConfig `json:"config"`
+}
+
+// Name is the consumer's durable name.
+func (c Consumer) Name() string { return c.Config.Durable }
+
+// Desired is the bus a mesh derives: what should exist, nothing about what does.
+type Desired struct {
+	Principals []Principal              `json:"principals"`
+	Streams    []jetstream.StreamConfig `json:"streams"`
+	Consumers  []Consumer               `json:"consumers"`
+	Holding    []model.Holding          `json:"holding"`
+}
+
+// Principal returns the principal of that user.
+func (d *Desired) Principal(user string) (Principal, bool) {
+	i, ok := slices.BinarySearchFunc(d.Principals, user, func(p Principal, u string) int { return strings.Compare(p.User, u) })
+	if !ok {
+		return Principal{}, false
+	}
+	return d.Principals[i], true
+}
+
+// Users lists every principal's user name, sorted.
+func (d *Desired) Users() []string {
+	out := make([]string, len(d.Principals))
+	for i, p := range d.Principals {
+		out[i] = p.User
+	}
+	return out
+}
+
+// Derive computes the desired bus of a validated mesh. It is deterministic: principals
+// sorted by user, grants by subject, streams by name, consumers by stream and name.
+func Derive(m *model.Mesh) *Desired {
+	d := &Desired{Holding: m.Holding}
+	holds := map[model.Instance][]model.Seat{}
+	for _, h := range m.Holding {
+		s, _ := m.Seat(h.Seat)
+		holds[h.Holder] = append(holds[h.Holder], s)
+	}
+
+	d.Principals = append(d.Principals, controllerPrincipal(m))
+	for _, n := range m.Nodes {
+		d.Principals = append(d.Principals, nodePrincipal(n.Name), enrolPrincipal(n.Name))
+	}
+	instances := m.Instances()
+	for _, inst := range instances {
+		mod := moduleNamed(m, inst.Module)
+		d.Principals = append(d.Principals, instancePrincipal(inst, mod, holds[inst]))
+	}
+	slices.SortFunc(d.Principals, func(a, b Principal) int { return strings.Compare(a.User, b.User) })
+
+	d.Streams, d.Consumers = streamsAndConsumers(m, instances)
+	return d
+}
+
+func moduleNamed(m *model.Mesh, name string) *model.Module {
+	for i := range m.Modules {
+		if m.Modules[i].Name == name {
+			return &m.Modules[i]
+		}
+	}
+	return nil
+}
+
+// grants collects a principal's grants, once per subject (the first job to need a subject
+// names it), and sorts them as the accounts config lists them.
+type grants struct {
+	list []Grant
+	seen map[string]bool
+}
+
+func (g *grants) add(job string, subjects ...string) {
+	for _, s := range subjects {
+		g.addGrant(Grant{Subject: s, Job: job})
+	}
+}
+
+func (g *grants) addGrant(gr Grant) {
+	if g.seen == nil {
+		g.seen = map[string]bool{}
+	}
+	if g.seen[gr.String()] {
+		return
+	}
+	g.seen[gr.String()] = true
+	g.list = append(g.list, gr)
+}
+
+func (g *grants) sorted() []Grant {
+	out := append([]Grant{}, g.list...)
+	slices.SortFunc(out, func(a, b Grant) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
+func controllerPrincipal(m *model.Mesh) Principal {
+	var pub, sub grants
+	c := m.Controller
+	// The controller owns the mesh's own traffic and the streams: it is the only writer of
+	// stream definitions, so it alone reaches the JetStream API.
+	pub.add("manage the mesh's streams and consumers", "$JS.API.>")
+	sub.add("manage the mesh's streams and consumers", "$JS.API.>")
+	pub.add("the mesh's control traffic", "mesh.control.>")
+	sub.add("hear nodes' reports, enrolment requests and heartbeats", "mesh.control.>")
+	pub.add("declare to each node what it runs", "mesh.node.>")
+	// The enrolment answer goes to the address the request carries in its payload, under
+	// the enrolling node's own inbox: the enrol identity can hear nothing else.
+	pub.add("answer enrolment requests", "_INBOX.enrol.>")
+	sub.add("its own inbox", Inbox(ControllerUser)+".>")
+	pub.add("acknowledge what its CONTROL consumer delivers", ackSubject(StreamControl, ControllerUser))
+	// A push consumer delivers on `_DELIVER.<its name>`, and a client bound to it subscribes
+	// exactly that: the server refused the first binding without it (seed 002).
+	sub.add("take deliveries of its CONTROL consumer", DeliverSubject(ControllerUser))
+	if len(c.Follows) > 0 {
+		sub.add("take deliveries of its EVENTS consumer", DeliverSubject(ControllerUser)+".>")
+		// Without this every followed event would be redelivered for ever (seed 000: "the
+		// controller could not have consumed a module event").
+		pub.add("acknowledge what its EVENTS consumer delivers", ackSubject(StreamEvents, ControllerUser))
+	}
+	for _, f := range c.Follows {
+		sub.add("follow "+f.String(), EventSubject(f))
+	}
+	for _, s := range c.Sends {
+		// The seeds grant the controller each seat's accepts by wildcard: it is the mesh's
+		// own flows that submit work to a role.
+		pub.add("send work to seat "+s.Seat, "mesh.seat."+s.Seat+".accept.>")
+	}
+	for _, t := range c.Calls {
+		pub.add("call "+t.String(), ToolSubject(t))
+	}
+	return Principal{User: ControllerUser, Kind: KindController, Publish: pub.sorted(), Subscribe: sub.sorted(), AllowResponses: true}
+}
+
+func nodePrincipal(node string) Principal {
+	var pub, sub grants
+	user := NodeUser(node)
+	pub.add("report, enrol and heartbeat to the controller", "mesh.control."+node+".>")
+	pub.add("bind its declaration consumer", consumerInfo(StreamNodes, node))
+	pub.add("acknowledge its declarations", ackSubject(StreamNodes, node))
+	sub.add("take deliveries of its declaration consumer", DeliverSubject(node))
+	sub.add("hear its declaration live", declareSubject(node))
+	sub.add("its own inbox", Inbox(user)+".>")
+	return Principal{User: user, Kind: KindNode, Node: node, Publish: pub.sorted(), Subscribe: sub.sorted()}
+}
+
+func enrolPrincipal(node string) Principal {
+	var pub, sub grants
+	user := EnrolUser(node)
+	pub.add("ask to enrol", controlSubject(node, "enrol"))
+	sub.add("hear the enrolment answer", Inbox(user)+".>")
+	return Principal{User: user, Kind: KindEnrol, Node: node, Publish: pub.sorted(), Subscribe: sub.sorted()}
+}
+
+func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Seat) Principal {
+	var pub, sub grants
+	user := InstanceUser(inst)
+	consumer := InstanceConsumer(inst)
+	sub.add("its own inbox", Inbox(user)+".>")
+	if len(mod.Follows) > 0 {
+		// Binding a push consumer asks the server about it first, as the seat worker's grant
+		// shows (seed 002); the seeds' reference omits it for a module's own consumer, and a
+		// live test against a running server decides.
+		pub.add("bind its EVENTS consumer", consumerInfo(StreamEvents, consumer))
+		pub.add("acknowledge the events it follows", ackSubject(StreamEvents, consumer))
+		sub.add("take deliveries of its EVENTS consumer", DeliverSubject(consumer))
+		// A module that follows nothing has no consumer, and so no ack, info or delivery
+		// grant: seed 002's reference grants every module its consumer's acks, but a
+		// subject for a consumer that does not exist is a grant no job needs.
+	}
+	for _, f := range mod.Follows {
+		sub.add("follow "+f.String(), EventSubject(f))
+	}
+	for _, e := range mod.Emits {
+		pub.add("emit its event "+e, moduleEvent(mod.Name, e))
+	}
+	for _, t := range mod.Serves {
+		sub.add("serve its tool "+t, moduleTool(mod.Name, t))
+	}
+	for _, s := range mod.Sends {
+		pub.add("send work to "+s.String(), seatAccept(s.Seat, s.Accept))
+	}
+	for _, t := range mod.Calls {
+		pub.add("call "+t.String(), ToolSubject(t))
+	}
+	serves := len(mod.Serves) > 0
+	for _, s := range holds {
+		// Taking work from the role's queue: the worker consumer it binds (asked about,
+		// delivered on in its queue group, acknowledged), each on the seat's own stream.
+		stream, worker := SeatStreamName(s.Name), WorkerConsumer(s.Name)
+		pub.add("bind the worker consumer of seat "+s.Name, consumerInfo(stream, worker))
+		pub.add("acknowledge work of seat "+s.Name, ackSubject(stream, worker))
+		sub.addGrant(Grant{Subject: DeliverSubject(worker), Queue: worker, Job: "take work of seat " + s.Name + " in its queue group"})
+		for _, a := range s.Accepts {
+			sub.add("hear work of seat "+s.Name+" live", seatAccept(s.Name, a))
+		}
+		for _, e := range s.Emits {
+			pub.add("report seat "+s.Name+"'s event "+e, seatEvent(s.Name, e))
+		}
+		for _, t := range s.Serves {
+			sub.add("serve seat "+s.Name+"'s tool "+t, seatTool(s.Name, t))
+			serves = true
+		}
+	}
+	return Principal{
+		User: user, Kind: KindModule, Node: inst.Node, Module: inst.Module,
+		Publish: pub.sorted(), Subscribe: sub.sorted(),
+		// A tool is request/reply: the server must let the answer go to whatever inbox the
+		// request named, once.
+		AllowResponses: serves,
+	}
+}
+
+// maxConsumersFor is the max_consumers set on EVENTS and NODES. nats-server caps a stream
+// at 1,000 consumers unless the stream sets a limit above zero (-1 counts as unset), so a
+// larger mesh's 1,001st consumer would fail. The limit moves in steps of 1,000 with at
+// least 1,000 spare, so adding a module rarely changes the stream.
+func maxConsumersFor(n int) int { return (n/1000 + 2) * 1000 }
+
+func owned(description string) (string, map[string]string) {
+	return description, map[string]string{OwnerKey: OwnerValue}
+}
+
+func streamsAndConsumers(m *model.Mesh, instances []model.Instance) ([]jetstream.StreamConfig, []Consumer) {
+	replicas := m.Bus.Replicas
+	var eventConsumers []Consumer
+	ackWait := 30 * time.Second
+
+	push := func(stream, name, deliver, description string, filters []string) Consumer {
+		desc, meta := owned(description)
+		cfg := jetstream.ConsumerConfig{
+			Durable: name, Description: desc, DeliverSubject: deliver,
+			DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: ackWait, MaxDeliver: -1, ReplayPolicy: jetstream.ReplayInstantPolicy,
+			Metadata: meta,
+		}
+		slices.Sort(filters)
+		if len(filters) == 1 {
+			cfg.FilterSubject = filters[0]
+		} else if len(filters) > 1 {
+			cfg.FilterSubjects = filters
+		}
+		return Consumer{Stream: stream, Config: cfg}
+	}
+
+	var consumers []Consumer
+	// No max-deliver on CONTROL: the controller's own window bounds redelivery, and a
+	// server that dead-lettered first would discard the report the stream exists to keep.
+	consumers = append(consumers, push(StreamControl, ControllerUser, DeliverSubject(ControllerUser),
+		"meshctl: the controller takes nodes' reports and enrolment requests", nil))
+	if f := m.Controller.Follows; len(f) > 0 {
+		eventConsumers = append(eventConsumers, push(StreamEvents, ControllerUser, controllerEventsDeliver,
+			"meshctl: the events the controller follows", eventSubjects(f)))
+	}
+	for _, inst := range instances {
+		mod := moduleNamed(m, inst.Module)
+		if len(mod.Follows) == 0 {
+			continue
+		}
+		name := InstanceConsumer(inst)
+		eventConsumers = append(eventConsumers, push(StreamEvents, name, DeliverSubject(name),
+			"meshctl: the events "+InstanceUser(inst)+" follows", eventSubjects(mod.Follows)))
+	}
+	consumers = append(consumers, eventConsumers...)
+	for _, n := range m.Nodes {
+		consumers = append(consumers, push(StreamNodes, n.Name, DeliverSubject(n.Name),
+			"meshctl: declarations to node "+n.Name, []string{declareSubject(n.Name)}))
+	}
+
+	desc, meta := owned("meshctl: nodes' reports and enrolment requests, until the controller takes them")
+	streams := []jetstream.StreamConfig{
+		{
+			Name: StreamControl, Description: desc, Metadata: meta,
+			Subjects:  []string{"mesh.control.*.enrol", "mesh.control.*.report"},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+		},
+	}
+	desc, meta = owned("meshctl: module and seat events")
+	streams = append(streams, jetstream.StreamConfig{
+		Name: StreamEvents, Description: desc, Metadata: meta,
+		Subjects:  []string{"mesh.mod.*.event.>", "mesh.seat.*.event.>"},
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+		MaxAge: m.Bus.EventsMaxAge, MaxConsumers: maxConsumersFor(len(eventConsumers)),
+	})
+	desc, meta = owned("meshctl: the controller's declarations, the latest per node")
+	streams = append(streams, jetstream.StreamConfig{
+		Name: StreamNodes, Description: desc, Metadata: meta,
+		Subjects:  []string{"mesh.node.*.declare"},
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+		MaxMsgsPerSubject: 1, MaxConsumers: maxConsumersFor(len(m.Nodes)),
+	})
+	// A seat's work queue exists from registration, not assignment: work queues until a
+	// holder appears, and "the holder is not here yet" must not mean "your messages are
+	// gone". Changing or removing a holder never touches it.
+	for _, s := range m.Seats {
+		stream := SeatStreamName(s.Name)
+		desc, meta := owned("meshctl: work addressed to seat " + s.Name)
+		streams = append(streams, jetstream.StreamConfig{
+			Name: stream, Description: desc, Metadata: meta,
+			Subjects:  []string{"mesh.seat." + s.Name + ".accept.>"},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+		})
+		// A queue group even though the seat guarantees one holder: the seat is authority,
+		// the queue group is delivery, and the day two holders are allowed no message is
+		// processed twice.
+		c := push(stream, WorkerConsumer(s.Name), DeliverSubject(WorkerConsumer(s.Name)),
+			"meshctl: the holder of seat "+s.Name+" takes its work", nil)
+		c.Config.DeliverGroup = WorkerConsumer(s.Name)
+		consumers = append(consumers, c)
+	}
+	slices.SortFunc(streams, func(a, b jetstream.StreamConfig) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(consumers, func(a, b Consumer) int {
+		if c := strings.Compare(a.Stream, b.Stream); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Config.Durable, b.Config.Durable)
+	})
+	return streams, consumers
+}
+
+func eventSubjects(refs []model.EventRef) []string {
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = EventSubject(r)
+	}
+	return out
+}

@@ -1,0 +1,11 @@
+// Package render derives the desired bus from a validated mesh: the principals and their
+// exact permissions, the streams, the consumers, and the accounts config text the server
+// loads.
+//
+// It is a pure function of the model and the stored password hashes. It does no I/O, and
+// it never sees a password: only bcrypt hashes, which it writes double-quoted (an unquoted
+// `$…` is a variable reference to the nats-server config parser). Every naming rule of the
+// bus lives here, beside the permission that has to match it: the seeds' lesson is that a
+// consumer name and the ack subject granted for it drift apart when they are spelled in
+// two places.
+package render

@@ -1,0 +1,99 @@
+package render
+
+import (
+	"strings"
+
+	"github.com/meshbus/meshctl/model"
+)
+
+// Names of the mesh's own streams.
+const (
+	// StreamControl holds nodes' reports and enrolment requests until the controller takes
+	// them: a work queue.
+	StreamControl = "CONTROL"
+	// StreamEvents holds module and seat events for the consumers that follow them.
+	StreamEvents = "EVENTS"
+	// StreamNodes holds the controller's declarations, the latest per node.
+	StreamNodes = "NODES"
+)
+
+// Account is the one account the mesh lives in. Accounts isolate subject spaces entirely
+// and the mesh is one space, so permissions are the only isolation.
+const Account = "MESH"
+
+// ControllerUser is the controller's user, and the name of its consumers.
+const ControllerUser = "controller"
+
+// OwnerKey and OwnerValue mark every stream and consumer meshctl creates. Only objects
+// carrying the marker are ever updated or deleted: "not in my config" is not permission
+// to delete (another tool's stream of the same name is a conflict, never adopted).
+const (
+	OwnerKey   = "meshctl.owner"
+	OwnerValue = "meshctl"
+)
+
+// SeatStreamName is the work queue of a seat: named after the seat, not its holder,
+// because the holder can change and the queued work must not care.
+func SeatStreamName(seat string) string { return "SEAT_" + upperSnake(seat) }
+
+// WorkerConsumer is the consumer a seat's holder takes work from.
+func WorkerConsumer(seat string) string { return SeatStreamName(seat) + "_worker" }
+
+// InstanceUser is a module instance's user, `<node>.<module>`.
+func InstanceUser(i model.Instance) string { return i.Node + "." + i.Module }
+
+// InstanceConsumer is a module instance's consumer on EVENTS, `<node>_<module>`: a durable
+// name may not contain a dot, while the ack subject `$JS.ACK.EVENTS.<consumer>.>` must
+// name it exactly (seed 000: the one string that read right inside the permission was
+// refused as a consumer name).
+func InstanceConsumer(i model.Instance) string { return i.Node + "_" + i.Module }
+
+// NodeUser is a node host's user.
+func NodeUser(node string) string { return "node." + node }
+
+// EnrolUser is a node's enrolment identity: it may only ask to enrol and hear the answer.
+func EnrolUser(node string) string { return "enrol." + node }
+
+// DeliverSubject is where a push consumer delivers.
+func DeliverSubject(consumer string) string { return "_DELIVER." + consumer }
+
+// controllerEventsDeliver is where the controller's EVENTS consumer delivers. Its CONTROL
+// consumer has the same name and delivers on `_DELIVER.controller`; two consumers sharing
+// one deliver subject would hand each subscription the other's messages.
+const controllerEventsDeliver = "_DELIVER.controller.events"
+
+// Inbox is a principal's inbox prefix: every principal gets its own and no other.
+func Inbox(user string) string { return "_INBOX." + user }
+
+func upperSnake(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
+
+// Subjects.
+func controlSubject(node, what string) string { return "mesh.control." + node + "." + what }
+func declareSubject(node string) string       { return "mesh.node." + node + ".declare" }
+func moduleEvent(module, event string) string { return "mesh.mod." + module + ".event." + event }
+func moduleTool(module, tool string) string   { return "mesh.mod." + module + ".tool." + tool }
+func seatAccept(seat, accept string) string   { return "mesh.seat." + seat + ".accept." + accept }
+func seatEvent(seat, event string) string     { return "mesh.seat." + seat + ".event." + event }
+func seatTool(seat, tool string) string       { return "mesh.seat." + seat + ".tool." + tool }
+func ackSubject(stream, consumer string) string {
+	return "$JS.ACK." + stream + "." + consumer + ".>"
+}
+func consumerInfo(stream, consumer string) string {
+	return "$JS.API.CONSUMER.INFO." + stream + "." + consumer
+}
+
+// EventSubject is the subject an event reference names.
+func EventSubject(r model.EventRef) string {
+	if r.Seat {
+		return seatEvent(r.Owner, r.Event)
+	}
+	return moduleEvent(r.Owner, r.Event)
+}
+
+// ToolSubject is the subject a tool reference names.
+func ToolSubject(r model.ToolRef) string {
+	if r.Seat {
+		return seatTool(r.Owner, r.Tool)
+	}
+	return moduleTool(r.Owner, r.Tool)
+}
