@@ -1,6 +1,8 @@
 package render
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -378,4 +380,16 @@ func eventSubjects(refs []model.EventRef) []string {
 		out[i] = EventSubject(r)
 	}
 	return out
+}
+
+// JSON is the derived bus as indented JSON, subjects unescaped (`>` stays `>`).
+func (d *Desired) JSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(d); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }

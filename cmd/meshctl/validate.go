@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/meshbus/meshctl/model"
+)
+
+func init() {
+	register("validate", command{summary: "check a mesh description and report every problem", run: runValidate})
+}
+
+const validateHelp = `
+Usage: meshctl validate [-f DIR] [-o text|json|github]
+
+Loads every *.yaml and *.yml file under DIR and checks the description: its shape, every
+name rule and every reference. It reports every problem at once, each as
+file:line:col: message, and changes nothing anywhere.
+
+Exit 0 when the description is valid, 1 when it is not, 2 when DIR cannot be read.
+
+  -o text     file:line:col: message lines, which editors and CI logs link
+  -o json     {"valid": bool, "diagnostics": [{"pos": {...}, "message": ...}]}
+  -o github   GitHub Actions workflow annotations (::error file=...,line=...,col=...::...)
+
+Example:
+  meshctl validate -f mesh/
+`
+
+func runValidate(ctx context.Context, e *env, args []string) int {
+	f := newFlags(e, "validate", validateHelp)
+	dir := f.dirFlag()
+	out := f.outputFlag("text", "json", "github")
+	if _, done, code := f.parse(args); done {
+		return code
+	}
+	if !checkFormat(e, *out, "text", "json", "github") {
+		return exitError
+	}
+	m, err := model.Load(*dir)
+	var diags []model.Diagnostic
+	var lerr *model.LoadError
+	switch {
+	case errors.As(err, &lerr):
+		diags = lerr.Diagnostics
+	case err != nil:
+		e.errorf("%v", err)
+		return exitError
+	}
+	switch *out {
+	case "json":
+		if diags == nil {
+			diags = []model.Diagnostic{}
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{"valid": len(diags) == 0, "diagnostics": diags})
+	case "github":
+		for _, d := range diags {
+			fmt.Fprintf(e.stdout, "::error file=%s,line=%d,col=%d::%s\n",
+				githubPath(*dir, d.Pos.File), d.Pos.Line, d.Pos.Col, githubEscape(d.Message))
+		}
+	default:
+		for _, d := range diags {
+			fmt.Fprintf(e.stdout, "%s\n", joinPos(*dir, d))
+		}
+	}
+	if len(diags) > 0 {
+		fmt.Fprintf(e.stderr, "%d problem(s) in the description in %s\n", len(diags), *dir)
+		return exitChanges
+	}
+	fmt.Fprintf(e.stderr, "the description in %s is valid: %d node(s), %d seat(s), %d module instance(s)\n",
+		*dir, len(m.Nodes), len(m.Seats), len(m.Instances()))
+	return exitOK
+}
+
+// joinPos prints a diagnostic with its file relative to the current directory, so an
+// editor or terminal can open it as printed.
+func joinPos(dir string, d model.Diagnostic) string {
+	d.Pos.File = githubPath(dir, d.Pos.File)
+	return d.String()
+}
+
+func githubPath(dir, file string) string {
+	if dir == "." || dir == "" {
+		return file
+	}
+	return strings.TrimSuffix(dir, "/") + "/" + file
+}
+
+// githubEscape escapes a message for a workflow command, as the runner's toolkit does.
+func githubEscape(s string) string {
+	s = strings.ReplaceAll(s, "%", "%25")
+	s = strings.ReplaceAll(s, "\r", "%0D")
+	return strings.ReplaceAll(s, "\n", "%0A")
+}
