@@ -66,6 +66,9 @@ type Desired struct {
 	Streams    []jetstream.StreamConfig `json:"streams"`
 	Consumers  []Consumer               `json:"consumers"`
 	Holding    []model.Holding          `json:"holding"`
+	// Formerly maps a seat's former names to its current one, so a plan can say that a
+	// work queue about to go is a renamed seat's.
+	Formerly map[string]string `json:"formerly,omitempty"`
 }
 
 // Principal returns the principal of that user.
@@ -90,6 +93,14 @@ func (d *Desired) Users() []string {
 // sorted by user, grants by subject, streams by name, consumers by stream and name.
 func Derive(m *model.Mesh) *Desired {
 	d := &Desired{Holding: m.Holding}
+	for _, s := range m.Seats {
+		for _, old := range s.Formerly {
+			if d.Formerly == nil {
+				d.Formerly = map[string]string{}
+			}
+			d.Formerly[old] = s.Name
+		}
+	}
 	holds := map[model.Instance][]model.Seat{}
 	for _, h := range m.Holding {
 		s, _ := m.Seat(h.Seat)

@@ -1,0 +1,167 @@
+package plan
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/meshbus/meshctl/render"
+)
+
+// diffAccounts plans the accounts config: a change when the bytes in use differ from the
+// rendering, described user by user and subject by subject, never by hash or password.
+func diffAccounts(target Target, live Live) (Change, bool) {
+	if live.AccountsKnown && bytes.Equal(live.Accounts, target.Accounts) {
+		return Change{}, false
+	}
+	c := Change{Kind: KindAccounts, Name: "accounts", Action: Update, Risk: RiskNone,
+		Reason: "the users or permissions derived from the mesh differ from the config in use"}
+	before := map[string]*server.User{}
+	if !live.AccountsKnown {
+		c.Action = Create
+		c.Reason = "no accounts config is in use yet"
+	} else if users, err := ParseUsers(live.Accounts); err != nil {
+		c.Reason = fmt.Sprintf("the config in use does not parse (%v); it is rewritten whole", err)
+	} else {
+		before = users
+	}
+	after := map[string]*server.User{}
+	for _, p := range target.Bus.Principals {
+		after[p.User] = principalUser(p, target.Hashes)
+	}
+	for _, name := range sortedKeys(after) {
+		a := after[name]
+		b, existed := before[name]
+		if !existed {
+			u := UserChange{User: name, Action: Create,
+				PublishAdded: allow(a, true), SubscribeAdded: allow(a, false)}
+			if a.Permissions.Response != nil {
+				u.AllowResponses = "granted"
+			}
+			if !locked(a.Password) {
+				u.Credential = "issued"
+			}
+			c.Users = append(c.Users, u)
+			continue
+		}
+		u := UserChange{User: name, Action: Update}
+		u.PublishAdded, u.PublishRemoved = setDiff(allow(b, true), allow(a, true))
+		u.SubscribeAdded, u.SubscribeRemoved = setDiff(allow(b, false), allow(a, false))
+		switch {
+		case b.Permissions != nil && b.Permissions.Response == nil && a.Permissions.Response != nil:
+			u.AllowResponses = "granted"
+		case b.Permissions != nil && b.Permissions.Response != nil && a.Permissions.Response == nil:
+			u.AllowResponses = "revoked"
+		}
+		switch {
+		case b.Password == a.Password:
+		case locked(b.Password):
+			u.Credential = "issued"
+		case locked(a.Password):
+			u.Credential = "revoked"
+		default:
+			u.Credential = "rotated"
+		}
+		if len(u.PublishAdded)+len(u.PublishRemoved)+len(u.SubscribeAdded)+len(u.SubscribeRemoved) > 0 ||
+			u.AllowResponses != "" || u.Credential != "" {
+			c.Users = append(c.Users, u)
+		}
+	}
+	for _, name := range sortedKeys(before) {
+		if _, kept := after[name]; !kept {
+			b := before[name]
+			c.Users = append(c.Users, UserChange{User: name, Action: Delete,
+				PublishRemoved: allow(b, true), SubscribeRemoved: allow(b, false)})
+		}
+	}
+	for _, u := range c.Users {
+		if u.Action == Delete || len(u.PublishRemoved)+len(u.SubscribeRemoved) > 0 || u.AllowResponses == "revoked" || u.Credential == "revoked" || u.Credential == "rotated" {
+			// Somebody connected loses something at the reload.
+			c.Risk = RiskDisruptive
+		}
+	}
+	if c.Action == Update && len(c.Users) == 0 {
+		c.Reason = "the file in use differs from the rendering in layout only (edited by hand?); it is rewritten"
+	}
+	return c, true
+}
+
+// ParseUsers reads an accounts config with the server's own parser, so what is compared
+// is what the server would enforce.
+func ParseUsers(conf []byte) (map[string]*server.User, error) {
+	opts := &server.Options{}
+	if err := opts.ProcessConfigString(string(conf)); err != nil {
+		return nil, err
+	}
+	out := map[string]*server.User{}
+	for _, u := range opts.Users {
+		out[u.Username] = u
+	}
+	return out, nil
+}
+
+// principalUser is a principal as the server would hold it, without parsing its rendering.
+func principalUser(p render.Principal, hashes map[string]string) *server.User {
+	u := &server.User{Username: p.User, Password: hashes[p.User], Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: grantStrings(p.Publish)},
+		Subscribe: &server.SubjectPermission{Allow: grantStrings(p.Subscribe)},
+	}}
+	if u.Password == "" {
+		u.Password = render.LockedHash
+	}
+	if p.AllowResponses {
+		u.Permissions.Response = &server.ResponsePermission{MaxMsgs: 1}
+	}
+	return u
+}
+
+func grantStrings(gs []render.Grant) []string {
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = g.String()
+	}
+	return out
+}
+
+func locked(hash string) bool { return hash == "" || hash == render.LockedHash }
+
+func allow(u *server.User, publish bool) []string {
+	if u.Permissions == nil {
+		return nil
+	}
+	sp := u.Permissions.Subscribe
+	if publish {
+		sp = u.Permissions.Publish
+	}
+	if sp == nil {
+		return nil
+	}
+	out := slices.Clone(sp.Allow)
+	slices.Sort(out)
+	return out
+}
+
+func setDiff(before, after []string) (added, removed []string) {
+	for _, s := range after {
+		if !slices.Contains(before, s) {
+			added = append(added, s)
+		}
+	}
+	for _, s := range before {
+		if !slices.Contains(after, s) {
+			removed = append(removed, s)
+		}
+	}
+	return added, removed
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,375 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+)
+
+// Compute plans the changes that make live equal to target.
+func Compute(target Target, live Live, o Options) *Plan {
+	p := &Plan{}
+	liveStreams := make(map[string]*LiveStream, len(live.Streams))
+	for i := range live.Streams {
+		liveStreams[live.Streams[i].Config.Name] = &live.Streams[i]
+	}
+	liveConsumers := make(map[string]*LiveConsumer, len(live.Consumers))
+	for i := range live.Consumers {
+		c := &live.Consumers[i]
+		liveConsumers[c.Stream+"/"+c.Config.Durable] = c
+	}
+
+	var conflicts, streamChanges, consumerChanges, consumerDeletes, streamDeletes []Change
+	// A stream that is replaced, or in conflict, takes its consumers with it: they are
+	// created afresh after it (replace), or left alone with it (conflict).
+	recreated := map[string]bool{}
+	blocked := map[string]bool{}
+
+	desiredStreams := map[string]bool{}
+	for i := range target.Bus.Streams {
+		want := &target.Bus.Streams[i]
+		desiredStreams[want.Name] = true
+		have, ok := liveStreams[want.Name]
+		switch {
+		case !ok:
+			streamChanges = append(streamChanges, Change{Kind: KindStream, Name: want.Name, Action: Create,
+				Reason: "derived from the mesh and not on the bus", Risk: RiskNone, After: want})
+		case !Owned(have.Config.Metadata):
+			blocked[want.Name] = true
+			conflicts = append(conflicts, Change{Kind: KindStream, Name: want.Name, Action: Conflict,
+				Reason: fmt.Sprintf("a stream named %s exists without meshctl's ownership marker (%s=%s); meshctl will not adopt or change it: rename or remove it, or mark it deliberately",
+					want.Name, render.OwnerKey, render.OwnerValue),
+				Risk: RiskNone, Before: &have.Config})
+		default:
+			fields := diffStream(have.Config, *want)
+			if len(fields) == 0 {
+				continue
+			}
+			c := Change{Kind: KindStream, Name: want.Name, Action: Update, Risk: RiskNone,
+				Fields: fields, Before: &have.Config, After: want}
+			if imm := immutable(fields); len(imm) > 0 {
+				c.Action = Replace
+				recreated[want.Name] = true
+				c.AtStake = &AtStake{Messages: have.Messages}
+				c.Reason = "the server refuses to update " + strings.Join(imm, ", ") + " in place"
+				grade(&c, o, "replacing")
+			} else {
+				c.Reason = "its config differs from the derivation"
+			}
+			streamChanges = append(streamChanges, c)
+		}
+	}
+
+	desiredConsumers := map[string]bool{}
+	for i := range target.Bus.Consumers {
+		want := &target.Bus.Consumers[i]
+		key := want.Stream + "/" + want.Name()
+		desiredConsumers[key] = true
+		if blocked[want.Stream] {
+			continue
+		}
+		have, ok := liveConsumers[key]
+		switch {
+		case !ok || recreated[want.Stream]:
+			reason := "derived from the mesh and not on the bus"
+			if ok {
+				reason = "its stream is replaced"
+			}
+			consumerChanges = append(consumerChanges, Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream,
+				Action: Create, Reason: reason, Risk: RiskNone, After: &want.Config})
+		case !Owned(have.Config.Metadata):
+			conflicts = append(conflicts, Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream, Action: Conflict,
+				Reason: fmt.Sprintf("a consumer named %s on %s exists without meshctl's ownership marker; meshctl will not adopt or change it", want.Name(), want.Stream),
+				Risk:   RiskNone, Before: &have.Config})
+		default:
+			fields := diffConsumer(have.Config, want.Config)
+			if len(fields) == 0 {
+				continue
+			}
+			c := Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream, Action: Update, Risk: RiskNone,
+				Fields: fields, Before: &have.Config, After: &want.Config, Reason: "its config differs from the derivation"}
+			if imm := immutable(fields); len(imm) > 0 {
+				c.Action = Replace
+				c.Reason = "the server refuses to update " + strings.Join(imm, ", ") + " in place"
+				c.AtStake = &AtStake{Pending: have.Pending, AckPending: have.AckPending}
+				grade(&c, o, "replacing")
+			}
+			consumerChanges = append(consumerChanges, c)
+		}
+	}
+
+	for i := range live.Consumers {
+		have := &live.Consumers[i]
+		key := have.Stream + "/" + have.Config.Durable
+		if desiredConsumers[key] || !Owned(have.Config.Metadata) {
+			continue
+		}
+		if !desiredStreams[have.Stream] || recreated[have.Stream] {
+			continue // goes with its stream
+		}
+		c := Change{Kind: KindConsumer, Name: have.Config.Durable, Stream: have.Stream, Action: Delete,
+			Reason: "meshctl made it and the mesh no longer derives it", Before: &have.Config,
+			AtStake: &AtStake{Pending: have.Pending, AckPending: have.AckPending}}
+		grade(&c, o, "deleting")
+		consumerDeletes = append(consumerDeletes, c)
+	}
+	for i := range live.Streams {
+		have := &live.Streams[i]
+		if desiredStreams[have.Config.Name] || !Owned(have.Config.Metadata) {
+			continue
+		}
+		c := Change{Kind: KindStream, Name: have.Config.Name, Action: Delete,
+			Reason: "meshctl made it and the mesh no longer derives it", Before: &have.Config,
+			AtStake: &AtStake{Messages: have.Messages}}
+		if seat := formerSeat(target.Bus, have.Config.Name); seat != "" {
+			c.Reason = "seat " + seat + " was renamed: its work queue is now " + render.SeatStreamName(seat)
+		}
+		grade(&c, o, "deleting")
+		streamDeletes = append(streamDeletes, c)
+	}
+
+	var accounts []Change
+	if c, ok := diffAccounts(target, live); ok {
+		accounts = append(accounts, c)
+		p.Accounts = target.Accounts
+	}
+
+	sortChanges(conflicts)
+	for _, group := range [][]Change{conflicts, byAction(streamChanges), byAction(consumerChanges), accounts, consumerDeletes, streamDeletes} {
+		p.Changes = append(p.Changes, group...)
+	}
+	p.Holders = holderMoves(live.Holding, target.Bus.Holding)
+	return p
+}
+
+// grade sets the risk of a replacement or deletion, and refuses it when it would lose
+// messages or unacknowledged work and the operator has not allowed that.
+func grade(c *Change, o Options, doing string) {
+	c.Risk = RiskDisruptive
+	if !c.AtStake.Any() {
+		return
+	}
+	c.Risk = RiskDataLoss
+	if !o.AllowDataLoss {
+		c.Refused = fmt.Sprintf("%s %s would lose %s; pass --allow-data-loss to do it anyway", doing, c.ID(), describeStake(c.AtStake))
+	}
+}
+
+func describeStake(a *AtStake) string {
+	var parts []string
+	if a.Messages > 0 {
+		parts = append(parts, plural(a.Messages, "stored message"))
+	}
+	if a.Pending > 0 {
+		parts = append(parts, plural(a.Pending, "undelivered message"))
+	}
+	if a.AckPending > 0 {
+		parts = append(parts, plural(a.AckPending, "unacknowledged delivery", "unacknowledged deliveries"))
+	}
+	return strings.Join(parts, " and ")
+}
+
+func plural(n uint64, one string, many ...string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	if len(many) > 0 {
+		return strconv.FormatUint(n, 10) + " " + many[0]
+	}
+	return strconv.FormatUint(n, 10) + " " + one + "s"
+}
+
+// byAction orders creates, updates and replaces, each by name.
+func byAction(cs []Change) []Change {
+	sortChanges(cs)
+	return cs
+}
+
+func sortChanges(cs []Change) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].Stream != cs[j].Stream {
+			return cs[i].Stream < cs[j].Stream
+		}
+		return cs[i].Name < cs[j].Name
+	})
+}
+
+func immutable(fields []FieldChange) []string {
+	var out []string
+	for _, f := range fields {
+		if f.Immutable {
+			out = append(out, f.Field)
+		}
+	}
+	return out
+}
+
+// formerSeat returns the seat whose former name this stream was named after.
+func formerSeat(d *render.Desired, stream string) string {
+	for old, seat := range d.Formerly {
+		if render.SeatStreamName(old) == stream {
+			return seat
+		}
+	}
+	return ""
+}
+
+func holderMoves(before, after []model.Holding) []HolderMove {
+	was := map[string]model.Instance{}
+	for _, h := range before {
+		was[h.Seat] = h.Holder
+	}
+	now := map[string]model.Instance{}
+	for _, h := range after {
+		now[h.Seat] = h.Holder
+	}
+	var out []HolderMove
+	for seat, to := range now {
+		if from, ok := was[seat]; !ok {
+			out = append(out, HolderMove{Seat: seat, To: &to})
+		} else if from != to {
+			out = append(out, HolderMove{Seat: seat, From: &from, To: &to})
+		}
+	}
+	for seat, from := range was {
+		if _, ok := now[seat]; !ok {
+			out = append(out, HolderMove{Seat: seat, From: &from})
+		}
+	}
+	slices.SortFunc(out, func(a, b HolderMove) int { return strings.Compare(a.Seat, b.Seat) })
+	return out
+}
+
+// field compares one projected field.
+func field(out *[]FieldChange, name string, before, after string, immutable bool) {
+	if before != after {
+		*out = append(*out, FieldChange{Field: name, Before: before, After: after, Immutable: immutable})
+	}
+}
+
+func i64(v int64) string         { return strconv.FormatInt(v, 10) }
+func dur(d time.Duration) string { return d.String() }
+func boolean(b bool) string      { return strconv.FormatBool(b) }
+func list(s []string) string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return "[" + strings.Join(s, ", ") + "]"
+}
+func orNeg(v int64) int64 { return map[bool]int64{true: -1, false: v}[v == 0] }
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// metadata renders the keys meshctl compares: every key except the server's own `_nats.`
+// ones, which it adds and changes by version.
+func metadata(m map[string]string) string {
+	var keys []string
+	for k := range m {
+		if !strings.HasPrefix(k, "_nats.") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// NormalizeStream fills in what the server fills in for a field left unset, so a config
+// and the server's report of it compare equal.
+func NormalizeStream(c jetstream.StreamConfig) jetstream.StreamConfig {
+	c.MaxMsgs = orNeg(c.MaxMsgs)
+	c.MaxBytes = orNeg(c.MaxBytes)
+	c.MaxMsgsPerSubject = orNeg(c.MaxMsgsPerSubject)
+	c.MaxMsgSize = int32(orNeg(int64(c.MaxMsgSize)))
+	c.MaxConsumers = int(orNeg(int64(c.MaxConsumers)))
+	c.Replicas = orDefault(c.Replicas, 1)
+	if c.Duplicates == 0 {
+		c.Duplicates = 2 * time.Minute
+		if c.MaxAge > 0 && c.MaxAge < c.Duplicates {
+			c.Duplicates = c.MaxAge
+		}
+	}
+	if len(c.Subjects) == 0 {
+		c.Subjects = []string{c.Name}
+	}
+	return c
+}
+
+func diffStream(have, want jetstream.StreamConfig) []FieldChange {
+	a, b := NormalizeStream(have), NormalizeStream(want)
+	var out []FieldChange
+	field(&out, "description", a.Description, b.Description, false)
+	field(&out, "subjects", list(a.Subjects), list(b.Subjects), false)
+	// Retention may move between limits and interest, never to or from a work queue.
+	field(&out, "retention", a.Retention.String(), b.Retention.String(),
+		a.Retention != b.Retention && (a.Retention == jetstream.WorkQueuePolicy || b.Retention == jetstream.WorkQueuePolicy))
+	field(&out, "storage", a.Storage.String(), b.Storage.String(), true)
+	field(&out, "replicas", strconv.Itoa(a.Replicas), strconv.Itoa(b.Replicas), false)
+	field(&out, "max_age", dur(a.MaxAge), dur(b.MaxAge), false)
+	field(&out, "max_msgs", i64(a.MaxMsgs), i64(b.MaxMsgs), false)
+	field(&out, "max_bytes", i64(a.MaxBytes), i64(b.MaxBytes), false)
+	field(&out, "max_msgs_per_subject", i64(a.MaxMsgsPerSubject), i64(b.MaxMsgsPerSubject), false)
+	field(&out, "max_msg_size", i64(int64(a.MaxMsgSize)), i64(int64(b.MaxMsgSize)), false)
+	field(&out, "max_consumers", strconv.Itoa(a.MaxConsumers), strconv.Itoa(b.MaxConsumers), false)
+	field(&out, "discard", a.Discard.String(), b.Discard.String(), false)
+	field(&out, "duplicate_window", dur(a.Duplicates), dur(b.Duplicates), false)
+	// The server refuses to unseal a stream or undo deny-delete and deny-purge.
+	field(&out, "sealed", boolean(a.Sealed), boolean(b.Sealed), a.Sealed && !b.Sealed)
+	field(&out, "deny_delete", boolean(a.DenyDelete), boolean(b.DenyDelete), a.DenyDelete && !b.DenyDelete)
+	field(&out, "deny_purge", boolean(a.DenyPurge), boolean(b.DenyPurge), a.DenyPurge && !b.DenyPurge)
+	field(&out, "metadata", metadata(a.Metadata), metadata(b.Metadata), false)
+	return out
+}
+
+// NormalizeConsumer fills in the server's defaults for a consumer config.
+func NormalizeConsumer(c jetstream.ConsumerConfig) jetstream.ConsumerConfig {
+	c.AckWait = orDefault(c.AckWait, 30*time.Second)
+	c.MaxDeliver = int(orNeg(int64(c.MaxDeliver)))
+	c.MaxAckPending = orDefault(c.MaxAckPending, 1000)
+	filters := slices.Clone(c.FilterSubjects)
+	if c.FilterSubject != "" {
+		filters = append(filters, c.FilterSubject)
+	}
+	slices.Sort(filters)
+	c.FilterSubject, c.FilterSubjects = "", filters
+	return c
+}
+
+func diffConsumer(have, want jetstream.ConsumerConfig) []FieldChange {
+	a, b := NormalizeConsumer(have), NormalizeConsumer(want)
+	var out []FieldChange
+	field(&out, "description", a.Description, b.Description, false)
+	// A push consumer cannot become a pull consumer or back.
+	field(&out, "deliver_subject", a.DeliverSubject, b.DeliverSubject, (a.DeliverSubject == "") != (b.DeliverSubject == ""))
+	field(&out, "deliver_group", a.DeliverGroup, b.DeliverGroup, false)
+	field(&out, "deliver_policy", a.DeliverPolicy.String(), b.DeliverPolicy.String(), true)
+	field(&out, "ack_policy", a.AckPolicy.String(), b.AckPolicy.String(), true)
+	field(&out, "replay_policy", a.ReplayPolicy.String(), b.ReplayPolicy.String(), true)
+	field(&out, "ack_wait", dur(a.AckWait), dur(b.AckWait), false)
+	field(&out, "max_deliver", strconv.Itoa(a.MaxDeliver), strconv.Itoa(b.MaxDeliver), false)
+	field(&out, "max_ack_pending", strconv.Itoa(a.MaxAckPending), strconv.Itoa(b.MaxAckPending), false)
+	field(&out, "filter_subjects", list(a.FilterSubjects), list(b.FilterSubjects), false)
+	field(&out, "flow_control", boolean(a.FlowControl), boolean(b.FlowControl), true)
+	field(&out, "idle_heartbeat", dur(a.IdleHeartbeat), dur(b.IdleHeartbeat), true)
+	field(&out, "headers_only", boolean(a.HeadersOnly), boolean(b.HeadersOnly), false)
+	field(&out, "rate_limit_bps", strconv.FormatUint(a.RateLimit, 10), strconv.FormatUint(b.RateLimit, 10), false)
+	field(&out, "inactive_threshold", dur(a.InactiveThreshold), dur(b.InactiveThreshold), false)
+	field(&out, "mem_storage", boolean(a.MemoryStorage), boolean(b.MemoryStorage), true)
+	field(&out, "metadata", metadata(a.Metadata), metadata(b.Metadata), false)
+	return out
+}

@@ -1,0 +1,219 @@
+package plan
+
+import (
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+)
+
+// Action is what a change does.
+type Action string
+
+// The actions, in the order an apply performs them.
+const (
+	Create   Action = "create"
+	Update   Action = "update"
+	Replace  Action = "replace" // delete and create: the server refuses to update a field
+	Delete   Action = "delete"
+	Conflict Action = "conflict" // a same-named object meshctl does not own: left alone
+)
+
+// Kind is what a change is about.
+type Kind string
+
+// The kinds of object.
+const (
+	KindStream   Kind = "stream"
+	KindConsumer Kind = "consumer"
+	KindAccounts Kind = "accounts"
+)
+
+// Risk grades a change for reviewers.
+type Risk string
+
+// Risks, mildest first.
+const (
+	RiskNone       Risk = "none"
+	RiskDisruptive Risk = "disruptive" // something stops working for someone: a permission removed, a consumer recreated
+	RiskDataLoss   Risk = "data-loss"  // messages or unacknowledged work would be lost
+)
+
+// FieldChange is one field that differs, as text for a reader.
+type FieldChange struct {
+	Field     string `json:"field"`
+	Before    string `json:"before"`
+	After     string `json:"after"`
+	Immutable bool   `json:"immutable,omitempty"` // the server refuses to update it in place
+}
+
+// AtStake is what a replacement or deletion would lose.
+type AtStake struct {
+	Messages   uint64 `json:"messages"`    // stored in the stream
+	Pending    uint64 `json:"pending"`     // not yet delivered by the consumer
+	AckPending uint64 `json:"ack_pending"` // delivered and not yet acknowledged
+}
+
+// Any reports whether anything is at stake.
+func (a *AtStake) Any() bool {
+	return a != nil && a.Messages+a.Pending+a.AckPending > 0
+}
+
+// UserChange is one user's difference in the accounts config. It never carries a password
+// or a hash: only whether the credential changed.
+type UserChange struct {
+	User             string   `json:"user"`
+	Action           Action   `json:"action"` // create, update or delete
+	PublishAdded     []string `json:"publish_added,omitempty"`
+	PublishRemoved   []string `json:"publish_removed,omitempty"`
+	SubscribeAdded   []string `json:"subscribe_added,omitempty"`
+	SubscribeRemoved []string `json:"subscribe_removed,omitempty"`
+	// AllowResponses is "granted" or "revoked" when it changes.
+	AllowResponses string `json:"allow_responses,omitempty"`
+	// Credential says what happened to the user's password: "issued" (it had none and now
+	// may log in), "rotated", "revoked" (locked again), or "" for no change.
+	Credential string `json:"credential,omitempty"`
+}
+
+// Change is one planned change.
+type Change struct {
+	Kind   Kind   `json:"kind"`
+	Name   string `json:"name"`
+	Stream string `json:"stream,omitempty"` // for a consumer
+	Action Action `json:"action"`
+	Reason string `json:"reason"`
+	Risk   Risk   `json:"risk"`
+	// Refused is why an apply will not perform this change unless the operator allows
+	// data loss; empty when it will.
+	Refused string        `json:"refused,omitempty"`
+	Fields  []FieldChange `json:"fields,omitempty"`
+	AtStake *AtStake      `json:"at_stake,omitempty"`
+	Users   []UserChange  `json:"users,omitempty"`
+	// Before and After are the whole configs (*jetstream.StreamConfig or
+	// *jetstream.ConsumerConfig); an apply sends After whole, never a partial config,
+	// so no field nobody meant to change is reset.
+	Before any `json:"before,omitempty"`
+	After  any `json:"after,omitempty"`
+}
+
+// ID names the object a change is about: `stream EVENTS`, `consumer EVENTS/two_audit`.
+func (c Change) ID() string {
+	if c.Kind == KindConsumer {
+		return string(c.Kind) + " " + c.Stream + "/" + c.Name
+	}
+	return string(c.Kind) + " " + c.Name
+}
+
+// HolderMove is a seat whose holder changes.
+type HolderMove struct {
+	Seat string          `json:"seat"`
+	From *model.Instance `json:"from"` // nil: the seat had no holder
+	To   *model.Instance `json:"to"`   // nil: the seat loses its holder
+}
+
+// Plan is every change, in the order an apply performs them: conflicts (never performed),
+// stream creations, updates and replacements, then consumers', then the accounts config,
+// then consumer deletions, then stream deletions — so a user loses a permission before the
+// object it named goes, and gains one only after the object exists.
+type Plan struct {
+	Changes []Change     `json:"changes"`
+	Holders []HolderMove `json:"holders,omitempty"`
+	// Accounts is the config an apply writes, when the accounts change is planned.
+	Accounts []byte `json:"-"`
+}
+
+// Summary counts changes by action.
+type Summary struct {
+	Create, Update, Replace, Delete, Conflict, Refused int
+}
+
+// Summary counts the plan's changes.
+func (p *Plan) Summary() Summary {
+	var s Summary
+	for _, c := range p.Changes {
+		switch c.Action {
+		case Create:
+			s.Create++
+		case Update:
+			s.Update++
+		case Replace:
+			s.Replace++
+		case Delete:
+			s.Delete++
+		case Conflict:
+			s.Conflict++
+		}
+		if c.Refused != "" {
+			s.Refused++
+		}
+	}
+	return s
+}
+
+// Empty reports whether the bus is in sync: nothing to change, nothing in conflict.
+func (p *Plan) Empty() bool { return len(p.Changes) == 0 }
+
+// Blocked reports whether an apply must refuse: a conflict or a refused change. An apply
+// performs all of a plan or none of it.
+func (p *Plan) Blocked() bool {
+	s := p.Summary()
+	return s.Conflict > 0 || s.Refused > 0
+}
+
+// Target is the bus that should be: the derivation and the accounts config rendered with
+// the stored hashes.
+type Target struct {
+	Bus      *render.Desired
+	Accounts []byte
+	Hashes   map[string]string
+}
+
+// Live is the bus that is, as read: every stream and consumer on it (owned or not), the
+// accounts config in use, and the last applied holders.
+type Live struct {
+	Streams   []LiveStream
+	Consumers []LiveConsumer
+	// Accounts is the accounts config in use; AccountsKnown is false when it could not be
+	// read (an external server's file elsewhere) or does not exist yet.
+	Accounts      []byte
+	AccountsKnown bool
+	Holding       []model.Holding
+}
+
+// LiveStream is a stream as the server reports it.
+type LiveStream struct {
+	Config   jetstream.StreamConfig
+	Messages uint64
+}
+
+// LiveConsumer is a consumer as the server reports it.
+type LiveConsumer struct {
+	Stream     string
+	Config     jetstream.ConsumerConfig
+	Pending    uint64
+	AckPending uint64
+}
+
+// Options changes what a plan allows.
+type Options struct {
+	// AllowDataLoss lets an apply replace or delete objects holding messages or
+	// unacknowledged work. Without it such changes are planned, and refused.
+	AllowDataLoss bool
+}
+
+// Owned reports whether an object's metadata carries meshctl's ownership marker.
+func Owned(metadata map[string]string) bool { return metadata[render.OwnerKey] == render.OwnerValue }
+
+// LiveOf is the bus exactly as a target describes it, as though it had been applied and
+// nothing had happened since: `meshctl diff --from OLD` plans from it, without a bus. Nothing
+// is at stake in it, since no bus says how much is queued.
+func LiveOf(t Target) Live {
+	l := Live{Accounts: t.Accounts, AccountsKnown: true, Holding: t.Bus.Holding}
+	for _, s := range t.Bus.Streams {
+		l.Streams = append(l.Streams, LiveStream{Config: s})
+	}
+	for _, c := range t.Bus.Consumers {
+		l.Consumers = append(l.Consumers, LiveConsumer{Stream: c.Stream, Config: c.Config})
+	}
+	return l
+}

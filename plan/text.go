@@ -1,0 +1,174 @@
+package plan
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/meshbus/meshctl/model"
+)
+
+// SchemaVersion names the JSON shape of a plan. It changes only when a field changes
+// meaning or goes; fields may be added within a version.
+const SchemaVersion = "meshctl.plan/v1"
+
+// Document is a plan as JSON: the same value the text and Markdown show.
+type Document struct {
+	Schema  string       `json:"schema"`
+	InSync  bool         `json:"in_sync"`
+	Blocked bool         `json:"blocked"`
+	Summary Summary      `json:"summary"`
+	Changes []Change     `json:"changes"`
+	Holders []HolderMove `json:"holders"`
+}
+
+// Doc is the plan as its JSON document.
+func (p *Plan) Doc() Document {
+	d := Document{Schema: SchemaVersion, InSync: p.Empty(), Blocked: p.Blocked(), Summary: p.Summary(),
+		Changes: p.Changes, Holders: p.Holders}
+	if d.Changes == nil {
+		d.Changes = []Change{}
+	}
+	if d.Holders == nil {
+		d.Holders = []HolderMove{}
+	}
+	return d
+}
+
+// JSON writes the plan as one indented JSON document.
+func (p *Plan) JSON(w io.Writer) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(p.Doc()); err != nil {
+		return err
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// MarshalJSON writes a summary with lower-case keys.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]int{"create": s.Create, "update": s.Update, "replace": s.Replace,
+		"delete": s.Delete, "conflict": s.Conflict, "refused": s.Refused})
+}
+
+// String is the one-line summary.
+func (s Summary) String() string {
+	out := fmt.Sprintf("%d to create, %d to update, %d to replace, %d to delete", s.Create, s.Update, s.Replace, s.Delete)
+	if s.Conflict > 0 {
+		out += fmt.Sprintf(", %d in conflict", s.Conflict)
+	}
+	if s.Refused > 0 {
+		out += fmt.Sprintf(", %d refused", s.Refused)
+	}
+	return out
+}
+
+// palette colours the text on a terminal and does nothing elsewhere.
+type palette struct{ on bool }
+
+func (c palette) paint(code, s string) string {
+	if !c.on {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+func (c palette) add(s string) string  { return c.paint("32", s) }
+func (c palette) del(s string) string  { return c.paint("31", s) }
+func (c palette) mod(s string) string  { return c.paint("33", s) }
+func (c palette) bold(s string) string { return c.paint("1", s) }
+
+var marks = map[Action]string{Create: "+", Update: "~", Replace: "-/+", Delete: "-", Conflict: "!"}
+
+// Text writes the plan for a person: each change with its reason and what it touches,
+// every permission subject added or removed, and never a hash or a password.
+func (p *Plan) Text(w io.Writer, color bool) error {
+	c := palette{on: color}
+	var b strings.Builder
+	if p.Empty() && len(p.Holders) == 0 {
+		b.WriteString("The bus is in sync with the mesh: nothing to change.\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	for _, ch := range p.Changes {
+		mark := marks[ch.Action]
+		head := fmt.Sprintf("%s %s", mark, ch.ID())
+		switch ch.Action {
+		case Create:
+			head = c.add(head)
+		case Delete, Replace, Conflict:
+			head = c.del(head)
+		default:
+			head = c.mod(head)
+		}
+		fmt.Fprintf(&b, "%s\n    %s\n", head, ch.Reason)
+		for _, f := range ch.Fields {
+			imm := ""
+			if f.Immutable {
+				imm = " (cannot be updated in place)"
+			}
+			fmt.Fprintf(&b, "    %s: %s → %s%s\n", f.Field, f.Before, f.After, imm)
+		}
+		if ch.AtStake.Any() {
+			fmt.Fprintf(&b, "    at stake: %s\n", describeStake(ch.AtStake))
+		}
+		if ch.Refused != "" {
+			fmt.Fprintf(&b, "    %s\n", c.bold(c.del("REFUSED: "+ch.Refused)))
+		}
+		for _, u := range ch.Users {
+			writeUser(&b, c, u)
+		}
+	}
+	for _, h := range p.Holders {
+		fmt.Fprintf(&b, "%s seat %s: holder %s → %s (its work queue is kept)\n", c.mod("~"), h.Seat, instanceOrNone(h.From), instanceOrNone(h.To))
+	}
+	fmt.Fprintf(&b, "\nPlan: %s.\n", p.Summary())
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeUser(b *strings.Builder, c palette, u UserChange) {
+	var head string
+	switch u.Action {
+	case Create:
+		head = c.add("+ user " + u.User)
+	case Delete:
+		head = c.del("- user " + u.User)
+	default:
+		head = c.mod("~ user " + u.User)
+	}
+	var notes []string
+	if u.Credential != "" {
+		notes = append(notes, "credential "+u.Credential)
+	}
+	if u.AllowResponses != "" {
+		notes = append(notes, "allow_responses "+u.AllowResponses)
+	}
+	if len(notes) > 0 {
+		head += " (" + strings.Join(notes, ", ") + ")"
+	}
+	fmt.Fprintf(b, "    %s\n", head)
+	for _, s := range u.PublishAdded {
+		fmt.Fprintf(b, "        %s\n", c.add("+ publish   "+s))
+	}
+	for _, s := range u.PublishRemoved {
+		fmt.Fprintf(b, "        %s\n", c.del("- publish   "+s))
+	}
+	for _, s := range u.SubscribeAdded {
+		fmt.Fprintf(b, "        %s\n", c.add("+ subscribe "+s))
+	}
+	for _, s := range u.SubscribeRemoved {
+		fmt.Fprintf(b, "        %s\n", c.del("- subscribe "+s))
+	}
+}
+
+func instanceOrNone(i *model.Instance) string {
+	if i == nil {
+		return "none"
+	}
+	return i.String()
+}
