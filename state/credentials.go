@@ -1,0 +1,376 @@
+package state
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// DefaultCost is the bcrypt cost of minted passwords: the default of nats-server's own password
+// tool. The v2.15.2 module no longer ships it (it moved to the CLI as `nats server passwd`), but
+// its test/auth_test.go says of a hash "Generated with nats server passwd ... default is 11", and
+// the tool's original, nats-server's util/mkpasswd.go, has DefaultCost = 11.
+const DefaultCost = 11
+
+// controllerPrincipal is the principal name of meshctl's own identity on the bus.
+const controllerPrincipal = "controller"
+
+// Operations recorded by ControllerPassword.
+const (
+	opControllerFirstUse = "controller-first-use"
+	opControllerRemint   = "controller-remint"
+)
+
+// GeneratePassword returns a fresh random password: 26 characters of base32 (A–Z, 2–7) from
+// crypto/rand, 130 bits. The alphabet survives a URL, a JSON line, a shell and a config file
+// unquoted, and no password starts with '-' to be mistaken for a flag.
+func GeneratePassword() (string, error) {
+	// rand.Text panics rather than return a weak value if the system's randomness fails; the
+	// error result keeps callers ready for a generator that reports failure instead.
+	return rand.Text(), nil
+}
+
+// Credential describes a stored credential. It never carries the hash or the password.
+type Credential struct {
+	Principal string
+	MintedAt  time.Time
+	Operation string // why it was minted, e.g. "issue", "rotate", "controller-first-use"
+}
+
+// Mint generates a password for each principal, stores its bcrypt hash at cost (replacing any
+// previous credential of that principal), and returns the plaintexts by principal. The hashing
+// runs on runtime.GOMAXPROCS goroutines, and every row is written in one transaction once all
+// hashes exist: a failure or cancellation leaves every previous credential in place, never a
+// mesh where half the principals were rotated. Duplicate principals are minted once.
+func (s *Store) Mint(ctx context.Context, principals []string, cost int, operation string) (map[string]string, error) {
+	fresh, err := mint(ctx, principals, cost)
+	if err != nil {
+		return nil, fmt.Errorf("minting credentials: %w", err)
+	}
+	now := time.Now()
+	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		return storeHashes(ctx, tx, fresh, now, operation)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storing %d minted credentials in %s: %w", len(fresh), s.dir, err)
+	}
+	passwords := make(map[string]string, len(fresh))
+	for _, m := range fresh {
+		passwords[m.principal] = m.password
+	}
+	return passwords, nil
+}
+
+// minted is one principal's new password and its hash, before they are stored.
+type minted struct {
+	principal, password, hash string
+}
+
+// mint validates the principals and cost and hashes a fresh password for each principal.
+func mint(ctx context.Context, principals []string, cost int) ([]minted, error) {
+	// bcrypt silently uses its DefaultCost (10) for a cost below MinCost: a typo would weaken
+	// every hash without a word.
+	if cost < bcrypt.MinCost || cost > bcrypt.MaxCost {
+		return nil, fmt.Errorf("bcrypt cost %d is outside %d..%d", cost, bcrypt.MinCost, bcrypt.MaxCost)
+	}
+	seen := make(map[string]bool, len(principals))
+	out := make([]minted, 0, len(principals))
+	for _, p := range principals {
+		if strings.TrimSpace(p) == "" {
+			return nil, errors.New("a principal name is empty")
+		}
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		pw, err := GeneratePassword()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, minted{principal: p, password: pw})
+	}
+	if err := hashAll(ctx, out, cost); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// hashAll fills in the hash of every entry, spreading the bcrypt runs over GOMAXPROCS
+// goroutines: at cost 11 one hash takes ~100ms, so a 6,000-principal mesh minted on one core
+// would take ten minutes. The first error (or ctx ending) stops the remaining work.
+func hashAll(ctx context.Context, entries []minted, cost int) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(entries)) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(entries) {
+					return
+				}
+				h, err := bcrypt.GenerateFromPassword([]byte(entries[i].password), cost)
+				if err != nil {
+					// bcrypt's errors never contain the password.
+					cancel(fmt.Errorf("hashing the password of %s: %w", entries[i].principal, err))
+					return
+				}
+				entries[i].hash = string(h)
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// storeHashes writes the hashes of fresh, replacing any previous rows of the same principals.
+func storeHashes(ctx context.Context, tx *sql.Tx, fresh []minted, at time.Time, operation string) error {
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO credentials (principal, hash, minted_at, operation)
+		VALUES (?, ?, ?, ?)
+		ON CONFLICT (principal) DO UPDATE SET
+			hash = excluded.hash, minted_at = excluded.minted_at, operation = excluded.operation`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, m := range fresh {
+		if _, err := stmt.ExecContext(ctx, m.principal, m.hash, formatTime(at), operation); err != nil {
+			return fmt.Errorf("storing the hash of %s: %w", m.principal, err)
+		}
+	}
+	return nil
+}
+
+// Revoke deletes principal's credential, so that the next accounts file leaves it out and it can
+// no longer log in. It reports whether there was one.
+func (s *Store) Revoke(ctx context.Context, principal string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", principal)
+	if err != nil {
+		return false, fmt.Errorf("revoking the credential of %s: %w", principal, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("revoking the credential of %s: %w", principal, err)
+	}
+	return n > 0, nil
+}
+
+// Hashes returns every stored bcrypt hash by principal: what the accounts file is rendered from.
+func (s *Store) Hashes(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT principal, hash FROM credentials")
+	if err != nil {
+		return nil, fmt.Errorf("reading the credential hashes: %w", err)
+	}
+	defer rows.Close()
+	hashes := make(map[string]string)
+	for rows.Next() {
+		var p, h string
+		if err := rows.Scan(&p, &h); err != nil {
+			return nil, fmt.Errorf("reading the credential hashes: %w", err)
+		}
+		hashes[p] = h
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the credential hashes: %w", err)
+	}
+	return hashes, nil
+}
+
+// Credentials lists the stored credentials, sorted by principal.
+func (s *Store) Credentials(ctx context.Context) ([]Credential, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT principal, minted_at, operation FROM credentials ORDER BY principal")
+	if err != nil {
+		return nil, fmt.Errorf("listing the credentials: %w", err)
+	}
+	defer rows.Close()
+	var creds []Credential
+	for rows.Next() {
+		var c Credential
+		var at string
+		if err := rows.Scan(&c.Principal, &at, &c.Operation); err != nil {
+			return nil, fmt.Errorf("listing the credentials: %w", err)
+		}
+		if c.MintedAt, err = parseTime(at); err != nil {
+			return nil, fmt.Errorf("listing the credentials: %s: %w", c.Principal, err)
+		}
+		creds = append(creds, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing the credentials: %w", err)
+	}
+	return creds, nil
+}
+
+// ControllerPassword returns the controller's password, minting it on first use. The plaintext
+// lives in dir/controller.password (0600) and its hash under principal "controller". If the file
+// and the stored hash agree, the password is returned unchanged; if either is missing or they
+// disagree (an operator revoked "controller", a file was restored from an old backup), both are
+// minted anew, since a password the bus would refuse is worth nothing.
+func (s *Store) ControllerPassword(ctx context.Context, cost int) (string, error) {
+	pw, err := s.controllerPassword(ctx, cost)
+	if err != nil {
+		return "", fmt.Errorf("getting the controller's password in %s: %w", s.dir, err)
+	}
+	return pw, nil
+}
+
+func (s *Store) controllerPassword(ctx context.Context, cost int) (string, error) {
+	if pw, err := s.verifiedControllerPassword(ctx, s.db); err != nil || pw != "" {
+		return pw, err
+	}
+	// Hash before taking the write lock: at DefaultCost bcrypt takes ~100ms, during which every
+	// other writer of the store would wait.
+	m, err := mint(ctx, []string{controllerPrincipal}, cost)
+	if err != nil {
+		return "", err
+	}
+	var pw string
+	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		// Check again under the write lock: two meshctl processes starting together must not
+		// both mint, or the one that wrote its file first would hold a password the other
+		// overwrote.
+		verified, err := s.verifiedControllerPassword(ctx, tx)
+		if err != nil || verified != "" {
+			pw = verified
+			return err
+		}
+		pw = m[0].password
+		return s.storeControllerPassword(ctx, tx, m)
+	})
+	return pw, err
+}
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// verifiedControllerPassword returns the password in controller.password if the stored hash
+// accepts it, and "" when there is nothing usable.
+func (s *Store) verifiedControllerPassword(ctx context.Context, q querier) (string, error) {
+	path := filepath.Join(s.dir, controllerPasswordFileName)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the controller's password: %w", err)
+	}
+	pw := strings.TrimSpace(string(data))
+	var hash string
+	err = q.QueryRowContext(ctx, "SELECT hash FROM credentials WHERE principal = ?", controllerPrincipal).Scan(&hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the controller's hash: %w", err)
+	}
+	if pw == "" || bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) != nil {
+		return "", nil
+	}
+	// The file may have been restored or copied with a wider mode; it is a plaintext password.
+	if err := os.Chmod(path, fileMode); err != nil {
+		return "", fmt.Errorf("restricting the controller's password file: %w", err)
+	}
+	return pw, nil
+}
+
+// storeControllerPassword stores the controller's minted hash in tx and writes its password to
+// the file. The file is written before the transaction commits: if writing fails nothing
+// changes, and if the commit fails the next call finds file and hash disagreeing and mints again.
+func (s *Store) storeControllerPassword(ctx context.Context, tx *sql.Tx, m []minted) error {
+	path := filepath.Join(s.dir, controllerPasswordFileName)
+	op := opControllerFirstUse
+	if _, err := os.Stat(path); err == nil {
+		op = opControllerRemint
+	} else {
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM credentials WHERE principal = ?", controllerPrincipal).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			op = opControllerRemint
+		}
+	}
+	if err := storeHashes(ctx, tx, m, time.Now(), op); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(path, []byte(m[0].password+"\n")); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data (mode 0600) so that a reader, or a crash, sees the old
+// file or the new one and never a torn password: temporary file in the same directory, fsync,
+// rename, fsync of the directory.
+func writeFileAtomic(path string, data []byte) error {
+	dir, base := filepath.Split(path)
+	removeStaleTemps(dir, base)
+	f, err := os.CreateTemp(dir, base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	// CreateTemp asks for 0600 but the umask could narrow it to something the owner cannot read.
+	if err := f.Chmod(fileMode); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	ok = true
+	return syncDir(dir)
+}
+
+// removeStaleTemps deletes temporary files a crashed writeFileAtomic left next to base: each may
+// hold a plaintext password that no hash matches any more. Callers hold the database's write
+// lock, so no other meshctl is writing one of them at the time.
+func removeStaleTemps(dir, base string) {
+	stale, _ := filepath.Glob(filepath.Join(dir, base+".tmp-*"))
+	for _, p := range stale {
+		os.Remove(p)
+	}
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

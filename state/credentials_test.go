@@ -1,0 +1,445 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/bcrypt"
+)
+
+func TestGeneratePassword(t *testing.T) {
+	t.Parallel()
+	seen := make(map[string]bool)
+	for range 1000 {
+		pw, err := GeneratePassword()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[pw] {
+			t.Fatalf("GeneratePassword repeated a password")
+		}
+		seen[pw] = true
+		// 26 base32 characters carry 130 bits.
+		if len(pw) < 26 {
+			t.Errorf("password of %d characters, want at least 26 (128 bits in base32)", len(pw))
+		}
+		if url.QueryEscape(pw) != pw || url.PathEscape(pw) != pw {
+			t.Errorf("password needs escaping in a URL")
+		}
+		if j, _ := json.Marshal(pw); string(j) != `"`+pw+`"` {
+			t.Errorf("password needs escaping in JSON")
+		}
+		if pw[0] == '-' {
+			t.Errorf("password starts with '-'")
+		}
+	}
+}
+
+func TestMintStoresVerifiableHashes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	var principals []string
+	for i := range 21 {
+		principals = append(principals, fmt.Sprintf("node.n%02d", i))
+	}
+	principals = append(principals, "controller", "enrol.one", "one.telegram", "node.n00") // one repeated
+	before := time.Now()
+	passwords, err := s.Mint(ctx, principals, bcrypt.MinCost, "issue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	if len(passwords) != 24 {
+		t.Fatalf("Mint returned %d passwords, want 24 (one per distinct principal)", len(passwords))
+	}
+	hashes, err := s.Hashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hashes) != len(passwords) {
+		t.Fatalf("Hashes has %d entries, want %d", len(hashes), len(passwords))
+	}
+	distinct := make(map[string]bool)
+	for p, pw := range passwords {
+		if distinct[pw] {
+			t.Errorf("two principals got the same password")
+		}
+		distinct[pw] = true
+		if err := bcrypt.CompareHashAndPassword([]byte(hashes[p]), []byte(pw)); err != nil {
+			t.Errorf("the stored hash of %s does not accept its password: %v", p, err)
+		}
+		if cost, err := bcrypt.Cost([]byte(hashes[p])); err != nil || cost != bcrypt.MinCost {
+			t.Errorf("cost of %s's hash = %d (%v), want %d", p, cost, err, bcrypt.MinCost)
+		}
+	}
+	creds, err := s.Credentials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(creds) != len(passwords) {
+		t.Fatalf("Credentials has %d entries, want %d", len(creds), len(passwords))
+	}
+	for i, c := range creds {
+		if i > 0 && creds[i-1].Principal >= c.Principal {
+			t.Errorf("Credentials not sorted: %q before %q", creds[i-1].Principal, c.Principal)
+		}
+		if c.Operation != "issue" {
+			t.Errorf("operation of %s = %q, want issue", c.Principal, c.Operation)
+		}
+		if c.MintedAt.Before(before.Truncate(time.Microsecond)) || c.MintedAt.After(after) {
+			t.Errorf("MintedAt of %s = %v, want between %v and %v", c.Principal, c.MintedAt, before, after)
+		}
+	}
+}
+
+func TestMintAtDefaultCost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	passwords, err := s.Mint(ctx, []string{"node.one"}, DefaultCost, "issue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes, err := s.Hashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cost, err := bcrypt.Cost([]byte(hashes["node.one"])); err != nil || cost != 11 {
+		t.Errorf("cost = %d (%v), want 11", cost, err)
+	}
+	if err := bcrypt.CompareHashAndPassword([]byte(hashes["node.one"]), []byte(passwords["node.one"])); err != nil {
+		t.Errorf("the hash does not accept the password: %v", err)
+	}
+}
+
+func TestMintReplacesAndRevokeDeletes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	first, err := s.Mint(ctx, []string{"node.one", "node.two"}, bcrypt.MinCost, "issue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Mint(ctx, []string{"node.one"}, bcrypt.MinCost, "rotate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes, err := s.Hashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bcrypt.CompareHashAndPassword([]byte(hashes["node.one"]), []byte(first["node.one"])) == nil {
+		t.Error("the rotated credential still accepts the old password")
+	}
+	if err := bcrypt.CompareHashAndPassword([]byte(hashes["node.one"]), []byte(second["node.one"])); err != nil {
+		t.Errorf("the rotated credential does not accept the new password: %v", err)
+	}
+	creds, err := s.Credentials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := make(map[string]string)
+	for _, c := range creds {
+		ops[c.Principal] = c.Operation
+	}
+	if diff := cmp.Diff(map[string]string{"node.one": "rotate", "node.two": "issue"}, ops); diff != "" {
+		t.Errorf("operations (-want +got):\n%s", diff)
+	}
+
+	if ok, err := s.Revoke(ctx, "node.two"); err != nil || !ok {
+		t.Errorf("Revoke(node.two) = %v, %v; want true", ok, err)
+	}
+	if ok, err := s.Revoke(ctx, "node.two"); err != nil || ok {
+		t.Errorf("second Revoke(node.two) = %v, %v; want false", ok, err)
+	}
+	if ok, err := s.Revoke(ctx, "never.issued"); err != nil || ok {
+		t.Errorf("Revoke(never.issued) = %v, %v; want false", ok, err)
+	}
+	hashes, err = s.Hashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := hashes["node.two"]; ok || len(hashes) != 1 {
+		t.Errorf("Hashes after Revoke = %v, want node.one only", hashes)
+	}
+}
+
+func TestMintRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	tests := map[string]struct {
+		principals []string
+		cost       int
+	}{
+		"cost below bcrypt's minimum": {[]string{"node.one"}, bcrypt.MinCost - 1},
+		"cost above bcrypt's maximum": {[]string{"node.one"}, bcrypt.MaxCost + 1},
+		"empty principal":             {[]string{"node.one", ""}, bcrypt.MinCost},
+		"blank principal":             {[]string{" "}, bcrypt.MinCost},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if pws, err := s.Mint(ctx, tc.principals, tc.cost, "issue"); err == nil {
+				t.Errorf("Mint = %d passwords, want an error", len(pws))
+			}
+		})
+	}
+	t.Cleanup(func() {
+		if hashes, err := s.Hashes(ctx); err != nil || len(hashes) != 0 {
+			t.Errorf("refused Mints stored %d hashes (%v)", len(hashes), err)
+		}
+	})
+}
+
+func TestMintCancelledKeepsPreviousCredentials(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	first, err := s.Mint(context.Background(), []string{"node.one"}, bcrypt.MinCost, "issue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Mint(ctx, []string{"node.one", "node.two"}, bcrypt.MinCost, "rotate"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Mint with a cancelled context = %v, want context.Canceled", err)
+	}
+	hashes, err := s.Hashes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hashes) != 1 || bcrypt.CompareHashAndPassword([]byte(hashes["node.one"]), []byte(first["node.one"])) != nil {
+		t.Errorf("a cancelled Mint changed the stored credentials: %v", hashes)
+	}
+}
+
+func TestNoPlaintextAtRest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var principals []string
+	for i := range 12 {
+		principals = append(principals, fmt.Sprintf("node.n%02d", i), fmt.Sprintf("enrol.n%02d", i))
+	}
+	passwords, err := s.Mint(ctx, principals, bcrypt.MinCost, "issue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rotate half of them: the old plaintexts must not linger either.
+	rotated, err := s.Mint(ctx, principals[:12], bcrypt.MinCost, "rotate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controller, err := s.ControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := AcquireLock(ctx, dir, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordApply(ctx, ApplyRecord{Summary: "minted"}); err != nil {
+		t.Fatal(err)
+	}
+
+	secrets := []string{controller}
+	for _, pw := range passwords {
+		secrets = append(secrets, pw)
+	}
+	for _, pw := range rotated {
+		secrets = append(secrets, pw)
+	}
+	grep := func(when string) {
+		t.Helper()
+		foundController := false
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, pw := range secrets {
+				if !bytes.Contains(data, []byte(pw)) {
+					continue
+				}
+				if pw == controller && d.Name() == controllerPasswordFileName {
+					foundController = true
+					continue
+				}
+				t.Errorf("%s: %s contains a plaintext password", when, d.Name())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !foundController {
+			t.Errorf("%s: the controller's password is not in %s", when, controllerPasswordFileName)
+		}
+	}
+	grep("while open") // the -wal and -shm files exist now
+	if err := l.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	grep("after Close")
+}
+
+func TestControllerPassword(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, controllerPasswordFileName)
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// verify checks that the file holds pw and the stored hash accepts it, and returns the
+	// operation recorded for the controller.
+	verify := func(step, pw string) string {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil || string(data) != pw+"\n" {
+			t.Errorf("%s: %s holds a different password (%v)", step, controllerPasswordFileName, err)
+		}
+		hashes, err := s.Hashes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bcrypt.CompareHashAndPassword([]byte(hashes["controller"]), []byte(pw)); err != nil {
+			t.Errorf("%s: the stored hash does not accept the password: %v", step, err)
+		}
+		creds, err := s.Credentials(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range creds {
+			if c.Principal == "controller" {
+				return c.Operation
+			}
+		}
+		return ""
+	}
+
+	first, err := s.ControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op := verify("first use", first); op != "controller-first-use" {
+		t.Errorf("first use recorded operation %q", op)
+	}
+	if again, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || again != first {
+		t.Errorf("second call: a different password (%v)", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openStore(t, dir)
+	if again, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || again != first {
+		t.Errorf("after reopening: a different password (%v)", err)
+	}
+
+	// An operator revoked the controller: the file's password no longer logs in.
+	if ok, err := s.Revoke(ctx, "controller"); err != nil || !ok {
+		t.Fatalf("Revoke(controller) = %v, %v", ok, err)
+	}
+	afterRevoke, err := s.ControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if afterRevoke == first {
+		t.Error("after Revoke: the revoked password was returned")
+	}
+	if op := verify("after Revoke", afterRevoke); op != "controller-remint" {
+		t.Errorf("after Revoke: operation %q, want controller-remint", op)
+	}
+
+	// Someone issued "controller" by hand: the file and the hash disagree.
+	if _, err := s.Mint(ctx, []string{"controller"}, bcrypt.MinCost, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	afterIssue, err := s.ControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if afterIssue == afterRevoke {
+		t.Error("after a mismatching Mint: the stale file's password was returned")
+	}
+	verify("after a mismatching Mint", afterIssue)
+
+	// The file was lost.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	afterLoss, err := s.ControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op := verify("after losing the file", afterLoss); op != "controller-remint" {
+		t.Errorf("after losing the file: operation %q, want controller-remint", op)
+	}
+
+	// The file was restored with a wider mode: it is tightened, the password kept.
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || again != afterLoss {
+		t.Errorf("after chmod: a different password (%v)", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != fileMode {
+		t.Errorf("mode of %s = %v (%v), want %v", controllerPasswordFileName, fi.Mode().Perm(), err, fileMode)
+	}
+	if stale, _ := filepath.Glob(path + ".tmp-*"); len(stale) != 0 {
+		t.Errorf("temporary files left behind: %v", stale)
+	}
+}
+
+func TestControllerPasswordConcurrentFirstUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	// Two processes' worth of stores, four callers: they must all end up with the one password
+	// that the file holds and the hash accepts.
+	stores := []*Store{openStore(t, dir), openStore(t, dir)}
+	got := make([]string, 4)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i], errs[i] = stores[i%2].ControllerPassword(ctx, bcrypt.MinCost) })
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if got[i] != got[0] {
+			t.Errorf("caller %d got a different password from caller 0", i)
+		}
+	}
+	creds, err := stores[0].Credentials(ctx)
+	if err != nil || len(creds) != 1 || creds[0].Operation != "controller-first-use" {
+		t.Errorf("Credentials = %+v (%v), want one controller-first-use", creds, err)
+	}
+}

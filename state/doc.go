@@ -1,0 +1,26 @@
+// Package state is meshctl's embedded store: the SQLite database in the state directory (by
+// default on the control host) that keeps what git must not hold.
+//
+// It owns:
+//
+//   - the bcrypt hash of every principal's password (never a plaintext), when and why it was minted;
+//   - the controller's own password, the one plaintext at rest, in dir/controller.password (0600);
+//   - the last applied inventory (nodes, module instances, seats and their holders) and an
+//     append-only log of every change of a seat's holder;
+//   - the history of applies (who, from which host and git commit, when, what, with what outcome);
+//   - the apply lock, dir/apply.lock, which keeps two meshctl processes from applying at once.
+//
+// Lifecycle: Open creates the directory (0700) and database (0600) if absent, refuses a file it
+// cannot trust (corrupt, not SQLite, or written by a newer meshctl), and migrates an older schema
+// in one transaction. Callers take the apply lock with AcquireLock before they change the bus and
+// record the result with RecordApply and SaveInventory; Close releases the database.
+//
+// What it must not do:
+//
+//   - write, log or return in an error any password other than through the values Mint and
+//     ControllerPassword return: the bus's security rests on the plaintext existing once;
+//   - recreate, truncate or "repair" a database it cannot read: the hashes in it are what lets
+//     every node log in, and an empty store would lock the whole mesh out at the next reload;
+//   - talk to the bus, render configuration or decide what to apply: it stores values that the
+//     reconciler computed, and nothing in it depends on the YAML model.
+package state

@@ -1,0 +1,211 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// noticeRecorder collects the messages AcquireLock reports, for a test to read after the call
+// returned, and signals each on a channel for a test that waits for one.
+type noticeRecorder struct {
+	got chan string
+}
+
+func newNoticeRecorder() *noticeRecorder { return &noticeRecorder{got: make(chan string, 16)} }
+
+func (n *noticeRecorder) notice(msg string) { n.got <- msg }
+
+// all returns the messages received so far.
+func (n *noticeRecorder) all() []string {
+	var msgs []string
+	for {
+		select {
+		case m := <-n.got:
+			msgs = append(msgs, m)
+		default:
+			return msgs
+		}
+	}
+}
+
+func TestLockHeldFailsFastNamingTheHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	first, err := AcquireLock(ctx, dir, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flock belongs to the open file description, so a second open in this process contends
+	// exactly as a second meshctl would.
+	errc := make(chan error)
+	go func() {
+		_, err := AcquireLock(ctx, dir, false, nil)
+		errc <- err
+	}()
+	err = <-errc
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second AcquireLock = %v, want ErrLocked", err)
+	}
+	if want := fmt.Sprintf("pid %d", os.Getpid()); !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "since") {
+		t.Errorf("error %q does not name %q and since when", err, want)
+	}
+	if err := first.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Unlock(); err != nil {
+		t.Errorf("second Unlock: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, lockFileName))
+	if err != nil || len(data) != 0 {
+		t.Errorf("lock file after Unlock = %q (%v), want empty", data, err)
+	}
+	again, err := AcquireLock(ctx, dir, false, nil)
+	if err != nil {
+		t.Fatalf("AcquireLock after Unlock: %v", err)
+	}
+	again.Unlock()
+}
+
+func TestLockWaitsForRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	first, err := AcquireLock(ctx, dir, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices := newNoticeRecorder()
+	type result struct {
+		l   *Lock
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		l, err := AcquireLock(ctx, dir, true, notices.notice)
+		done <- result{l, err}
+	}()
+	// The waiter says it is waiting once it found the lock held.
+	if msg := <-notices.got; !strings.Contains(msg, "waiting") || !strings.Contains(msg, fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("notice %q does not say it waits for pid %d", msg, os.Getpid())
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the waiter returned while the lock was held: %v", r.err)
+	default:
+	}
+	if err := first.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the waiter: %v", r.err)
+	}
+	defer r.l.Unlock()
+	if msgs := notices.all(); len(msgs) != 0 {
+		t.Errorf("unexpected notices after a clean release: %q", msgs)
+	}
+}
+
+func TestLockWaitEndsWithContext(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := AcquireLock(context.Background(), dir, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() {
+		_, err := AcquireLock(ctx, dir, true, func(string) { cancel() })
+		errc <- err
+	}()
+	err = <-errc
+	if !errors.Is(err, ErrLocked) || !errors.Is(err, context.Canceled) {
+		t.Errorf("AcquireLock with an ended context = %v, want ErrLocked and context.Canceled", err)
+	}
+}
+
+func TestLockTakeoverAfterCrash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	child := startCrashHelper(t, dir)
+	pid := child.Process.Pid
+
+	// While the child lives, it holds the lock.
+	_, err := AcquireLock(ctx, dir, false, nil)
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", pid)) {
+		t.Errorf("AcquireLock while the child holds it = %v, want ErrLocked naming pid %d", err, pid)
+	}
+
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	if ws, ok := child.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the child ended with %v, not by SIGKILL", child.ProcessState)
+	}
+
+	// The store opens, with what the child committed and without what it had not.
+	s := openStore(t, dir)
+	hashes, err := s.Hashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := hashes["node.crash"]; !ok {
+		t.Errorf("the child's committed credential is missing: %v", hashes)
+	}
+	history, err := s.History(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(history) != 1 || history[0].Summary != "committed" {
+		t.Errorf("History after the crash = %+v, want only the committed apply", history)
+	}
+	if _, err := s.Mint(ctx, []string{"node.after"}, bcrypt.MinCost, "issue"); err != nil {
+		t.Errorf("writing after the crash: %v", err)
+	}
+
+	notices := newNoticeRecorder()
+	l, err := AcquireLock(ctx, dir, false, notices.notice)
+	if err != nil {
+		t.Fatalf("AcquireLock after the crash: %v", err)
+	}
+	defer l.Unlock()
+	msgs := notices.all()
+	want := fmt.Sprintf("took over the apply lock left by pid %d", pid)
+	if len(msgs) != 1 || !strings.Contains(msgs[0], want) || !strings.Contains(msgs[0], "no longer running") {
+		t.Errorf("notices = %q, want one saying %q ... (no longer running)", msgs, want)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, lockFileName))
+	if err != nil || !strings.Contains(string(data), fmt.Sprintf(`"pid":%d`, os.Getpid())) {
+		t.Errorf("lock file = %q (%v), want this process's record", data, err)
+	}
+}
+
+func TestLockTakeoverOfUnreadableRecord(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, lockFileName), []byte("not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notices := newNoticeRecorder()
+	l, err := AcquireLock(context.Background(), dir, false, notices.notice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock()
+	if msgs := notices.all(); len(msgs) != 1 || !strings.Contains(msgs[0], "took over") {
+		t.Errorf("notices = %q, want one takeover notice", msgs)
+	}
+}

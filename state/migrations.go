@@ -1,0 +1,109 @@
+package state
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations[i] takes the schema from version i to version i+1 (PRAGMA user_version). Append
+// only: a migration that shipped is never edited, because stores in the field already ran it.
+//
+// Times are TEXT in timeLayout. Tables are STRICT so that a value of the wrong type is an error
+// rather than silently stored.
+var migrations = []string{
+	// 1: credentials and the history of applies.
+	`CREATE TABLE credentials (
+		principal TEXT PRIMARY KEY NOT NULL,
+		hash      TEXT NOT NULL,
+		minted_at TEXT NOT NULL,
+		operation TEXT NOT NULL
+	) STRICT;
+	CREATE TABLE applies (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused: holder_changes refer to it
+		started    TEXT NOT NULL,
+		finished   TEXT NOT NULL,
+		user       TEXT NOT NULL,
+		host       TEXT NOT NULL,
+		git_commit TEXT NOT NULL,
+		summary    TEXT NOT NULL,
+		outcome    TEXT NOT NULL
+	) STRICT;`,
+
+	// 2: the last applied inventory and the log of holder changes.
+	`CREATE TABLE inventory_nodes (
+		node TEXT PRIMARY KEY NOT NULL
+	) STRICT;
+	CREATE TABLE inventory_instances (
+		node   TEXT NOT NULL REFERENCES inventory_nodes (node),
+		module TEXT NOT NULL,
+		PRIMARY KEY (node, module)
+	) STRICT;
+	CREATE TABLE inventory_seats (
+		seat TEXT PRIMARY KEY NOT NULL
+	) STRICT;
+	CREATE TABLE inventory_holders (
+		seat   TEXT PRIMARY KEY NOT NULL REFERENCES inventory_seats (seat),
+		node   TEXT NOT NULL,
+		module TEXT NOT NULL,
+		FOREIGN KEY (node, module) REFERENCES inventory_instances (node, module)
+	) STRICT;
+	CREATE TABLE holder_changes (
+		id          INTEGER PRIMARY KEY AUTOINCREMENT,
+		at          TEXT NOT NULL,
+		seat        TEXT NOT NULL,
+		from_node   TEXT,
+		from_module TEXT,
+		to_node     TEXT,
+		to_module   TEXT,
+		apply_id    INTEGER REFERENCES applies (id),
+		CHECK ((from_node IS NULL) = (from_module IS NULL)),
+		CHECK ((to_node IS NULL) = (to_module IS NULL))
+	) STRICT;`,
+}
+
+// schemaVersion is the version this binary writes.
+var schemaVersion = len(migrations)
+
+// checkVersion refuses a schema newer than this binary knows.
+func checkVersion(version int) error {
+	if version > schemaVersion {
+		return fmt.Errorf("%w: the file has schema version %d and this meshctl knows versions up to %d; upgrade meshctl to use this store",
+			ErrNewerSchema, version, schemaVersion)
+	}
+	return nil
+}
+
+// migrate applies the pending migrations in one transaction, so a failure (or a crash) leaves
+// the previous version intact rather than half a schema. The version is read again inside the
+// transaction: two meshctl processes opening a new store at once must not both migrate it.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err)
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return classify(err)
+	}
+	if err := checkVersion(version); err != nil {
+		return err
+	}
+	if version == schemaVersion {
+		return nil
+	}
+	for v := version; v < schemaVersion; v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migrating the schema from version %d to %d: %w", v, v+1, err)
+		}
+	}
+	// PRAGMA takes no bound parameters; schemaVersion is an int of our own.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+		return fmt.Errorf("recording schema version %d: %w", schemaVersion, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing the schema migration to version %d: %w", schemaVersion, err)
+	}
+	return nil
+}
