@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -40,8 +41,14 @@ func (e *LoadError) Unwrap() error { return ErrInvalid }
 type diagnostics []Diagnostic
 
 func (d *diagnostics) add(p Pos, format string, args ...any) {
-	*d = append(*d, Diagnostic{Pos: p, Message: fmt.Sprintf(format, args...)})
+	msg := urlUserinfo.ReplaceAllString(fmt.Sprintf(format, args...), "${1}REDACTED@")
+	*d = append(*d, Diagnostic{Pos: p, Message: msg})
 }
+
+// urlUserinfo matches the userinfo (user:password@) of a URL. Messages quote values back, and a URL
+// written where it does not belong (`bus: nats://user:pw@host`) would otherwise put its
+// password in the error.
+var urlUserinfo = regexp.MustCompile(`(://)[^/?#@\s"]*@`)
 
 func (d diagnostics) err() error {
 	if len(d) == 0 {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -141,11 +142,31 @@ func yamlErrorLine(err error) int {
 	msg := err.Error()
 	if i := strings.Index(msg, "line "); i >= 0 {
 		fmt.Sscanf(msg[i:], "line %d", &line)
+		// yaml.v3 numbers its parser's errors (not its scanner's) from 0: "line 4" for a
+		// flow sequence opened on line 5.
+		if line > 0 && slices.ContainsFunc(yamlParserProblems, func(p string) bool { return strings.HasSuffix(msg, p) }) {
+			line++
+		}
 	}
 	if line == 0 {
 		line = 1
 	}
 	return line
+}
+
+// yamlParserProblems are the messages of yaml.v3's parser errors, whose line is off by one.
+var yamlParserProblems = []string{
+	"did not find expected <stream-start>",
+	"did not find expected <document start>",
+	"found undefined tag handle",
+	"did not find expected node content",
+	"did not find expected '-' indicator",
+	"did not find expected key",
+	"did not find expected ',' or ']'",
+	"did not find expected ',' or '}'",
+	"found duplicate %YAML directive",
+	"found incompatible YAML document",
+	"found duplicate %TAG directive",
 }
 
 func yamlErrorText(err error) string {
@@ -217,8 +238,9 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	b.listen, _ = d.optional(f, "listen")
 	b.eventsMaxAge, _ = d.optional(f, "events_max_age")
 	if v, ok := f["replicas"]; ok {
-		b.replicas = d.integer(v.val, "bus.replicas")
-		b.replicasPos = d.pos(v.val)
+		if n, ok := d.integer(v.val, "bus.replicas"); ok {
+			b.replicas, b.replicasPos = n, d.pos(v.val)
+		}
 	}
 	if v, ok := f["reload"]; ok {
 		b.reload = d.reload(v.val)
@@ -276,8 +298,10 @@ func (d *decoder) module(n *yaml.Node) rawModule {
 	f := d.fields(n, "a module", []string{"name", "on", "claims", "emits", "serves", "follows", "sends", "calls"})
 	m := rawModule{name: d.requiredName(n, f, "module"), pos: d.pos(n)}
 	m.on = d.names(f, "on", "module.on")
-	if _, ok := f["on"]; !ok {
+	if v, ok := f["on"]; !ok {
 		d.errorf(n, "module %q has no `on`: list the nodes it runs on", m.name.val)
+	} else if v.val.Tag == "!!null" || (v.val.Kind == yaml.SequenceNode && len(v.val.Content) == 0) {
+		d.errorf(v.val, "module %q runs on no node: list at least one in `on`", m.name.val)
 	}
 	m.claims = d.names(f, "claims", "module.claims")
 	m.emits = d.names(f, "emits", "module.emits")
@@ -360,7 +384,7 @@ func (d *decoder) required(n *yaml.Node, f map[string]field, key, what string) n
 		if n.Kind == yaml.MappingNode {
 			d.errorf(n, "%s needs a %s", what, key)
 		}
-		return name{pos: d.pos(n)}
+		return name{} // no position: already reported, unlike an empty string
 	}
 	v, _ := d.optional(f, key)
 	return v
@@ -394,13 +418,13 @@ func (d *decoder) strings(n *yaml.Node, what string) []string {
 	return out
 }
 
-func (d *decoder) integer(n *yaml.Node, what string) int {
+func (d *decoder) integer(n *yaml.Node, what string) (int, bool) {
 	var v int
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
 		d.errorf(n, "%s must be a whole number, not %s", what, kindName(n))
-		return 0
+		return 0, false
 	}
-	return v
+	return v, true
 }
 
 func kindName(n *yaml.Node) string {

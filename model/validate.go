@@ -95,8 +95,10 @@ const DefaultEventsMaxAge = 7 * 24 * time.Hour
 
 func checkName(diags *diagnostics, n name, what string) bool {
 	switch {
+	case n.val == "" && n.pos == (Pos{}):
+		return false // missing or not a string: already reported where it was read
 	case n.val == "":
-		return false // already reported as missing
+		diags.add(n.pos, "%s name must not be empty", what)
 	case len(n.val) > MaxNameLen:
 		diags.add(n.pos, "%s name %q is %d characters; at most %d", what, n.val, len(n.val), MaxNameLen)
 	case !nameRule.MatchString(n.val):
@@ -301,9 +303,6 @@ func (r *rawMesh) validateModule(diags *diagnostics, ix *index, mod *rawModule) 
 		}
 		seenNode[n.val] = n.pos
 		out.On = append(out.On, n.val)
-	}
-	if len(mod.on) == 0 && mod.on != nil {
-		diags.add(mod.pos, "module %q runs on no node: list at least one in `on`", mod.name.val)
 	}
 	seenSeat := map[string]Pos{}
 	for _, c := range mod.claims {

@@ -1,0 +1,215 @@
+package model_test
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshbus/meshctl/model"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*/want.txt from what Load returns now")
+
+// Every directory under testdata (except the fuzzer's corpus) is one case: its *.yaml files
+// are a description, want.txt what loading it must give. A case named valid-* must load and
+// want.txt is a dump of the mesh; a case named invalid-* must fail and want.txt is the error
+// exactly as an operator sees it. The prefix is checked even under -update, so rewriting the
+// golden files cannot quietly turn a rejected description into an accepted one.
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	entries, err := os.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == "fuzz" {
+			continue
+		}
+		name := e.Name()
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join("testdata", name)
+			var got string
+			switch {
+			case strings.HasPrefix(name, "valid-"):
+				got = loadValid(t, dir)
+			case strings.HasPrefix(name, "invalid-"):
+				got = loadInvalid(t, dir)
+			default:
+				t.Fatalf("case %s: name it valid-* or invalid-* so the test knows whether it must load", dir)
+			}
+			wantPath := filepath.Join(dir, "want.txt")
+			if *update {
+				if err := os.WriteFile(wantPath, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(wantPath)
+			if err != nil {
+				t.Fatalf("case %s has no golden file (run go test -update to write it, then review it): %v", dir, err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("Load(%s) differs from %s (-want +got):\n%s", dir, wantPath, diff)
+			}
+		})
+	}
+}
+
+// loadValid loads a case that must be accepted and returns the dump of its mesh.
+func loadValid(t *testing.T, dir string) string {
+	t.Helper()
+	m, err := model.Load(dir)
+	if err != nil {
+		t.Fatalf("Load(%s) must succeed, got:\n%v", dir, err)
+	}
+	return dump(m)
+}
+
+// loadInvalid loads a case that must be rejected, checks the error's shape, and returns its
+// text. Every diagnostic must point inside a file of the case: a position past the end of
+// its line or file would send the operator looking in the wrong place.
+func loadInvalid(t *testing.T, dir string) string {
+	t.Helper()
+	m, err := model.Load(dir)
+	if err == nil {
+		t.Fatalf("Load(%s) must fail, got a mesh:\n%s", dir, dump(m))
+	}
+	if m != nil {
+		t.Errorf("Load(%s) returned both a mesh and an error", dir)
+	}
+	if !errors.Is(err, model.ErrInvalid) {
+		t.Errorf("Load(%s): errors.Is(err, ErrInvalid) = false for %v", dir, err)
+	}
+	var lerr *model.LoadError
+	if !errors.As(err, &lerr) {
+		t.Fatalf("Load(%s) returned %T, want *model.LoadError: %v", dir, err, err)
+	}
+	for _, d := range lerr.Diagnostics {
+		checkInside(t, dir, d)
+	}
+	return err.Error() + "\n"
+}
+
+func checkInside(t *testing.T, dir string, d model.Diagnostic) {
+	t.Helper()
+	if d.Pos.File == "." {
+		return // about the directory itself
+	}
+	data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(d.Pos.File)))
+	if err != nil {
+		t.Errorf("diagnostic %q names a file that is not in the case: %v", d, err)
+		return
+	}
+	lines := strings.Split(string(data), "\n")
+	if d.Pos.Line < 1 || d.Pos.Line > len(lines) {
+		t.Errorf("diagnostic %q: line %d is outside %s (%d lines)", d, d.Pos.Line, d.Pos.File, len(lines))
+		return
+	}
+	if n := len(lines[d.Pos.Line-1]); d.Pos.Col < 1 || d.Pos.Col > n+1 {
+		t.Errorf("diagnostic %q: column %d is outside line %d of %s (%d characters)", d, d.Pos.Col, d.Pos.Line, d.Pos.File, n)
+	}
+}
+
+// dump writes a mesh as text, one declaration per line and each field indented under it,
+// with the positions the rest of meshctl reports. Empty fields are left out.
+func dump(m *model.Mesh) string {
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	list := func(key string, vals []string) {
+		if len(vals) > 0 {
+			line("  %s: %s", key, strings.Join(vals, ", "))
+		}
+	}
+
+	bus := m.Bus
+	line("bus @ %s", bus.Pos)
+	if bus.Embedded() {
+		line("  embedded, listen: %s", bus.Listen)
+	} else {
+		line("  url: %s", bus.URL)
+		if bus.Listen != "" {
+			line("  listen: %s", bus.Listen)
+		}
+	}
+	if bus.Fingerprint != "" {
+		line("  fingerprint: %s", bus.Fingerprint)
+	}
+	if bus.AccountsFile != "" {
+		line("  accounts_file: %s", bus.AccountsFile)
+	}
+	line("  replicas: %d", bus.Replicas)
+	line("  events_max_age: %s", bus.EventsMaxAge)
+	switch r := bus.Reload; {
+	case r.Manual:
+		line("  reload: manual")
+	case r.PIDFile != "":
+		line("  reload: pid_file %s", r.PIDFile)
+	case len(r.Command) > 0:
+		line("  reload: command %q", r.Command)
+	}
+
+	c := m.Controller
+	line("controller @ %s", c.Pos)
+	for _, f := range c.Follows {
+		line("  follows: %s @ %s", f, f.Pos)
+	}
+	for _, s := range c.Sends {
+		line("  sends: %s @ %s", s, s.Pos)
+	}
+	for _, k := range c.Calls {
+		line("  calls: %s @ %s", k, k.Pos)
+	}
+
+	for _, n := range m.Nodes {
+		line("node %s @ %s", n.Name, n.Pos)
+	}
+	for _, s := range m.Seats {
+		line("seat %s @ %s", s.Name, s.Pos)
+		line("  scope: %s", s.Scope)
+		list("accepts", s.Accepts)
+		list("emits", s.Emits)
+		list("serves", s.Serves)
+		list("formerly", s.Formerly)
+	}
+	for _, mod := range m.Modules {
+		line("module %s @ %s", mod.Name, mod.Pos)
+		list("on", mod.On)
+		list("claims", mod.Claims)
+		list("emits", mod.Emits)
+		list("serves", mod.Serves)
+		for _, f := range mod.Follows {
+			line("  follows: %s @ %s", f, f.Pos)
+		}
+		for _, s := range mod.Sends {
+			line("  sends: %s @ %s", s, s.Pos)
+		}
+		for _, k := range mod.Calls {
+			line("  calls: %s @ %s", k, k.Pos)
+		}
+	}
+	var inst []string
+	for _, i := range m.Instances() {
+		inst = append(inst, i.String())
+	}
+	if len(inst) > 0 {
+		line("instances: %s", strings.Join(inst, ", "))
+	}
+	for _, h := range m.Holders {
+		line("holder %s: %s/%s @ %s", h.Seat, h.Node, h.Module, h.Pos)
+	}
+	for _, h := range m.Holding {
+		how := "first claim"
+		if h.Explicit {
+			how = "explicit"
+		}
+		line("holding %s: %s (%s)", h.Seat, h.Holder, how)
+	}
+	return b.String()
+}
