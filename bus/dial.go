@@ -1,0 +1,330 @@
+package bus
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Target is where the bus is and how to recognise it.
+type Target struct {
+	// URL is nats://host:port or tls://host:port. It never carries a user or password: a
+	// credential inside a URL leaks into every log line that prints a connection (seed 000), so
+	// Dial refuses one.
+	URL string
+	// Fingerprint, when set, is the hex SHA-256 of the server's leaf certificate DER, in either
+	// case and with or without ':' separators. The mesh's bus presents a certificate no public
+	// verifier accepts, so pinning it is how a client knows it reached the right server (seed 000).
+	Fingerprint string
+}
+
+// Credential is a principal's user and password on the bus.
+type Credential struct {
+	User     string
+	Password string
+}
+
+// String names the user and never the password, so a Credential printed with %v or %+v by
+// mistake does not put a password in a log.
+func (c Credential) String() string { return fmt.Sprintf("user %q (password redacted)", c.User) }
+
+// GoString is String for %#v, which would otherwise print every field.
+func (c Credential) GoString() string { return "bus.Credential{" + c.String() + "}" }
+
+// Address is the URL with any userinfo removed: the form every error and log line uses.
+func (t Target) Address() string {
+	u, err := url.Parse(t.URL)
+	if err == nil {
+		u.User = nil
+		return u.String()
+	}
+	// Unparseable: drop whatever sits between the scheme and the last '@' of the authority by
+	// hand, so even a malformed URL is never echoed with its password.
+	rest, scheme := t.URL, ""
+	if i := strings.Index(rest, "://"); i >= 0 {
+		scheme, rest = rest[:i+3], rest[i+3:]
+	}
+	authority, path := rest, ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority, path = rest[:i], rest[i:]
+	}
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		authority = authority[i+1:]
+	}
+	return scheme + authority + path
+}
+
+// userinfo is the raw "user:password" part of a URL, or "" when it has none; it is what must be
+// kept out of any message about that URL.
+func (t Target) userinfo() string {
+	rest := t.URL
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		return rest[:i]
+	}
+	return ""
+}
+
+// check validates the URL without ever quoting it whole.
+func (t Target) check() error {
+	if t.userinfo() != "" {
+		return fmt.Errorf("bus URL %s carries a user or password: give them as the credential "+
+			"instead, so the password never travels in a URL that ends up in logs", t.Address())
+	}
+	u, err := url.Parse(t.URL)
+	if err != nil {
+		// url.Error repeats the URL it could not parse; use only its cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("bus URL %s is not a URL: %w", t.Address(), err)
+	}
+	switch u.Scheme {
+	case "nats", "tls":
+	default:
+		return fmt.Errorf("bus URL %s: scheme must be nats:// or tls://", t.Address())
+	}
+	if u.Host == "" {
+		return fmt.Errorf("bus URL %s names no host", t.Address())
+	}
+	return nil
+}
+
+// Fingerprint is the lower-case hex SHA-256 of a certificate's DER bytes (x509.Certificate.Raw)
+// — the leaf's own hash, which is what the mesh pins. The server's `pinned_certs` hashes the
+// public key instead, a different number (NATS-FACTS.md, "TLS pinning").
+func Fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
+// normalFingerprint accepts what operators paste — upper or lower case, with or without ':'
+// (openssl prints "AB:CD:…") — and returns the form Fingerprint produces.
+func normalFingerprint(s string) (string, error) {
+	f := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), ":", ""))
+	if b, err := hex.DecodeString(f); err != nil || len(b) != sha256.Size {
+		return "", fmt.Errorf("fingerprint %q is not a hex SHA-256 (64 hex digits, ':' allowed)", s)
+	}
+	return f, nil
+}
+
+// FingerprintMismatchError is the pin refusing a certificate: the server answered, but with a
+// certificate other than the one the mesh pinned.
+type FingerprintMismatchError struct {
+	Got, Want string
+}
+
+// Error says both fingerprints, so an operator can tell a rotated certificate from a wrong server.
+func (e *FingerprintMismatchError) Error() string {
+	return fmt.Sprintf("certificate fingerprint mismatch: got %s, want %s", e.Got, e.Want)
+}
+
+// pinnedTLS accepts exactly the leaf certificate whose SHA-256 is want and nothing else.
+// InsecureSkipVerify only turns off name and chain verification, which the mesh's certificate
+// cannot pass ("certificate is not valid for any names", seed 000); the pin below is stricter. It
+// is VerifyConnection, not VerifyPeerCertificate: the latter is skipped on resumed sessions.
+func pinnedTLS(want string) *tls.Config {
+	return &tls.Config{
+		InsecureSkipVerify: true, //nolint:gosec // replaced by the pin in VerifyConnection
+		MinVersion:         tls.VersionTLS12,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the server presented no certificate to check the pinned fingerprint against")
+			}
+			if got := Fingerprint(cs.PeerCertificates[0].Raw); got != want {
+				return &FingerprintMismatchError{Got: got, Want: want}
+			}
+			return nil
+		},
+	}
+}
+
+// defaultConnectTimeout bounds one connection attempt when ctx has no sooner deadline: a
+// reconciler that waits nats.go's default on an unreachable bus looks hung.
+const defaultConnectTimeout = 5 * time.Second
+
+// Dial connects to the bus as cred.User.
+//
+// It always sets, after any opts so they cannot be lost by accident: the inbox prefix
+// "_INBOX.<user>" (every principal is granted only its own inbox; the default random prefix is
+// refused — seed 000), the user and password, and an async error handler that records permission
+// violations (chaining any handler given in opts). It also sets a connection name, a connect
+// timeout of 5s or ctx's deadline if sooner, PermissionErrOnSubscribe, and the pinned TLS
+// configuration when t.Fingerprint is set (which makes TLS mandatory). ctx bounds only the
+// connect; the connection outlives it.
+//
+// Errors name t.Address() and the user, never the password, and wrap the cause with %w (a pin
+// refusal is a *FingerprintMismatchError, a wrong password nats.ErrAuthorization).
+func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (*Conn, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	addr := t.Address()
+	if cred.User == "" {
+		return nil, fmt.Errorf("connecting to the bus at %s: no user given", addr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("connecting to the bus at %s as %q: %w", addr, cred.User, err)
+	}
+	timeout := defaultConnectTimeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+
+	c := &Conn{
+		user:       cred.User,
+		violations: make(chan *PermissionError, violationBuffer),
+		changed:    make(chan struct{}),
+	}
+	all := []nats.Option{
+		nats.Name("meshctl:" + cred.User),
+		nats.Timeout(timeout),
+		nats.PermissionErrOnSubscribe(true),
+	}
+	if t.Fingerprint != "" {
+		want, err := normalFingerprint(t.Fingerprint)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to the bus at %s: %w", addr, err)
+		}
+		all = append(all, nats.Secure(pinnedTLS(want)))
+	}
+	all = append(all, opts...)
+	all = append(all,
+		nats.UserInfo(cred.User, cred.Password),
+		nats.CustomInboxPrefix("_INBOX."+cred.User),
+		c.installHandlers,
+	)
+	nc, err := nats.Connect(t.URL, all...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the bus at %s as %q: %w", addr, cred.User, err)
+	}
+	c.Conn = nc
+	return c, nil
+}
+
+// violationBuffer is how many refusals Violations holds for a slow reader, and how many recent
+// ones WaitViolation looks back over.
+const violationBuffer = 64
+
+// Conn is a connection to the bus that also reports what the server refused it.
+type Conn struct {
+	*nats.Conn
+
+	user       string
+	violations chan *PermissionError
+
+	mu      sync.Mutex
+	recent  []*PermissionError // the last violationBuffer refusals, oldest first
+	changed chan struct{}      // closed and replaced on every refusal, and closed on close
+	closed  bool
+}
+
+// installHandlers is a nats.Option applied last, so it sees (and chains) any error and closed
+// handlers the caller gave.
+func (c *Conn) installHandlers(o *nats.Options) error {
+	prevErr, prevClosed := o.AsyncErrorCB, o.ClosedCB
+	o.AsyncErrorCB = func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		if v := parseViolation(c.user, err); v != nil {
+			c.record(v)
+		}
+		if prevErr != nil {
+			prevErr(nc, sub, err)
+		}
+	}
+	o.ClosedCB = func(nc *nats.Conn) {
+		c.markClosed()
+		if prevClosed != nil {
+			prevClosed(nc)
+		}
+	}
+	return nil
+}
+
+// record keeps a refusal and wakes its waiters. It never blocks: it runs on nats.go's callback
+// goroutine, and a reader that stopped reading Violations must not stall every other callback.
+func (c *Conn) record(v *PermissionError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.recent = append(c.recent, v)
+	if len(c.recent) > violationBuffer {
+		c.recent = c.recent[len(c.recent)-violationBuffer:]
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	select {
+	case c.violations <- v:
+	default: // full: dropped from the channel, still kept in recent and as LastViolation
+	}
+}
+
+// markClosed ends Violations and wakes every waiter, so nobody waits on a connection that can no
+// longer be refused anything.
+func (c *Conn) markClosed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	close(c.violations)
+	close(c.changed)
+}
+
+// Violations delivers each permission violation the server reports on this connection. It is
+// buffered; when nobody reads, later violations are dropped from it (WaitViolation and
+// LastViolation still see them). It is closed when the connection closes.
+func (c *Conn) Violations() <-chan *PermissionError { return c.violations }
+
+// LastViolation is the most recent permission violation on this connection, or nil.
+func (c *Conn) LastViolation() *PermissionError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.recent) == 0 {
+		return nil
+	}
+	return c.recent[len(c.recent)-1]
+}
+
+// WaitViolation returns the first violation naming exactly subject — one already reported (of the
+// last 64) or the next one. A refused subscription in a queue group matches its subject. It
+// returns an error when ctx ends or the connection closes first. This is how a test tells "the
+// server refused this" from a timeout that merely looks like it (NATS-FACTS.md).
+func (c *Conn) WaitViolation(ctx context.Context, subject string) (*PermissionError, error) {
+	for {
+		c.mu.Lock()
+		for _, v := range c.recent {
+			if v.Subject == subject {
+				c.mu.Unlock()
+				return v, nil
+			}
+		}
+		closed, changed := c.closed, c.changed
+		c.mu.Unlock()
+		if closed {
+			return nil, fmt.Errorf("waiting for a permission violation on %q: %w", subject, nats.ErrConnectionClosed)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for a permission violation on %q: %w", subject, ctx.Err())
+		case <-changed:
+		}
+	}
+}

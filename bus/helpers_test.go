@@ -1,0 +1,109 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// testUser is one user of a test accounts config, with the plaintext its test dials with.
+type testUser struct {
+	name, password string
+	pub, sub       []string
+}
+
+// accountsFor renders a MESH account the way render does — JetStream enabled on the account,
+// every bcrypt hash double-quoted (an unquoted `$…` is a variable reference to the parser) — so
+// these tests exercise the shapes the live file has.
+func accountsFor(t *testing.T, users ...testUser) []byte {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("accounts {\n  MESH {\n    jetstream: enabled\n    users = [\n")
+	for _, u := range users {
+		hash, err := bcrypt.GenerateFromPassword([]byte(u.password), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "      { user: %q, password: %q, permissions: {\n", u.name, hash)
+		fmt.Fprintf(&b, "        publish: { allow: %s }\n", confList(u.pub))
+		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", confList(u.sub))
+		b.WriteString("      } }\n")
+	}
+	b.WriteString("    ]\n  }\n}\n")
+	return []byte(b.String())
+}
+
+func confList(subjects []string) string {
+	q := make([]string, len(subjects))
+	for i, s := range subjects {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// dialAs dials url as u and closes the connection when the test ends.
+func dialAs(t *testing.T, url string, u testUser) *Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, Target{URL: url}, Credential{User: u.name, Password: u.password})
+	if err != nil {
+		t.Fatalf("dialling as %s: %v", u.name, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// waitFor polls cond until it holds, failing the test after d. For conditions only observable by
+// asking (a file appearing, a server in another process accepting a user), where there is nothing
+// to block on.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		<-tick.C
+	}
+}
+
+// stateDirOf is the StateDir an Embedded was started with.
+func stateDirOf(e *Embedded) string { return filepath.Dir(filepath.Dir(e.ConfigFile())) }
+
+// writeAccounts replaces a bus's accounts file after checking it, as apply does.
+func writeAccounts(t *testing.T, path string, accounts []byte) {
+	t.Helper()
+	if err := CheckAccounts(accounts, filepath.Dir(path)); err != nil {
+		t.Fatalf("checking the new accounts: %v", err)
+	}
+	if err := writeFileAtomic(path, accounts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deadPID is the pid of a child that has exited and been reaped: a pid that names no process
+// (until the system reuses it, which a test's lifetime does not reach).
+func deadPID(t *testing.T) int {
+	t.Helper()
+	child := exec.Command("true")
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return child.Process.Pid
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeBuiltServer()
+	os.Exit(code)
+}

@@ -1,0 +1,112 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Reloader makes a written accounts file live on the server that includes it.
+type Reloader interface {
+	// Reload asks the server to re-read its configuration. For a signal it returns once the
+	// signal is sent: the server reloads moments later, so the caller verifies by outcome (a new
+	// user can log in) rather than by the return.
+	Reload(ctx context.Context) error
+	// Describe says how, for plans and logs: "SIGHUP to the pid in /run/nats.pid".
+	Describe() string
+}
+
+// ErrReloadByOperator is NoReloader's answer: the accounts file is written, and the server that
+// includes it has not re-read it.
+var ErrReloadByOperator = errors.New("written but not yet live: reload the server")
+
+// NoReloader is for a bus meshctl cannot reload itself; Reload returns ErrReloadByOperator so the
+// caller reports the change as pending rather than applied.
+func NoReloader() Reloader { return noReloader{} }
+
+type noReloader struct{}
+
+func (noReloader) Reload(context.Context) error { return ErrReloadByOperator }
+func (noReloader) Describe() string             { return "none: the operator reloads the server" }
+
+// PIDFileReloader sends SIGHUP, nats-server's reload signal, to the pid written in path (the
+// server's `-P`/`pid_file`). The pid is read on every Reload, since a restarted server has a new
+// one.
+func PIDFileReloader(path string) Reloader { return pidFileReloader{path} }
+
+type pidFileReloader struct{ path string }
+
+func (r pidFileReloader) Describe() string { return "SIGHUP to the pid in " + r.path }
+
+func (r pidFileReloader) Reload(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("reloading the bus: %w", err)
+	}
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		return fmt.Errorf("reloading the bus: reading its pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return fmt.Errorf("reloading the bus: pid file %s holds %q, not a pid", r.path, strings.TrimSpace(string(data)))
+	}
+	// Checked first, so a stale pid file reads as "not running" rather than as whatever a
+	// signal to a missing process says.
+	if !processAlive(pid) {
+		return fmt.Errorf("reloading the bus: pid %d from %s is not running (a stale pid file?)", pid, r.path)
+	}
+	p, err := os.FindProcess(pid)
+	if err == nil {
+		err = p.Signal(syscall.SIGHUP)
+	}
+	if err != nil {
+		return fmt.Errorf("reloading the bus: signalling pid %d from %s: %w", pid, r.path, err)
+	}
+	return nil
+}
+
+// CommandReloader runs argv (no shell) to reload the bus — `nats-server --signal reload=<pid>`,
+// `systemctl reload nats`, `docker kill -s HUP nats` — and fails if it exits non-zero.
+func CommandReloader(argv []string) Reloader { return commandReloader{append([]string(nil), argv...)} }
+
+type commandReloader struct{ argv []string }
+
+func (r commandReloader) Describe() string { return "run " + strings.Join(r.argv, " ") }
+
+// maxReloadOutput bounds how much of a failed command's output goes into the error: enough to
+// read the reason, not a page of logs in every error line.
+const maxReloadOutput = 2048
+
+func (r commandReloader) Reload(ctx context.Context) error {
+	if len(r.argv) == 0 {
+		return errors.New("reloading the bus: no reload command given")
+	}
+	out, err := exec.CommandContext(ctx, r.argv[0], r.argv[1:]...).CombinedOutput()
+	if err != nil {
+		text := strings.TrimSpace(string(out))
+		if len(text) > maxReloadOutput {
+			text = text[:maxReloadOutput] + "… (truncated)"
+		}
+		if text == "" {
+			return fmt.Errorf("reloading the bus: %s: %w", r.Describe(), err)
+		}
+		return fmt.Errorf("reloading the bus: %s: %w: %s", r.Describe(), err, text)
+	}
+	return nil
+}
+
+type embeddedReloader struct{ e *Embedded }
+
+func (r embeddedReloader) Reload(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("reloading the embedded bus: %w", err)
+	}
+	return r.e.Reload()
+}
+
+func (r embeddedReloader) Describe() string { return "reload the embedded bus in-process" }
