@@ -345,20 +345,27 @@ func readBusRecord(path string) (busRecord, error) {
 // process that wrote it crashed, or the pid was reused by something not listening there) is
 // ok=false, not an error: the caller then starts a bus of its own.
 func RunningEmbedded(stateDir string) (url string, ok bool) {
+	url, _, ok = RunningEmbeddedProcess(stateDir)
+	return url, ok
+}
+
+// RunningEmbeddedProcess is RunningEmbedded with the pid of the process serving the bus, so
+// a one-shot command can ask that process (a `meshctl watch`) to reload it with SIGHUP.
+func RunningEmbeddedProcess(stateDir string) (url string, pid int, ok bool) {
 	rec, err := readBusRecord(filepath.Join(stateDir, busDirName, busRecordName))
 	if err != nil || rec.URL == "" || !processAlive(rec.PID) {
-		return "", false
+		return "", 0, false
 	}
 	host, err := hostOf(rec.URL)
 	if err != nil {
-		return "", false
+		return "", 0, false
 	}
 	c, err := net.DialTimeout("tcp", host, time.Second)
 	if err != nil {
-		return "", false
+		return "", 0, false
 	}
 	c.Close()
-	return rec.URL, true
+	return rec.URL, rec.PID, true
 }
 
 func hostOf(raw string) (string, error) {

@@ -16,7 +16,7 @@ func diffAccounts(target Target, live Live) (Change, bool) {
 	if live.AccountsKnown && bytes.Equal(live.Accounts, target.Accounts) {
 		return Change{}, false
 	}
-	c := Change{Kind: KindAccounts, Name: "accounts", Action: Update, Risk: RiskNone,
+	c := Change{Kind: KindAccounts, Name: "config", Action: Update, Risk: RiskNone,
 		Reason: "the users or permissions derived from the mesh differ from the config in use"}
 	before := map[string]*server.User{}
 	if !live.AccountsKnown {

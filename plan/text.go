@@ -144,6 +144,8 @@ func writeUser(b *strings.Builder, c palette, u UserChange) {
 	var notes []string
 	if u.Credential != "" {
 		notes = append(notes, "credential "+u.Credential)
+	} else if u.Action == Create {
+		notes = append(notes, "locked until a credential is issued")
 	}
 	if u.AllowResponses != "" {
 		notes = append(notes, "allow_responses "+u.AllowResponses)

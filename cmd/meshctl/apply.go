@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/reconcile"
+	"github.com/meshbus/meshctl/state"
+)
+
+func init() {
+	register("apply", command{summary: "make the bus equal to the description, changing only what differs", run: runApply})
+}
+
+const applyHelp = `
+Usage: meshctl apply [-f DIR] [--state DIR] [--dry-run] [--allow-data-loss] [--wait] [-o text|json]
+
+Plans as 'meshctl diff' does, prints the plan, applies it and prints what was done:
+streams, then consumers, then the accounts config (written atomically, checked with
+the server's own parser, reloaded and verified; the previous file is restored if the
+server refuses it), then deletions. Only objects carrying meshctl's ownership marker are
+ever changed; a same-named object of someone else's is a conflict and stops the apply.
+A plan that would replace or delete anything holding messages or unacknowledged work is
+refused whole unless --allow-data-loss is given. A converged bus makes no change and
+no reload. Every apply is recorded in the state store's history.
+
+Two applies never run at once: a second one refuses (or with --wait, waits).
+
+With no bus.url in the description, apply uses the embedded bus: the one a running
+'meshctl watch' serves, or one it starts for the apply and stops afterwards.
+
+Exit 0 when the bus is in sync afterwards, 2 on error or refusal.
+
+Example:
+  meshctl apply -f mesh/ --dry-run
+  meshctl apply -f mesh/
+`
+
+func runApply(ctx context.Context, e *env, args []string) int {
+	f := newFlags(e, "apply", applyHelp)
+	dir := f.dirFlag()
+	sf := f.stateFlags()
+	dryRun := f.Bool("dry-run", false, "plan and print, change nothing")
+	allowLoss := f.Bool("allow-data-loss", false, "allow replacing or deleting objects that hold messages or unacknowledged work")
+	wait := f.Bool("wait", false, "wait for another apply to finish instead of refusing")
+	out := f.outputFlag("text", "json")
+	if _, done, code := f.parse(args); done {
+		return code
+	}
+	if !checkFormat(e, *out, "text", "json") {
+		return exitError
+	}
+	m, err := model.Load(*dir)
+	if err != nil {
+		return reportLoadError(e, *dir, err)
+	}
+	st, ok := sf.open(e)
+	if !ok {
+		return exitError
+	}
+	defer st.Close()
+	sess, ok := sf.connect(ctx, e, m, st)
+	if !ok {
+		return exitError
+	}
+	defer sess.Close()
+
+	if *dryRun {
+		p, err := sess.Plan(ctx, m, plan.Options{AllowDataLoss: *allowLoss})
+		if err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		if err := writePlan(e, p, *out); err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		fmt.Fprintln(e.stderr, "dry run: nothing was changed")
+		return exitOK
+	}
+	started := time.Now()
+	total := 0
+	res, err := sess.Reconcile(ctx, m, reconcile.RunOptions{
+		AllowDataLoss: *allowLoss, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
+		LockNotice: func(msg string) { fmt.Fprintln(e.stderr, msg) },
+		OnPlan: func(p *plan.Plan) {
+			total = len(p.Changes)
+			if *out == "text" {
+				_ = p.Text(e.stdout, isTerminal(e.stdout))
+			}
+		},
+		Progress: progressPrinter(e),
+	})
+	if *out == "json" && res.Plan != nil {
+		_ = res.Plan.JSON(e.stdout)
+	}
+	switch {
+	case errors.Is(err, reconcile.ErrNotLive):
+		fmt.Fprintf(e.stderr, "applied %d of %d change(s); the accounts config is written to %s but not live: reload the server, then run apply again to finish\n",
+			res.Applied, total, sess.Accounts.Path)
+		return exitError
+	case errors.Is(err, state.ErrLocked):
+		e.errorf("%v (pass --wait to wait for it)", err)
+		return exitError
+	case err != nil:
+		e.errorf("%v", err)
+		if res.Applied > 0 {
+			fmt.Fprintf(e.stderr, "%d change(s) were made before the failure; the next apply continues from there\n", res.Applied)
+		}
+		return exitError
+	}
+	if res.Plan != nil && (!res.Plan.Empty() || len(res.Plan.Holders) > 0) {
+		fmt.Fprintf(e.stderr, "applied %d change(s) in %s\n", res.Applied, time.Since(started).Round(time.Millisecond))
+	} else {
+		fmt.Fprintln(e.stderr, "the bus was already in sync: nothing was changed")
+	}
+	return exitOK
+}
+
+// progressPrinter reports long applies: a line per change for small plans, and every tenth
+// of the way for large ones.
+func progressPrinter(e *env) reconcile.Progress {
+	return func(done, total int, c plan.Change, err error) {
+		step := max(total/10, 1)
+		switch {
+		case err != nil:
+			fmt.Fprintf(e.stderr, "  failed: %s %s: %v\n", c.Action, c.ID(), err)
+		case total <= 20:
+			fmt.Fprintf(e.stderr, "  [%d/%d] %s %s\n", done, total, c.Action, c.ID())
+		case done%step == 0 || done == total:
+			fmt.Fprintf(e.stderr, "  [%d/%d] %d%% done\n", done, total, done*100/total)
+		}
+	}
+}

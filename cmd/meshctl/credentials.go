@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/reconcile"
+	"github.com/meshbus/meshctl/render"
+)
+
+func init() {
+	register("credentials", command{summary: "issue, list and revoke the principals' passwords", run: runCredentials})
+}
+
+const credentialsHelp = `
+Usage:
+  meshctl credentials issue  PRINCIPAL [-f DIR] [--state DIR]
+  meshctl credentials list   [-f DIR] [--state DIR] [-o text|json]
+  meshctl credentials revoke PRINCIPAL [-f DIR] [--state DIR]
+
+Every principal the mesh derives (node.<n>, enrol.<n>, <node>.<module>) has its own
+password. The store keeps only its bcrypt hash; a principal never issued one has a
+locked entry that no password opens.
+
+issue   mints a new password (replacing any previous one) and prints the membership
+        once, on stdout, as one JSON line — address (never with credentials in it),
+        certificate fingerprint, user, password — so it can be piped to the machine
+        unread. Every other message goes to stderr.
+list    shows each principal the mesh derives, when its credential was minted, and
+        which have none. Never a hash or a password.
+revoke  deletes the hash: the principal is locked out at the next reload.
+
+Issuing or revoking re-renders the accounts config and makes it live: on an external
+bus by its reload method, on the embedded bus through a running 'meshctl watch', or at
+the embedded bus's next start.
+
+The controller's own credential is meshctl's, kept in STATE/controller.password and
+minted on first use; revoking "controller" makes meshctl mint a new one next time.
+
+Example:
+  meshctl credentials issue node.one -f mesh/ | ssh one 'cat > /etc/mesh/membership.json'
+`
+
+func runCredentials(ctx context.Context, e *env, args []string) int {
+	f := newFlags(e, "credentials", credentialsHelp)
+	dir := f.dirFlag()
+	sf := f.stateFlags()
+	out := f.outputFlag("text", "json")
+	pos, done, code := f.parse(args)
+	if done {
+		return code
+	}
+	if len(pos) == 0 {
+		f.printHelp(e.stderr)
+		return exitError
+	}
+	verb, rest := pos[0], pos[1:]
+	want := map[string]int{"issue": 1, "revoke": 1, "list": 0}
+	n, known := want[verb]
+	if !known || len(rest) != n {
+		e.errorf("usage: meshctl credentials issue|revoke PRINCIPAL, or meshctl credentials list")
+		return exitError
+	}
+	m, err := model.Load(*dir)
+	if err != nil {
+		return reportLoadError(e, *dir, err)
+	}
+	st, ok := sf.open(e)
+	if !ok {
+		return exitError
+	}
+	defer st.Close()
+	users := render.Derive(m).Users()
+
+	if verb == "list" {
+		creds, err := st.Credentials(ctx)
+		if err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		type row struct {
+			Principal string `json:"principal"`
+			MintedAt  string `json:"minted_at,omitempty"`
+			Operation string `json:"operation,omitempty"`
+			Derived   bool   `json:"derived"`
+		}
+		byName := map[string]row{}
+		for _, u := range users {
+			byName[u] = row{Principal: u, Derived: true}
+		}
+		for _, c := range creds {
+			r := byName[c.Principal]
+			r.Principal, r.MintedAt, r.Operation = c.Principal, c.MintedAt.Format("2006-01-02T15:04:05Z07:00"), c.Operation
+			byName[c.Principal] = r
+		}
+		names := make([]string, 0, len(byName))
+		for n := range byName {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		rows := make([]row, len(names))
+		missing := 0
+		for i, n := range names {
+			rows[i] = byName[n]
+			if rows[i].MintedAt == "" {
+				missing++
+			}
+		}
+		if *out == "json" {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(rows)
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PRINCIPAL\tMINTED\tBY")
+		for _, r := range rows {
+			minted, by := r.MintedAt, r.Operation
+			if minted == "" {
+				minted, by = "none: locked", ""
+			}
+			if !r.Derived {
+				by += " (no longer derived by the mesh)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Principal, minted, by)
+		}
+		_ = tw.Flush()
+		fmt.Fprintf(e.stderr, "%d principal(s), %d without a credential\n", len(rows), missing)
+		return exitOK
+	}
+
+	principal := rest[0]
+	if principal == render.ControllerUser && verb == "issue" {
+		e.errorf("the controller's credential is meshctl's own, in %s/controller.password; revoke it to have a new one minted", st.Dir())
+		return exitError
+	}
+	if !slices.Contains(users, principal) && verb == "issue" {
+		hint := ""
+		if s := model.Suggest(principal, users); s != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		e.errorf("the mesh in %s derives no principal %q%s; principals are node.<node>, enrol.<node> and <node>.<module>", *dir, principal, hint)
+		return exitError
+	}
+	var password string
+	switch verb {
+	case "issue":
+		minted, err := st.Mint(ctx, []string{principal}, *sf.cost, "credentials issue")
+		if err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		password = minted[principal]
+	case "revoke":
+		had, err := st.Revoke(ctx, principal)
+		if err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		if !had {
+			e.errorf("%s has no credential to revoke", principal)
+			return exitError
+		}
+	}
+	what, err := reconcile.SyncAccounts(ctx, m, st)
+	if err != nil {
+		// The store already holds the new state; the next apply or watch cycle installs it.
+		e.errorf("the credential is %sd, but the accounts config could not be made live: %v", verb, err)
+		if password == "" {
+			return exitError
+		}
+	} else {
+		fmt.Fprintln(e.stderr, what)
+	}
+	if verb == "revoke" {
+		fmt.Fprintf(e.stderr, "%s is revoked: it can no longer log in\n", principal)
+		return exitOK
+	}
+	membership, _ := json.Marshal(map[string]string{
+		"address": busAddress(m), "fingerprint": m.Bus.Fingerprint, "user": principal, "password": password,
+	})
+	fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its password\n", principal)
+	fmt.Fprintln(e.stdout, string(membership))
+	return exitOK
+}
+
+// busAddress is the address a host dials: the external URL, or the embedded bus's.
+func busAddress(m *model.Mesh) string {
+	if !m.Bus.Embedded() {
+		return m.Bus.URL
+	}
+	return "nats://" + strings.TrimPrefix(m.Bus.Listen, "nats://")
+}

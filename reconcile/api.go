@@ -1,0 +1,166 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// API is the part of JetStream a reconcile uses: listing in pages, and the six mutating
+// calls. Tests wrap it to count calls against a real server.
+type API interface {
+	ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, error)
+	ListConsumers(ctx context.Context, stream string) ([]*jetstream.ConsumerInfo, error)
+	CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error
+	UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error
+	DeleteStream(ctx context.Context, name string) error
+	CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error
+	UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error
+	DeleteConsumer(ctx context.Context, stream, name string) error
+}
+
+// NewAPI is the API over a connection (the controller's: it alone may reach $JS.API).
+func NewAPI(nc *nats.Conn) (API, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &jsAPI{js: js, nc: nc}, nil
+}
+
+type jsAPI struct {
+	js jetstream.JetStream
+	nc *nats.Conn
+}
+
+func (a *jsAPI) ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, error) {
+	var out []*jetstream.StreamInfo
+	l := a.js.ListStreams(ctx)
+	for info := range l.Info() {
+		out = append(out, info)
+	}
+	if err := l.Err(); err != nil {
+		return nil, fmt.Errorf("listing streams: %w", err)
+	}
+	return out, nil
+}
+
+// ListConsumers asks for a stream's consumers page by page. It goes to the API directly:
+// the library's lister needs a stream handle, and getting one costs a STREAM.INFO call per
+// stream that the stream list has already answered.
+func (a *jsAPI) ListConsumers(ctx context.Context, stream string) ([]*jetstream.ConsumerInfo, error) {
+	var out []*jetstream.ConsumerInfo
+	for {
+		req, _ := json.Marshal(map[string]int{"offset": len(out)})
+		msg, err := a.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LIST."+stream, req)
+		if err != nil {
+			return nil, fmt.Errorf("listing the consumers of %s: %w", stream, err)
+		}
+		var page struct {
+			Total     int                       `json:"total"`
+			Consumers []*jetstream.ConsumerInfo `json:"consumers"`
+			Error     *jetstream.APIError       `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &page); err != nil {
+			return nil, fmt.Errorf("listing the consumers of %s: %w", stream, err)
+		}
+		if page.Error != nil {
+			return nil, fmt.Errorf("listing the consumers of %s: %w", stream, page.Error)
+		}
+		out = append(out, page.Consumers...)
+		if len(page.Consumers) == 0 || len(out) >= page.Total {
+			return out, nil
+		}
+	}
+}
+
+func (a *jsAPI) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	_, err := a.js.CreateStream(ctx, cfg)
+	return err
+}
+
+func (a *jsAPI) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	_, err := a.js.UpdateStream(ctx, cfg)
+	return err
+}
+
+func (a *jsAPI) DeleteStream(ctx context.Context, name string) error {
+	err := a.js.DeleteStream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil // already gone: the goal is reached
+	}
+	return err
+}
+
+func (a *jsAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	var err error
+	if cfg.DeliverSubject != "" {
+		_, err = a.js.CreatePushConsumer(ctx, stream, cfg)
+	} else {
+		_, err = a.js.CreateConsumer(ctx, stream, cfg)
+	}
+	return err
+}
+
+func (a *jsAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	var err error
+	if cfg.DeliverSubject != "" {
+		_, err = a.js.UpdatePushConsumer(ctx, stream, cfg)
+	} else {
+		_, err = a.js.UpdateConsumer(ctx, stream, cfg)
+	}
+	return err
+}
+
+func (a *jsAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
+	err := a.js.DeleteConsumer(ctx, stream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Counting wraps an API and counts its calls, reads and writes apart: a converged apply
+// must make no mutating call at all, and a small change only the calls it needs.
+type Counting struct {
+	API
+	Reads, Mutations atomic.Int64
+}
+
+func (c *Counting) ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, error) {
+	c.Reads.Add(1)
+	return c.API.ListStreams(ctx)
+}
+func (c *Counting) ListConsumers(ctx context.Context, s string) ([]*jetstream.ConsumerInfo, error) {
+	c.Reads.Add(1)
+	return c.API.ListConsumers(ctx, s)
+}
+func (c *Counting) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	c.Mutations.Add(1)
+	return c.API.CreateStream(ctx, cfg)
+}
+func (c *Counting) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	c.Mutations.Add(1)
+	return c.API.UpdateStream(ctx, cfg)
+}
+func (c *Counting) DeleteStream(ctx context.Context, name string) error {
+	c.Mutations.Add(1)
+	return c.API.DeleteStream(ctx, name)
+}
+func (c *Counting) CreateConsumer(ctx context.Context, s string, cfg jetstream.ConsumerConfig) error {
+	c.Mutations.Add(1)
+	return c.API.CreateConsumer(ctx, s, cfg)
+}
+func (c *Counting) UpdateConsumer(ctx context.Context, s string, cfg jetstream.ConsumerConfig) error {
+	c.Mutations.Add(1)
+	return c.API.UpdateConsumer(ctx, s, cfg)
+}
+func (c *Counting) DeleteConsumer(ctx context.Context, s, name string) error {
+	c.Mutations.Add(1)
+	return c.API.DeleteConsumer(ctx, s, name)
+}

@@ -1,0 +1,11 @@
+// Package reconcile reads the live bus, plans against the derivation, applies the plan and
+// records what was done.
+//
+// It owns the I/O of a reconcile and nothing of its logic: what to change is the plan
+// package's pure decision. It reads streams and consumers in pages, never one by one;
+// it applies a plan whole or not at all (a conflict or a refused change stops it before
+// any call), in the plan's order, sending whole configs; it writes the accounts config
+// atomically, checks it with the server's own parser first, reloads, verifies, and puts
+// the previous file back when the server refuses the new one. A converged bus costs the
+// read and nothing else: no mutating call, no write, no reload.
+package reconcile

@@ -1,0 +1,269 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+)
+
+// Options configure how a session reaches the bus.
+type Options struct {
+	// Cost is the bcrypt cost of a controller credential minted on first use.
+	Cost int
+	// Logf receives what an operator should know (a bus started, a bootstrap); nil drops it.
+	Logf func(format string, args ...any)
+	// KeepEmbedded asks for the embedded bus to be started even when another meshctl
+	// process serves one: only `watch`, which must own the bus it keeps up, sets it.
+	OwnEmbedded bool
+}
+
+// Session is a connection to the bus as the controller, and what an apply needs beside it:
+// the accounts file and how to reload it. With the embedded default it may own the bus
+// itself, and Close stops it.
+type Session struct {
+	Store    *state.Store
+	Conn     *bus.Conn
+	API      API
+	Accounts Accounts
+	Target   bus.Target
+	// Embedded is the bus this process runs, nil when the bus is external or another
+	// meshctl process (a `meshctl watch`) serves it.
+	Embedded *bus.Embedded
+
+	password string
+	logf     func(string, ...any)
+}
+
+// Close disconnects and, when this process runs the embedded bus, stops it cleanly.
+func (s *Session) Close() {
+	if s.Conn != nil {
+		s.Conn.Close()
+	}
+	if s.Embedded != nil {
+		s.Embedded.Shutdown()
+	}
+}
+
+// Connect reaches the bus the mesh names, as the controller. With no bus.url it uses the
+// embedded bus: the one a running `meshctl watch` serves from this state directory, or one
+// it starts itself. A controller that cannot log in with the accounts config in use — a
+// fresh bus, or a controller credential minted anew — is bootstrapped: the rendered config
+// is installed first, since nothing else can be done on the bus without it.
+func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) (*Session, error) {
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	password, err := store.ControllerPassword(ctx, o.Cost)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{Store: store, password: password, logf: logf}
+	if m.Bus.Embedded() {
+		err = s.connectEmbedded(ctx, m, o)
+	} else {
+		err = s.connectExternal(ctx, m)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	api, err := NewAPI(s.Conn.Conn)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.API = api
+	return s, nil
+}
+
+func (s *Session) credential() bus.Credential {
+	return bus.Credential{User: render.ControllerUser, Password: s.password}
+}
+
+func (s *Session) dial(ctx context.Context) (*bus.Conn, error) {
+	return bus.Dial(ctx, s.Target, s.credential(), nats.MaxReconnects(-1))
+}
+
+// bootstrapAccounts is the accounts config to install when the controller cannot log in.
+// Where there is no config yet, it holds the controller alone: every other user appears in
+// the first apply's plan and goes live in its place in the order, after the objects its
+// grants name. Where a config is in use but lets the controller in no more (its credential
+// was minted anew), it is the whole rendering, so nobody else is locked out by a diff.
+func (s *Session) bootstrapAccounts(ctx context.Context, m *model.Mesh, path string) ([]byte, error) {
+	hashes, err := s.Store.Hashes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := render.Derive(m)
+	principals := d.Principals
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		c, _ := d.Principal(render.ControllerUser)
+		principals = []render.Principal{c}
+	}
+	return render.AccountsConfig(principals, hashes), nil
+}
+
+// controllerCanLogIn reports whether the accounts config at path lets the controller in
+// with its password.
+func (s *Session) controllerCanLogIn(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	users, err := plan.ParseUsers(data)
+	if err != nil {
+		return false
+	}
+	u, ok := users[render.ControllerUser]
+	return ok && bcrypt.CompareHashAndPassword([]byte(u.Password), []byte(s.password)) == nil
+}
+
+func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options) error {
+	stateDir := s.Store.Dir()
+	accountsPath := filepath.Join(stateDir, "bus", "accounts.conf")
+	if url, pid, ok := bus.RunningEmbeddedProcess(stateDir); ok && !o.OwnEmbedded {
+		// Another meshctl (a `meshctl watch`) keeps the bus up; use it instead of starting a
+		// second server on the same store. It reloads on SIGHUP.
+		s.Target = bus.Target{URL: url}
+		s.Accounts = Accounts{Path: accountsPath, Reloader: signalReloader{pid: pid}}
+		s.Accounts.Verify = s.verifyLogin
+		logf := s.logf
+		logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
+		if !s.controllerCanLogIn(accountsPath) {
+			if err := s.bootstrap(ctx, m); err != nil {
+				return err
+			}
+		}
+		conn, err := s.dial(ctx)
+		if err != nil {
+			return err
+		}
+		s.Conn = conn
+		return nil
+	}
+	if !s.controllerCanLogIn(accountsPath) {
+		data, err := s.bootstrapAccounts(ctx, m, accountsPath)
+		if err != nil {
+			return err
+		}
+		if _, statErr := os.Stat(accountsPath); statErr == nil {
+			s.logf("the controller cannot log in with %s; installing the rendered accounts config before starting the bus", accountsPath)
+		}
+		if err := WriteFileAtomic(accountsPath, data); err != nil {
+			return fmt.Errorf("writing the first accounts config: %w", err)
+		}
+	}
+	started := time.Now()
+	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen})
+	if err != nil {
+		return err
+	}
+	s.Embedded = e
+	s.logf("started the embedded bus at %s (store in %s) in %s", e.URL(), filepath.Join(stateDir, "bus"), time.Since(started).Round(time.Millisecond))
+	s.Target = bus.Target{URL: e.URL()}
+	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader()}
+	s.Accounts.Verify = func(ctx context.Context) error {
+		if e.ConfigLoadTime().Before(started) {
+			return errors.New("the embedded bus did not load the new config")
+		}
+		return s.verifyLogin(ctx)
+	}
+	conn, err := s.dial(ctx)
+	if err != nil {
+		return err
+	}
+	s.Conn = conn
+	return nil
+}
+
+func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
+	s.Target = bus.Target{URL: m.Bus.URL, Fingerprint: m.Bus.Fingerprint}
+	s.Accounts = Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload), Verify: s.verifyLogin}
+	conn, err := s.dial(ctx)
+	if errors.Is(err, nats.ErrAuthorization) && !s.controllerCanLogIn(m.Bus.AccountsFile) {
+		s.logf("the controller cannot log in to %s yet; installing the rendered accounts config at %s first", s.Target.Address(), m.Bus.AccountsFile)
+		if berr := s.bootstrap(ctx, m); berr != nil {
+			return berr
+		}
+		conn, err = s.dial(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	s.Conn = conn
+	return nil
+}
+
+// bootstrap installs the rendered accounts config so the controller can log in at all.
+func (s *Session) bootstrap(ctx context.Context, m *model.Mesh) error {
+	data, err := s.bootstrapAccounts(ctx, m, s.Accounts.Path)
+	if err != nil {
+		return err
+	}
+	a := s.Accounts
+	a.Verify = nil // verifying is logging in, which the caller does next
+	if err := a.write(ctx, data); err != nil {
+		return fmt.Errorf("installing the first accounts config: %w", err)
+	}
+	return nil
+}
+
+// verifyLogin proves the server still lets the controller in after a reload, on a
+// connection of its own.
+func (s *Session) verifyLogin(ctx context.Context) error {
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		var c *bus.Conn
+		if c, err = bus.Dial(ctx, s.Target, s.credential()); err == nil {
+			c.Close()
+			return nil
+		}
+		// A reload by signal is asynchronous: give the server a moment to take it.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the controller cannot log in after the reload: %w", err)
+}
+
+func reloaderFor(r model.Reload) bus.Reloader {
+	switch {
+	case r.PIDFile != "":
+		return bus.PIDFileReloader(r.PIDFile)
+	case len(r.Command) > 0:
+		return bus.CommandReloader(r.Command)
+	default:
+		return bus.NoReloader()
+	}
+}
+
+// signalReloader asks the meshctl process that serves the embedded bus to reload it.
+type signalReloader struct{ pid int }
+
+func (r signalReloader) Reload(ctx context.Context) error {
+	if err := syscall.Kill(r.pid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("asking meshctl pid %d to reload the embedded bus: %w", r.pid, err)
+	}
+	return nil
+}
+
+func (r signalReloader) Describe() string {
+	return fmt.Sprintf("SIGHUP to meshctl pid %d, which serves the embedded bus", r.pid)
+}
