@@ -104,6 +104,6 @@ func deadPID(t *testing.T) int {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	removeBuiltServer()
+	RemoveBuiltServer()
 	os.Exit(code)
 }

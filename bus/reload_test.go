@@ -8,10 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +19,7 @@ import (
 // in its pid file. The accounts file is its include; after the reload a new user logs in.
 func TestPIDFileReloaderReloadsAnExternalServer(t *testing.T) {
 	t.Parallel()
-	bin := natsServerBinary(t)
+	bin := NATSServerBinary(t)
 	dir := t.TempDir()
 	a := testUser{name: "one.a", password: "pw-a", pub: []string{"mesh.a"}, sub: []string{"_INBOX.one.a.>"}}
 	b := testUser{name: "one.b", password: "pw-b", pub: []string{"mesh.b"}, sub: []string{"_INBOX.one.b.>"}}
@@ -129,68 +127,5 @@ func TestReloaderFailuresAreClear(t *testing.T) {
 	}
 	if err := NoReloader().Reload(ctx); !errors.Is(err, ErrReloadByOperator) {
 		t.Errorf("NoReloader: %v", err)
-	}
-}
-
-var (
-	buildOnce   sync.Once
-	builtServer string
-	buildErr    error
-	buildDir    string
-)
-
-// natsServerBinary builds nats-server from the module's pinned version once per test process —
-// the same release the embedded bus links — so signals and pid files are exercised on the real
-// binary. It builds with -race when the tests do, to reuse the packages already compiled for them.
-func natsServerBinary(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go command is not on PATH, so nats-server cannot be built for the reload-by-signal test")
-	}
-	buildOnce.Do(func() {
-		gomod, err := exec.Command(goBin, "env", "GOMOD").Output()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir, buildErr = os.MkdirTemp("", "meshctl-bus-test-")
-		if buildErr != nil {
-			return
-		}
-		args := []string{"build", "-o", filepath.Join(buildDir, "nats-server")}
-		if raceEnabled() {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command(goBin, append(args, "github.com/nats-io/nats-server/v2")...)
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New(err.Error() + ": " + string(out))
-			return
-		}
-		builtServer = filepath.Join(buildDir, "nats-server")
-	})
-	if buildErr != nil {
-		t.Fatalf("building nats-server: %v", buildErr)
-	}
-	return builtServer
-}
-
-func raceEnabled() bool {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range info.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
-func removeBuiltServer() {
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
 	}
 }

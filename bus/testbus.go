@@ -1,6 +1,15 @@
 package bus
 
-import "context"
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+)
 
 // TB is the part of testing.TB that StartTestBus needs; an interface so this file does not import
 // testing into meshctl's binary.
@@ -9,6 +18,7 @@ type TB interface {
 	TempDir() string
 	Cleanup(func())
 	Fatalf(format string, args ...any)
+	Skip(args ...any)
 }
 
 // openAccounts configures no account at all, so the server keeps its global account, which
@@ -35,4 +45,69 @@ func StartTestBus(tb TB, accounts []byte) *Embedded {
 	}
 	tb.Cleanup(e.Shutdown)
 	return e
+}
+
+var (
+	buildOnce   sync.Once
+	builtServer string
+	buildErr    error
+	buildDir    string
+)
+
+// NATSServerBinary builds nats-server from the module's pinned version once per test process —
+// the same release the embedded bus links — for tests that need a real separate server process
+// (signals, pid files, a server that stops and starts). It builds with -race when the tests do,
+// to reuse the packages already compiled for them. Call RemoveBuiltServer from TestMain.
+func NATSServerBinary(tb TB) string {
+	tb.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		tb.Skip("the go command is not on PATH, so nats-server cannot be built")
+	}
+	buildOnce.Do(func() {
+		gomod, err := exec.Command(goBin, "env", "GOMOD").Output()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir, buildErr = os.MkdirTemp("", "meshctl-nats-server-")
+		if buildErr != nil {
+			return
+		}
+		args := []string{"build", "-o", filepath.Join(buildDir, "nats-server")}
+		if raceEnabled() {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command(goBin, append(args, "github.com/nats-io/nats-server/v2")...)
+		cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New(err.Error() + ": " + string(out))
+			return
+		}
+		builtServer = filepath.Join(buildDir, "nats-server")
+	})
+	if buildErr != nil {
+		tb.Fatalf("building nats-server: %v", buildErr)
+	}
+	return builtServer
+}
+
+func raceEnabled() bool {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+// RemoveBuiltServer removes what NATSServerBinary built.
+func RemoveBuiltServer() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
 }
