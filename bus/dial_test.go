@@ -2,18 +2,8 @@ package bus
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -233,7 +223,7 @@ func TestAURLWithAPasswordIsRefusedWithoutEchoingIt(t *testing.T) {
 func TestTLSIsPinnedByFingerprint(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	certFile, keyFile, fingerprint := selfSignedCert(t, dir)
+	certFile, keyFile, fingerprint := SelfSignedCert(t, dir)
 	u := testUser{name: "controller", password: "pw", pub: []string{"mesh.>"}, sub: []string{"_INBOX.controller.>"}}
 	e, err := StartEmbedded(context.Background(), EmbeddedOptions{
 		StateDir: dir, Listen: "127.0.0.1:0", InitialAccounts: accountsFor(t, u),
@@ -285,41 +275,6 @@ func TestTLSIsPinnedByFingerprint(t *testing.T) {
 	if _, err := Dial(ctx, Target{URL: e.URL(), Fingerprint: "not-hex"}, cred); err == nil {
 		t.Fatal("a malformed fingerprint was accepted")
 	}
-}
-
-// selfSignedCert writes an ECDSA certificate for 127.0.0.1 that names nothing a public verifier
-// accepts — like the mesh's own — and returns the files and its fingerprint.
-func selfSignedCert(t *testing.T, dir string) (certFile, keyFile, fingerprint string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "meshctl test bus"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile, Fingerprint(der)
 }
 
 // The server's wordings, including the one a reload uses when it drops a subscription the new

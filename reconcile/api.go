@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,7 +39,18 @@ type jsAPI struct {
 	nc *nats.Conn
 }
 
+// callTimeout bounds one API call. The connection buffers requests while it reconnects, so
+// without a bound a call to a bus that went away waits as long as the caller's context —
+// an apply that should fail and be retried would hang instead.
+const callTimeout = 10 * time.Second
+
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, callTimeout)
+}
+
 func (a *jsAPI) ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	var out []*jetstream.StreamInfo
 	l := a.js.ListStreams(ctx)
 	for info := range l.Info() {
@@ -57,7 +69,9 @@ func (a *jsAPI) ListConsumers(ctx context.Context, stream string) ([]*jetstream.
 	var out []*jetstream.ConsumerInfo
 	for {
 		req, _ := json.Marshal(map[string]int{"offset": len(out)})
-		msg, err := a.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LIST."+stream, req)
+		rctx, cancel := bounded(ctx)
+		msg, err := a.nc.RequestWithContext(rctx, "$JS.API.CONSUMER.LIST."+stream, req)
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("listing the consumers of %s: %w", stream, err)
 		}
@@ -80,16 +94,22 @@ func (a *jsAPI) ListConsumers(ctx context.Context, stream string) ([]*jetstream.
 }
 
 func (a *jsAPI) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	_, err := a.js.CreateStream(ctx, cfg)
 	return err
 }
 
 func (a *jsAPI) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	_, err := a.js.UpdateStream(ctx, cfg)
 	return err
 }
 
 func (a *jsAPI) DeleteStream(ctx context.Context, name string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	err := a.js.DeleteStream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil // already gone: the goal is reached
@@ -98,6 +118,8 @@ func (a *jsAPI) DeleteStream(ctx context.Context, name string) error {
 }
 
 func (a *jsAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	var err error
 	if cfg.DeliverSubject != "" {
 		_, err = a.js.CreatePushConsumer(ctx, stream, cfg)
@@ -108,6 +130,8 @@ func (a *jsAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream
 }
 
 func (a *jsAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	var err error
 	if cfg.DeliverSubject != "" {
 		_, err = a.js.UpdatePushConsumer(ctx, stream, cfg)
@@ -118,6 +142,8 @@ func (a *jsAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream
 }
 
 func (a *jsAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	err := a.js.DeleteConsumer(ctx, stream, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil

@@ -49,6 +49,9 @@ func (s *Session) Desired(ctx context.Context, m *model.Mesh) (plan.Target, erro
 
 // Plan reads the live bus and plans against the mesh, changing nothing.
 func (s *Session) Plan(ctx context.Context, m *model.Mesh, o plan.Options) (*plan.Plan, error) {
+	if err := s.ensureConn(ctx); err != nil {
+		return nil, err
+	}
 	t, err := s.Desired(ctx, m)
 	if err != nil {
 		return nil, err

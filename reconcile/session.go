@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
@@ -96,7 +97,29 @@ func (s *Session) credential() bus.Credential {
 }
 
 func (s *Session) dial(ctx context.Context) (*bus.Conn, error) {
-	return bus.Dial(ctx, s.Target, s.credential(), nats.MaxReconnects(-1))
+	// Reconnect for as long as it takes, through authorization errors too: a config an
+	// operator breaks and mends, or a bus restarting, must not leave a watch with a dead
+	// connection.
+	return bus.Dial(ctx, s.Target, s.credential(), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+}
+
+// ensureConn dials again when the connection was closed for good, so a long-lived session
+// outlasts what nats.go gives up on.
+func (s *Session) ensureConn(ctx context.Context) error {
+	if s.Conn != nil && !s.Conn.IsClosed() {
+		return nil
+	}
+	conn, err := s.dial(ctx)
+	if err != nil {
+		return err
+	}
+	api, err := NewAPI(conn.Conn)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	s.Conn, s.API = conn, api
+	return nil
 }
 
 // bootstrapAccounts is the accounts config to install when the controller cannot log in.
@@ -194,14 +217,20 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
 	s.Target = bus.Target{URL: m.Bus.URL, Fingerprint: m.Bus.Fingerprint}
 	s.Accounts = Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload), Verify: s.verifyLogin}
-	conn, err := s.dial(ctx)
-	if errors.Is(err, nats.ErrAuthorization) && !s.controllerCanLogIn(m.Bus.AccountsFile) {
-		s.logf("the controller cannot log in to %s yet; installing the rendered accounts config at %s first", s.Target.Address(), m.Bus.AccountsFile)
-		if berr := s.bootstrap(ctx, m); berr != nil {
-			return berr
+	// Decided by the file, not by whether a login succeeds: a server whose accounts name no
+	// user at all requires no authentication, and lets anyone in — into an account without
+	// JetStream, not MESH.
+	if !s.controllerCanLogIn(m.Bus.AccountsFile) {
+		s.logf("the accounts config at %s does not let the controller in yet; installing the rendered one first", m.Bus.AccountsFile)
+		if err := s.bootstrap(ctx, m); err != nil {
+			return err
 		}
-		conn, err = s.dial(ctx)
+		// A reload by signal takes effect a moment later: wait until the controller gets in.
+		if err := s.verifyLogin(ctx); err != nil {
+			return err
+		}
 	}
+	conn, err := s.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -224,13 +253,12 @@ func (s *Session) bootstrap(ctx context.Context, m *model.Mesh) error {
 }
 
 // verifyLogin proves the server still lets the controller in after a reload, on a
-// connection of its own.
+// connection of its own, into an account with JetStream: the MESH account, not the open
+// global account of a server without users.
 func (s *Session) verifyLogin(ctx context.Context) error {
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
-		var c *bus.Conn
-		if c, err = bus.Dial(ctx, s.Target, s.credential()); err == nil {
-			c.Close()
+		if err = s.loginWithJetStream(ctx); err == nil {
 			return nil
 		}
 		// A reload by signal is asynchronous: give the server a moment to take it.
@@ -241,6 +269,24 @@ func (s *Session) verifyLogin(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("the controller cannot log in after the reload: %w", err)
+}
+
+func (s *Session) loginWithJetStream(ctx context.Context) error {
+	c, err := bus.Dial(ctx, s.Target, s.credential())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	js, err := jetstream.New(c.Conn)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("logged in, but JetStream does not answer: %w", err)
+	}
+	return nil
 }
 
 func reloaderFor(r model.Reload) bus.Reloader {

@@ -1,0 +1,139 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/meshbus/meshctl/bus"
+)
+
+// externalServer runs the real nats-server binary as its own process, with TLS, a pid file
+// and the accounts file meshctl writes included, as an operator's server would.
+type externalServer struct {
+	dir, url, fingerprint, accounts, pidFile string
+}
+
+func startExternal(t *testing.T) externalServer {
+	t.Helper()
+	bin := bus.NATSServerBinary(t)
+	dir := t.TempDir()
+	cert, key, fp := bus.SelfSignedCert(t, dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	x := externalServer{dir: dir, url: fmt.Sprintf("tls://127.0.0.1:%d", port), fingerprint: fp,
+		accounts: filepath.Join(dir, "mesh-accounts.conf"), pidFile: filepath.Join(dir, "nats.pid")}
+	// The operator's server starts before meshctl ever ran: an account with nobody in it.
+	if err := os.WriteFile(x.accounts, []byte("accounts { MESH { jetstream: enabled } }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf(`listen: "127.0.0.1:%d"
+server_name: operators-bus
+pid_file: %q
+jetstream { store_dir: %q }
+tls { cert_file: %q, key_file: %q }
+include "mesh-accounts.conf"
+`, port, x.pidFile, filepath.Join(dir, "js"), cert, key)
+	confPath := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", confPath)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, perr := os.Stat(x.pidFile)
+		c, derr := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if derr == nil {
+			c.Close()
+		}
+		if perr == nil && derr == nil {
+			return x
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the external nats-server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (x externalServer) mesh(fingerprint string) string {
+	return fmt.Sprintf(`bus:
+  url: %s
+  fingerprint: %q
+  accounts_file: %s
+  reload: { pid_file: %s }
+nodes:
+  - name: alpha
+modules:
+  - name: shop
+    on: [alpha]
+    emits: [order.placed]
+`, x.url, fingerprint, x.accounts, x.pidFile)
+}
+
+func TestAnExternalServerIsReloadedByPIDFileOverPinnedTLS(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	x := startExternal(t)
+	f := newFixture(t, x.mesh(x.fingerprint))
+	s := f.connect(ctx) // bootstraps the controller into the operator's accounts file
+	f.mustApply(ctx, s)
+	f.mustConverge(ctx, s)
+
+	// A credential issued afterwards works once the accounts config is reloaded by pid.
+	pw := f.mint(ctx, "alpha.shop")
+	f.mustApply(ctx, s)
+	var err error
+	for range 50 {
+		var c *bus.Conn
+		if c, err = bus.Dial(ctx, bus.Target{URL: x.url, Fingerprint: x.fingerprint}, bus.Credential{User: "alpha.shop", Password: pw["alpha.shop"]}); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("a credential issued and applied cannot log in to the external bus: %v", err)
+	}
+	if strings.Contains(f.log.String(), pw["alpha.shop"]) {
+		t.Fatal("the password was logged")
+	}
+}
+
+func TestAWrongFingerprintIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	x := startExternal(t)
+	wrong := strings.Repeat("ab", 32)
+	f := newFixture(t, x.mesh(wrong))
+	_, err := Connect(ctx, f.mesh(), f.store, Options{Cost: bcrypt.MinCost, Logf: f.logf})
+	var mismatch *bus.FingerprintMismatchError
+	if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), wrong) {
+		t.Fatalf("a bus presenting another certificate was not refused by its pin: %v", err)
+	}
+	if strings.Contains(err.Error(), "password") && !strings.Contains(err.Error(), "redacted") {
+		t.Fatalf("the error mentions a password: %v", err)
+	}
+	f.logf("%v", err)
+	_ = context.Background()
+}
