@@ -16,7 +16,10 @@ import (
 
 // Compute plans the changes that make live equal to target.
 func Compute(target Target, live Live, o Options) *Plan {
-	p := &Plan{}
+	p := &Plan{Baseline: live.Baseline}
+	if p.Baseline == "" {
+		p.Baseline = BaselineBus
+	}
 	liveStreams := make(map[string]*LiveStream, len(live.Streams))
 	for i := range live.Streams {
 		liveStreams[live.Streams[i].Config.Name] = &live.Streams[i]
@@ -146,7 +149,14 @@ func Compute(target Target, live Live, o Options) *Plan {
 	for _, group := range [][]Change{conflicts, byAction(streamChanges), byAction(consumerChanges), accounts, consumerDeletes, streamDeletes} {
 		p.Changes = append(p.Changes, group...)
 	}
-	p.Holders = holderMoves(live.Holding, target.Bus.Holding)
+	if p.Baseline == BaselineDescription {
+		// No bus was read, so nothing was counted: a zero would read as "nothing is
+		// queued", which nobody checked.
+		for i := range p.Changes {
+			p.Changes[i].AtStake = nil
+		}
+	}
+	p.Holders = holderMoves(live.Holding, target.Bus.Holding, target.Bus.Formerly)
 	return p
 }
 
@@ -222,9 +232,14 @@ func formerSeat(d *render.Desired, stream string) string {
 	return ""
 }
 
-func holderMoves(before, after []model.Holding) []HolderMove {
+func holderMoves(before, after []model.Holding, formerly map[string]string) []HolderMove {
 	was := map[string]model.Instance{}
 	for _, h := range before {
+		// A renamed seat is the same seat: recorded under its former name, its holder has
+		// not moved unless the holder itself changed.
+		if now, ok := formerly[h.Seat]; ok {
+			h.Seat = now
+		}
 		was[h.Seat] = h.Holder
 	}
 	now := map[string]model.Instance{}

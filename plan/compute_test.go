@@ -18,8 +18,7 @@ func target(tb testing.TB, dir string, hashes map[string]string) Target {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d := render.Derive(m)
-	return Target{Bus: d, Accounts: render.AccountsConfig(d.Principals, hashes), Hashes: hashes}
+	return TargetOf(render.Derive(m), hashes)
 }
 
 // serverView fills in what a server reports beyond what meshctl sent: its defaults and its

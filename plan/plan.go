@@ -111,6 +111,19 @@ type HolderMove struct {
 	To   *model.Instance `json:"to"`   // nil: the seat loses its holder
 }
 
+// Baseline is what a plan compares the target with.
+type Baseline string
+
+// The baselines.
+const (
+	// BaselineBus is the live bus, as read: what a replacement or deletion would lose was
+	// counted, and an apply refuses to lose it unless allowed.
+	BaselineBus Baseline = "bus"
+	// BaselineDescription is an older description (`meshctl diff --from`): no bus was read,
+	// so nothing queued was counted, and nothing at stake can be shown or refused.
+	BaselineDescription Baseline = "description"
+)
+
 // Plan is every change, in the order an apply performs them: conflicts (never performed),
 // stream creations, updates and replacements, then consumers', then the accounts config,
 // then consumer deletions, then stream deletions — so a user loses a permission before the
@@ -118,6 +131,8 @@ type HolderMove struct {
 type Plan struct {
 	Changes []Change     `json:"changes"`
 	Holders []HolderMove `json:"holders,omitempty"`
+	// Baseline is what the plan was computed against.
+	Baseline Baseline `json:"baseline"`
 	// Accounts is the config an apply writes, when the accounts change is planned.
 	Accounts []byte `json:"-"`
 }
@@ -168,6 +183,13 @@ type Target struct {
 	Hashes   map[string]string
 }
 
+// TargetOf is the target of a derivation, its accounts config rendered with hashes (nil
+// renders every user locked: `meshctl diff --from` compares two descriptions, where no
+// credential plays a part).
+func TargetOf(d *render.Desired, hashes map[string]string) Target {
+	return Target{Bus: d, Accounts: render.AccountsConfig(d.Principals, hashes), Hashes: hashes}
+}
+
 // Live is the bus that is, as read: every stream and consumer on it (owned or not), the
 // accounts config in use, and the last applied holders.
 type Live struct {
@@ -178,6 +200,8 @@ type Live struct {
 	Accounts      []byte
 	AccountsKnown bool
 	Holding       []model.Holding
+	// Baseline says where this value came from; empty means a bus that was read.
+	Baseline Baseline
 }
 
 // LiveStream is a stream as the server reports it.
@@ -208,7 +232,7 @@ func Owned(metadata map[string]string) bool { return metadata[render.OwnerKey] =
 // nothing had happened since: `meshctl diff --from OLD` plans from it, without a bus. Nothing
 // is at stake in it, since no bus says how much is queued.
 func LiveOf(t Target) Live {
-	l := Live{Accounts: t.Accounts, AccountsKnown: true, Holding: t.Bus.Holding}
+	l := Live{Accounts: t.Accounts, AccountsKnown: true, Holding: t.Bus.Holding, Baseline: BaselineDescription}
 	for _, s := range t.Bus.Streams {
 		l.Streams = append(l.Streams, LiveStream{Config: s})
 	}

@@ -16,18 +16,22 @@ const SchemaVersion = "meshctl.plan/v1"
 
 // Document is a plan as JSON: the same value the text and Markdown show.
 type Document struct {
-	Schema  string       `json:"schema"`
-	InSync  bool         `json:"in_sync"`
-	Blocked bool         `json:"blocked"`
-	Summary Summary      `json:"summary"`
-	Changes []Change     `json:"changes"`
-	Holders []HolderMove `json:"holders"`
+	Schema   string       `json:"schema"`
+	Baseline Baseline     `json:"baseline"`
+	InSync   bool         `json:"in_sync"`
+	Blocked  bool         `json:"blocked"`
+	Summary  Summary      `json:"summary"`
+	Changes  []Change     `json:"changes"`
+	Holders  []HolderMove `json:"holders"`
 }
 
 // Doc is the plan as its JSON document.
 func (p *Plan) Doc() Document {
-	d := Document{Schema: SchemaVersion, InSync: p.Empty(), Blocked: p.Blocked(), Summary: p.Summary(),
+	d := Document{Schema: SchemaVersion, Baseline: p.Baseline, InSync: p.inSync(), Blocked: p.Blocked(), Summary: p.Summary(),
 		Changes: p.Changes, Holders: p.Holders}
+	if d.Baseline == "" {
+		d.Baseline = BaselineBus
+	}
 	if d.Changes == nil {
 		d.Changes = []Change{}
 	}
@@ -89,8 +93,8 @@ var marks = map[Action]string{Create: "+", Update: "~", Replace: "-/+", Delete: 
 func (p *Plan) Text(w io.Writer, color bool) error {
 	c := palette{on: color}
 	var b strings.Builder
-	if p.Empty() && len(p.Holders) == 0 {
-		b.WriteString("The bus is in sync with the mesh: nothing to change.\n")
+	if p.inSync() {
+		b.WriteString(p.inSyncSentence() + "\n")
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
@@ -113,8 +117,13 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 			}
 			fmt.Fprintf(&b, "    %s: %s → %s%s\n", f.Field, f.Before, f.After, imm)
 		}
+		if ch.Risk != RiskNone && ch.Risk != "" {
+			fmt.Fprintf(&b, "    risk: %s\n", ch.Risk)
+		}
 		if ch.AtStake.Any() {
 			fmt.Fprintf(&b, "    at stake: %s\n", describeStake(ch.AtStake))
+		} else if p.uncounted() && losesWhatItHolds(ch) {
+			b.WriteString("    at stake: not counted (no bus was read)\n")
 		}
 		if ch.Refused != "" {
 			fmt.Fprintf(&b, "    %s\n", c.bold(c.del("REFUSED: "+ch.Refused)))
@@ -127,8 +136,44 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 		fmt.Fprintf(&b, "%s seat %s: holder %s → %s (its work queue is kept)\n", c.mod("~"), h.Seat, instanceOrNone(h.From), instanceOrNone(h.To))
 	}
 	fmt.Fprintf(&b, "\nPlan: %s.\n", p.Summary())
+	if p.uncounted() {
+		b.WriteString(uncountedNote(p) + "\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// inSync reports whether there is nothing to show: no change and no holder moving.
+func (p *Plan) inSync() bool { return p.Empty() && len(p.Holders) == 0 }
+
+func (p *Plan) inSyncSentence() string {
+	if p.uncounted() {
+		return "Both descriptions derive the same bus: nothing would change."
+	}
+	return "The bus is in sync with the mesh: nothing to change."
+}
+
+// uncounted reports whether the plan was computed without a bus, so nothing queued in
+// what it replaces or deletes was counted.
+func (p *Plan) uncounted() bool { return p.Baseline == BaselineDescription }
+
+// losesWhatItHolds reports whether a change would lose what its object holds, were any
+// of it queued: a stream's messages, a consumer's undelivered and unacknowledged work.
+func losesWhatItHolds(c Change) bool {
+	return (c.Action == Replace || c.Action == Delete) && (c.Kind == KindStream || c.Kind == KindConsumer)
+}
+
+// uncountedNote says what a plan against a description cannot know, so a reviewer does
+// not read "nothing at stake" into a diff that never looked.
+func uncountedNote(p *Plan) string {
+	note := "Compared with an older description, not a bus."
+	for _, c := range p.Changes {
+		if losesWhatItHolds(c) {
+			return note + " Messages queued in what is replaced or deleted cannot be counted without a bus:\n" +
+				"`meshctl diff` against the live bus counts them, and `meshctl apply` refuses to lose them without --allow-data-loss."
+		}
+	}
+	return note
 }
 
 func writeUser(b *strings.Builder, c palette, u UserChange) {
