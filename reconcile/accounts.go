@@ -30,6 +30,9 @@ var ErrNotLive = bus.ErrReloadByOperator
 // the previous file goes back and is reloaded again, so the bus keeps the config it had.
 func (a Accounts) write(ctx context.Context, data []byte) error {
 	dir := filepath.Dir(a.Path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating the directory of the accounts config: %w", err)
+	}
 	if err := bus.CheckAccounts(data, dir); err != nil {
 		return fmt.Errorf("the rendered accounts config does not pass the server's parser, so it was not installed: %w", err)
 	}

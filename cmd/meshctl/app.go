@@ -9,6 +9,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/meshbus/meshctl/model"
 )
 
 // Exit codes, as CI reads them. diff follows `kubectl diff`: 1 means "there are changes",
@@ -93,16 +95,15 @@ Exit codes: 0 success (diff: in sync), 1 invalid description (diff: changes pend
 }
 
 func suggestCommand(name string) string {
-	best := ""
+	names := make([]string, 0, len(commands))
 	for n := range commands {
-		if strings.HasPrefix(n, name) || strings.HasPrefix(name, n) {
-			best = n
-		}
+		names = append(names, n)
 	}
-	if best == "" {
-		return ""
+	sort.Strings(names)
+	if best := model.Suggest(name, names); best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
+	return ""
 }
 
 // flags is a subcommand's flag set with the help text that teaches it.
