@@ -106,14 +106,15 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 	case err != nil:
 		outcome = "failed: " + err.Error()
 	}
-	if err == nil {
-		if serr := s.Store.SaveInventory(ctx, inventoryOf(m), 0); serr != nil {
-			err = fmt.Errorf("the bus is updated but recording its inventory failed: %w", serr)
-			outcome = "applied; recording the inventory failed"
-		}
-	}
 	id, rerr := s.record(ctx, o.Dir, started, p, outcome)
 	res.ApplyID = id
+	if err == nil && rerr == nil {
+		// The inventory names the apply that made it, so a holder change can be traced to
+		// the commit that caused it.
+		if serr := s.Store.SaveInventory(ctx, inventoryOf(m), id); serr != nil {
+			err = fmt.Errorf("the bus is updated but recording its inventory failed: %w", serr)
+		}
+	}
 	if err == nil {
 		err = rerr
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
 )
 
 func init() {
@@ -12,7 +13,7 @@ func init() {
 }
 
 const renderHelp = `
-Usage: meshctl render [-f DIR] [-o conf|json]
+Usage: meshctl render [-f DIR] [--state DIR] [-o conf|json]
 
 Derives the bus from the description in DIR and prints it, touching nothing.
 
@@ -31,6 +32,7 @@ func runRender(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "render", renderHelp)
 	dir := f.dirFlag()
 	out := f.outputFlag("conf", "json")
+	stateDir := f.String("state", "", "state directory whose stored hashes to render (default: none, every entry locked)")
 	if _, done, code := f.parse(args); done {
 		return code
 	}
@@ -51,7 +53,20 @@ func runRender(ctx context.Context, e *env, args []string) int {
 		_, _ = e.stdout.Write(js)
 		return exitOK
 	}
-	_, _ = e.stdout.Write(render.AccountsConfig(d.Principals, nil))
+	var hashes map[string]string
+	if *stateDir != "" {
+		st, err := state.Open(*stateDir)
+		if err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		defer st.Close()
+		if hashes, err = st.Hashes(ctx); err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+	}
+	_, _ = e.stdout.Write(render.AccountsConfig(d.Principals, hashes))
 	return exitOK
 }
 

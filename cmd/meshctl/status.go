@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/state"
+)
+
+func init() {
+	register("status", command{summary: "show what was last applied, who holds each seat, and the apply history", run: runStatus})
+}
+
+const statusHelp = `
+Usage: meshctl status [--state DIR] [-n N] [-o text|json]
+
+Reads the state store and shows, without touching the bus: whether an embedded bus is
+being served from the state directory (by 'meshctl watch'), the inventory of the last
+successful apply (nodes, module instances, seats and their holders), the latest holder
+changes, and the latest applies with who ran them, from which git commit, and how they
+ended.
+
+Example:
+  meshctl status
+  meshctl status -o json | jq '.history[0]'
+`
+
+func runStatus(ctx context.Context, e *env, args []string) int {
+	f := newFlags(e, "status", statusHelp)
+	sf := f.stateFlags()
+	n := f.Int("n", 10, "how many holder changes and applies to show")
+	out := f.outputFlag("text", "json")
+	if _, done, code := f.parse(args); done {
+		return code
+	}
+	if !checkFormat(e, *out, "text", "json") {
+		return exitError
+	}
+	st, ok := sf.open(e)
+	if !ok {
+		return exitError
+	}
+	defer st.Close()
+	inv, err := st.Inventory(ctx)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
+	changes, err := st.HolderChanges(ctx, *n)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
+	history, err := st.History(ctx, *n)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
+	url, pid, running := bus.RunningEmbeddedProcess(st.Dir())
+
+	if *out == "json" {
+		type busStatus struct {
+			Running bool   `json:"running"`
+			URL     string `json:"url,omitempty"`
+			PID     int    `json:"pid,omitempty"`
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(struct {
+			EmbeddedBus   busStatus            `json:"embedded_bus"`
+			Inventory     state.Inventory      `json:"inventory"`
+			HolderChanges []state.HolderChange `json:"holder_changes"`
+			History       []state.ApplyRecord  `json:"history"`
+		}{busStatus{running, url, pid}, inv, changes, history})
+		return exitOK
+	}
+
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	if running {
+		fmt.Fprintf(w, "Embedded bus:\t%s, served by meshctl pid %d\n", url, pid)
+	} else {
+		fmt.Fprintf(w, "Embedded bus:\tnot running (commands start one for their own run)\n")
+	}
+	fmt.Fprintf(w, "Last applied:\t%d node(s), %d module instance(s), %d seat(s)\n", len(inv.Nodes), len(inv.Instances), len(inv.Seats))
+	_ = w.Flush()
+	if len(inv.Holders) > 0 {
+		fmt.Fprintln(e.stdout, "\nSeat holders:")
+		for _, h := range inv.Holders {
+			fmt.Fprintf(w, "  %s\t%s/%s\n", h.Seat, h.Node, h.Module)
+		}
+		_ = w.Flush()
+	}
+	if len(changes) > 0 {
+		fmt.Fprintln(e.stdout, "\nHolder changes (newest first):")
+		for _, c := range changes {
+			fmt.Fprintf(w, "  %s\t%s\t%s → %s\n", c.At.Local().Format(time.DateTime), c.Seat, instance(c.From), instance(c.To))
+		}
+		_ = w.Flush()
+	}
+	if len(history) > 0 {
+		fmt.Fprintln(e.stdout, "\nApplies (newest first):")
+		for _, h := range history {
+			commit := h.Commit
+			if len(commit) > 12 {
+				commit = commit[:12] + map[bool]string{true: "-dirty", false: ""}[len(h.Commit) > 40]
+			}
+			fmt.Fprintf(w, "  %s\t%s@%s\t%s\t%s\t%s\n", h.Started.Local().Format(time.DateTime), h.User, h.Host, orDash(commit), h.Summary, h.Outcome)
+		}
+		_ = w.Flush()
+	} else {
+		fmt.Fprintln(e.stdout, "\nNo apply has been recorded in this state directory.")
+	}
+	return exitOK
+}
+
+func instance(i *state.Instance) string {
+	if i == nil {
+		return "none"
+	}
+	return i.Node + "/" + i.Module
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
