@@ -71,7 +71,9 @@ func (d diagnostics) err() error {
 // Suggest returns the candidate closest to name by edit distance, or "" when none is close
 // enough to be the likely intent. Errors use it to say "did you mean".
 func Suggest(name string, candidates []string) string {
-	best, bestDist := "", len(name)/2+2
+	// A third of the name may be wrong: enough for a typo, not enough to turn "mesh" into
+	// "bus".
+	best, bestDist := "", max(1, len(name)/3)+1
 	for _, c := range candidates {
 		if d := editDistance(name, c); d < bestDist {
 			best, bestDist = c, d
@@ -87,6 +89,8 @@ func didYouMean(name string, candidates []string) string {
 	return ""
 }
 
+// editDistance counts the edits between a and b, a swap of two neighbours being one edit
+// (optimal string alignment): "tow" is one slip from "two", as a person sees it.
 func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		if a == b {
@@ -94,21 +98,25 @@ func editDistance(a, b string) int {
 		}
 		return 1 << 20
 	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }

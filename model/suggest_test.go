@@ -31,10 +31,12 @@ func TestSuggest(t *testing.T) {
 		{"closest wins over first", "printr", []string{"print-queue", "printer"}, "printer"},
 		{"tie goes to the first candidate", "printr", []string{"printer", "print"}, "printer"},
 		{"tie goes to the first candidate, reversed", "printr", []string{"print", "printer"}, "print"},
-		// The bound is len(name)/2+2 edits, exclusive: 3 edits to a 4-letter name still
-		// suggest, 4 do not.
-		{"three edits of four letters", "abcd", []string{"wxyd"}, "wxyd"},
-		{"four edits of four letters", "abcd", []string{"wxyz"}, ""},
+		// The bound is a third of the name plus one, exclusive: a slip suggests, a different
+		// word does not. A swap of neighbours is one slip.
+		{"one edit of four letters", "abcd", []string{"abxd"}, "abxd"},
+		{"two edits of four letters", "abcd", []string{"axyd"}, ""},
+		{"a swap is one edit", "tow", []string{"two"}, "two"},
+		{"a different word", "mesh", []string{"bus"}, ""},
 		{"long names match only exactly", long, []string{long + "b", long}, long},
 		{"long names are not compared by distance", long, []string{long[1:] + "b"}, ""},
 	} {
