@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/meshbus/meshctl/internal/atomicfile"
 )
 
 // File names under StateDir/bus.
@@ -135,7 +137,7 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		return nil, fmt.Errorf("starting the embedded bus: %w", err)
 	}
 	confPath := filepath.Join(dir, serverConfName)
-	if err := writeFileAtomic(confPath, []byte(conf)); err != nil {
+	if err := atomicfile.Write(confPath, []byte(conf)); err != nil {
 		return nil, fmt.Errorf("starting the embedded bus: %w", err)
 	}
 	accPath := filepath.Join(dir, accountsConfName)
@@ -144,7 +146,7 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		if initial == nil {
 			initial = []byte(defaultAccounts)
 		}
-		if err := writeFileAtomic(accPath, initial); err != nil {
+		if err := atomicfile.Write(accPath, initial); err != nil {
 			return nil, fmt.Errorf("starting the embedded bus: %w", err)
 		}
 	} else if err != nil {
@@ -185,7 +187,7 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL()}
 	rec, err := json.Marshal(busRecord{URL: e.url, PID: os.Getpid(), Started: time.Now().UTC()})
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(dir, busRecordName), rec)
+		err = atomicfile.Write(filepath.Join(dir, busRecordName), rec)
 	}
 	if err != nil {
 		srv.Shutdown()
@@ -247,33 +249,6 @@ func serverConf(o EmbeddedOptions, dir string) (string, error) {
 func confQuote(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\t", `\t`, "\r", `\r`)
 	return `"` + r.Replace(s) + `"`
-}
-
-// writeFileAtomic replaces path with data (0600) so that a reader — the server reloading, another
-// meshctl reading bus.json — never sees half a file.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // a no-op once renamed
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // URL is the address clients dial, e.g. nats://127.0.0.1:4222 (tls:// when TLS is configured).

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/meshbus/meshctl/internal/atomicfile"
 )
 
 // testUser is one user of a test accounts config, with the plaintext its test dials with.
@@ -86,7 +88,7 @@ func writeAccounts(t *testing.T, path string, accounts []byte) {
 	if err := CheckAccounts(accounts, filepath.Dir(path)); err != nil {
 		t.Fatalf("checking the new accounts: %v", err)
 	}
-	if err := writeFileAtomic(path, accounts); err != nil {
+	if err := atomicfile.Write(path, accounts); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/atomicfile"
 )
 
 // Accounts is where the accounts config lives and how the server is told to re-read it.
@@ -44,7 +45,7 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 	if existed && bytes.Equal(previous, data) {
 		return nil
 	}
-	if err := WriteFileAtomic(a.Path, data); err != nil {
+	if err := atomicfile.Write(a.Path, data); err != nil {
 		return fmt.Errorf("writing the accounts config: %w", err)
 	}
 	if err := a.reloadAndVerify(ctx); err != nil {
@@ -55,7 +56,7 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 			if !existed {
 				return os.Remove(a.Path)
 			}
-			if err := WriteFileAtomic(a.Path, previous); err != nil {
+			if err := atomicfile.Write(a.Path, previous); err != nil {
 				return err
 			}
 			return a.Reloader.Reload(ctx)
@@ -74,45 +75,6 @@ func (a Accounts) reloadAndVerify(ctx context.Context) error {
 	}
 	if a.Verify != nil {
 		return a.Verify(ctx)
-	}
-	return nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file in the same directory,
-// synced and renamed over the old one, mode 0600: a reader (the server, at reload) sees
-// the old file or the new one, never half of either.
-func WriteFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing left to remove
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

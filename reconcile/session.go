@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -187,7 +188,10 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 		if _, statErr := os.Stat(accountsPath); statErr == nil {
 			s.logf("the controller cannot log in with %s; installing the rendered accounts config before starting the bus", accountsPath)
 		}
-		if err := WriteFileAtomic(accountsPath, data); err != nil {
+		if err := os.MkdirAll(filepath.Dir(accountsPath), 0o700); err != nil {
+			return err
+		}
+		if err := atomicfile.Write(accountsPath, data); err != nil {
 			return fmt.Errorf("writing the first accounts config: %w", err)
 		}
 	}

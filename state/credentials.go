@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/meshbus/meshctl/internal/atomicfile"
 )
 
 // DefaultCost is the bcrypt cost of minted passwords: the default of nats-server's own password
@@ -311,48 +313,11 @@ func (s *Store) storeControllerPassword(ctx context.Context, tx *sql.Tx, m []min
 	if err := storeHashes(ctx, tx, m, time.Now(), op); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(path, []byte(m[0].password+"\n")); err != nil {
+	removeStaleTemps(filepath.Split(path))
+	if err := atomicfile.Write(path, []byte(m[0].password+"\n")); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
-}
-
-// writeFileAtomic replaces path with data (mode 0600) so that a reader, or a crash, sees the old
-// file or the new one and never a torn password: temporary file in the same directory, fsync,
-// rename, fsync of the directory.
-func writeFileAtomic(path string, data []byte) error {
-	dir, base := filepath.Split(path)
-	removeStaleTemps(dir, base)
-	f, err := os.CreateTemp(dir, base+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	// CreateTemp asks for 0600 but the umask could narrow it to something the owner cannot read.
-	if err := f.Chmod(fileMode); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	return syncDir(dir)
 }
 
 // removeStaleTemps deletes temporary files a crashed writeFileAtomic left next to base: each may
@@ -363,14 +328,4 @@ func removeStaleTemps(dir, base string) {
 	for _, p := range stale {
 		os.Remove(p)
 	}
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
