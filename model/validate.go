@@ -354,25 +354,36 @@ func splitRef(diags *diagnostics, n name, who, form string) (seat bool, owner, t
 	return seat, name{val: o, pos: n.pos}, name{val: t, pos: n.pos}, true
 }
 
-func (ix *index) follows(diags *diagnostics, list []name, who string) []EventRef {
-	var out []EventRef
+// offered names what a reference reaches: a module's or a seat's events (followed) or
+// tools (called).
+type offered struct {
+	verb, offer, form string // "follows", "emit", "`module/event` or `seat:seat/event`"
+	what              string // "event" or "tool", for the subject-path rule
+	byModule, bySeat  map[string]map[string]bool
+	nobodyForModules  bool // say "nobody emits it" when a module does not
+}
+
+// resolve checks references of the form `module/name` or `seat:seat/name` against what
+// modules and seats offer, and returns them resolved, in order, each once.
+func (ix *index) resolve(diags *diagnostics, list []name, who string, o offered) []refTo {
+	var out []refTo
 	seen := map[string]Pos{}
 	for _, n := range list {
-		seat, owner, ev, ok := splitRef(diags, n, who, "`module/event` or `seat:seat/event`")
-		if !ok || !checkSubjectPath(diags, ev, "event") {
+		seat, owner, thing, ok := splitRef(diags, n, who, o.form)
+		if !ok || !checkSubjectPath(diags, thing, o.what) {
 			continue
 		}
-		ref := EventRef{Seat: seat, Event: ev.val, Pos: n.pos}
+		ref := refTo{seat: seat, name: thing.val, pos: n.pos}
 		if seat {
 			s, ok := ix.seat(diags, owner, who)
 			if !ok {
 				continue
 			}
-			if !ix.seatEvents[s][ev.val] {
-				diags.add(n.pos, "%s follows %q, but seat %q does not emit %q%s", who, n.val, s, ev.val, didYouMean(ev.val, keys(ix.seatEvents[s])))
+			if !o.bySeat[s][thing.val] {
+				diags.add(n.pos, "%s %s %q, but seat %q does not %s %q%s", who, o.verb, n.val, s, o.offer, thing.val, didYouMean(thing.val, keys(o.bySeat[s])))
 				continue
 			}
-			ref.Owner = s
+			ref.owner = s
 		} else {
 			if !checkName(diags, owner, "module") {
 				continue
@@ -382,21 +393,53 @@ func (ix *index) follows(diags *diagnostics, list []name, who string) []EventRef
 				if _, isSeat := ix.seats[owner.val]; isSeat {
 					hint = fmt.Sprintf(" (%q is a seat: write seat:%s)", owner.val, n.val)
 				}
-				diags.add(n.pos, "%s follows %q, but no module is named %q%s", who, n.val, owner.val, hint)
+				diags.add(n.pos, "%s %s %q, but no module is named %q%s", who, o.verb, n.val, owner.val, hint)
 				continue
 			}
-			if !ix.modEvents[owner.val][ev.val] {
-				diags.add(n.pos, "%s follows %q, but nobody emits it: module %q does not emit %q%s", who, n.val, owner.val, ev.val, didYouMean(ev.val, keys(ix.modEvents[owner.val])))
+			if !o.byModule[owner.val][thing.val] {
+				nobody := ""
+				if o.nobodyForModules {
+					nobody = "nobody " + o.offer + "s it: "
+				}
+				diags.add(n.pos, "%s %s %q, but %smodule %q does not %s %q%s", who, o.verb, n.val, nobody, owner.val, o.offer, thing.val, didYouMean(thing.val, keys(o.byModule[owner.val])))
 				continue
 			}
-			ref.Owner = owner.val
+			ref.owner = owner.val
 		}
-		if p, dup := seen[ref.String()]; dup {
-			diags.add(n.pos, "%s follows %q twice: first at %s", who, ref.String(), p)
+		key := refString(ref.seat, ref.owner, ref.name)
+		if p, dup := seen[key]; dup {
+			diags.add(n.pos, "%s %s %q twice: first at %s", who, o.verb, key, p)
 			continue
 		}
-		seen[ref.String()] = n.pos
+		seen[key] = n.pos
 		out = append(out, ref)
+	}
+	return out
+}
+
+// refTo is a resolved reference to a module's or seat's event or tool.
+type refTo struct {
+	seat        bool
+	owner, name string
+	pos         Pos
+}
+
+func (ix *index) follows(diags *diagnostics, list []name, who string) []EventRef {
+	refs := ix.resolve(diags, list, who, offered{verb: "follows", offer: "emit", what: "event",
+		form: "`module/event` or `seat:seat/event`", byModule: ix.modEvents, bySeat: ix.seatEvents, nobodyForModules: true})
+	out := make([]EventRef, len(refs))
+	for i, r := range refs {
+		out[i] = EventRef{Seat: r.seat, Owner: r.owner, Event: r.name, Pos: r.pos}
+	}
+	return out
+}
+
+func (ix *index) calls(diags *diagnostics, list []name, who string) []ToolRef {
+	refs := ix.resolve(diags, list, who, offered{verb: "calls", offer: "serve", what: "tool",
+		form: "`module/tool` or `seat:seat/tool`", byModule: ix.modTools, bySeat: ix.seatTools})
+	out := make([]ToolRef, len(refs))
+	for i, r := range refs {
+		out[i] = ToolRef{Seat: r.seat, Owner: r.owner, Tool: r.name, Pos: r.pos}
 	}
 	return out
 }
@@ -421,49 +464,6 @@ func (ix *index) sends(diags *diagnostics, list []name, who string) []AcceptRef 
 		ref := AcceptRef{Seat: s, Accept: acc.val, Pos: n.pos}
 		if p, dup := seen[ref.String()]; dup {
 			diags.add(n.pos, "%s sends %q twice: first at %s", who, ref.String(), p)
-			continue
-		}
-		seen[ref.String()] = n.pos
-		out = append(out, ref)
-	}
-	return out
-}
-
-func (ix *index) calls(diags *diagnostics, list []name, who string) []ToolRef {
-	var out []ToolRef
-	seen := map[string]Pos{}
-	for _, n := range list {
-		seat, owner, tool, ok := splitRef(diags, n, who, "`module/tool` or `seat:seat/tool`")
-		if !ok || !checkSubjectPath(diags, tool, "tool") {
-			continue
-		}
-		ref := ToolRef{Seat: seat, Tool: tool.val, Pos: n.pos}
-		if seat {
-			s, ok := ix.seat(diags, owner, who)
-			if !ok {
-				continue
-			}
-			if !ix.seatTools[s][tool.val] {
-				diags.add(n.pos, "%s calls %q, but seat %q does not serve %q%s", who, n.val, s, tool.val, didYouMean(tool.val, keys(ix.seatTools[s])))
-				continue
-			}
-			ref.Owner = s
-		} else {
-			if !checkName(diags, owner, "module") {
-				continue
-			}
-			if _, known := ix.modules[owner.val]; !known {
-				diags.add(n.pos, "%s calls %q, but no module is named %q%s", who, n.val, owner.val, didYouMean(owner.val, ix.modNames))
-				continue
-			}
-			if !ix.modTools[owner.val][tool.val] {
-				diags.add(n.pos, "%s calls %q, but module %q does not serve %q%s", who, n.val, owner.val, tool.val, didYouMean(tool.val, keys(ix.modTools[owner.val])))
-				continue
-			}
-			ref.Owner = owner.val
-		}
-		if p, dup := seen[ref.String()]; dup {
-			diags.add(n.pos, "%s calls %q twice: first at %s", who, ref.String(), p)
 			continue
 		}
 		seen[ref.String()] = n.pos
