@@ -164,11 +164,20 @@ func (g *grants) sorted() []Grant {
 func controllerPrincipal(m *model.Mesh) Principal {
 	var pub, sub grants
 	c := m.Controller
-	// The controller owns the mesh's own traffic and the streams: it is the only writer of
-	// stream definitions, so it alone reaches the JetStream API.
+	// The controller owns the streams: it is the only writer of stream definitions, so it
+	// alone reaches the JetStream API.
+	//
+	// Publishing there is all it needs of the API: every call is a request whose answer comes
+	// back to its own inbox. The seeds also let it subscribe to `$JS.API.>`, which would let it
+	// hear every other principal's API requests and which no job of its uses; taken away on a
+	// live bus, nothing the controller does is refused (host's TestEveryGrantIsNeeded), so it
+	// is not granted.
 	pub.add("manage the mesh's streams and consumers", "$JS.API.>")
-	sub.add("manage the mesh's streams and consumers", "$JS.API.>")
-	pub.add("the mesh's control traffic", "mesh.control.>")
+	// It hears the nodes' control traffic; it does not speak on it. The seeds also let it
+	// publish on `mesh.control.>`, but what it says to a node goes to `mesh.node.>`, an
+	// enrolment answer to the enrolling node's inbox, and an ack to `$JS.ACK`; with the grant
+	// taken away on a live bus, none of its jobs is refused (host's TestEveryGrantIsNeeded),
+	// and with it a controller could forge a node's report.
 	sub.add("hear nodes' reports, enrolment requests and heartbeats", "mesh.control.>")
 	pub.add("declare to each node what it runs", "mesh.node.>")
 	// The enrolment answer goes to the address the request carries in its payload, under
@@ -196,7 +205,13 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	for _, t := range c.Calls {
 		pub.add("call "+t.String(), ToolSubject(t))
 	}
-	return Principal{User: ControllerUser, Kind: KindController, Publish: pub.sorted(), Subscribe: sub.sorted(), AllowResponses: true}
+	// No allow_responses, although the seeds set it: the controller serves no request at its
+	// reply subject. Enrolment is answered at the address the request's payload carries, which
+	// `_INBOX.enrol.>` grants, and its acks are granted by name, because a reload forgets the
+	// replies allow_responses allowed (NATS-FACTS.md). Without it on a live bus every controller
+	// job is done (host's TestEveryGrantIsNeeded); with it, any message with a reply subject
+	// that reached the controller would let it publish there once.
+	return Principal{User: ControllerUser, Kind: KindController, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
 
 func nodePrincipal(node string) Principal {
@@ -226,8 +241,9 @@ func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Sea
 	sub.add("its own inbox", Inbox(user)+".>")
 	if len(mod.Follows) > 0 {
 		// Binding a push consumer asks the server about it first, as the seat worker's grant
-		// shows (seed 002); the seeds' reference omits it for a module's own consumer, and a
-		// live test against a running server decides.
+		// shows (seed 002); the seeds' reference omits it for a module's own consumer. A live
+		// server decided: without it, binding is refused on
+		// $JS.API.CONSUMER.INFO.EVENTS.<consumer> (host's TestEveryGrantIsNeeded).
 		pub.add("bind its EVENTS consumer", consumerInfo(StreamEvents, consumer))
 		pub.add("acknowledge the events it follows", ackSubject(StreamEvents, consumer))
 		sub.add("take deliveries of its EVENTS consumer", DeliverSubject(consumer))

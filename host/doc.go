@@ -1,0 +1,30 @@
+// Package host is how the mesh's hosts join the bus: a node's agent, a module instance, the
+// holder of a seat, an enrolling node, the controller. It is the client side of what render
+// derives: each principal binds exactly the consumer render names for it and publishes exactly
+// the subjects render grants it, so a host built on this package asks the server for nothing
+// its permission list leaves out.
+//
+// What it owns:
+//
+//   - The membership (Membership, ReadMembership): the one JSON line `meshctl credentials
+//     issue` prints — address, fingerprint, user and password as four fields, never a URL with
+//     a password in it.
+//   - Joining (Join): bus.Dial with those fields joined once, the certificate pinned by its
+//     fingerprint and the inbox prefix `_INBOX.<user>`, the only inbox the user is granted.
+//   - Binding the consumer a principal is meant to use, by the mesh's naming rules
+//     (Declarations, Events, Work, ControllerInbox, ControllerEvents), as push consumers taken
+//     in their deliver group where they have one. Never js.Stream(): asking about a stream needs
+//     STREAM.INFO, which no host is granted.
+//   - Turning refusals into errors (Check). The server says what it refused only through the
+//     connection's async error handler; to the caller a missing grant looks like a timeout or
+//     "no responders" (NATS-FACTS.md). Every operation here runs under Check, so a refusal is a
+//     *bus.PermissionError naming the user, the operation and the subject.
+//
+// Package hosttest, beside it, starts a real bus carrying a whole mesh for tests of hosts; the
+// tests here use it to prove, principal by principal, that every job succeeds, that everything
+// else is refused by name, and that every grant render makes is needed by some job.
+//
+// What it must not do: decide what a principal may do (render does), create or change streams
+// and consumers (the controller does, through reconcile), or put a password anywhere but the
+// connection's CONNECT: errors name the address alone.
+package host

@@ -1,0 +1,73 @@
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Membership is what a host needs to join the bus: exactly the JSON line `meshctl credentials
+// issue` prints. The user and password ride beside the address, not inside it: a credential
+// embedded in a URL leaks into every log line that prints a connection (seed 000), so the host
+// joins them once, when it dials.
+type Membership struct {
+	// Address is the bus's URL without credentials: nats://host:port or tls://host:port.
+	Address string `json:"address"`
+	// Fingerprint is the hex SHA-256 of the bus's leaf certificate, or empty for a bus that
+	// presents none (the embedded default on loopback).
+	Fingerprint string `json:"fingerprint"`
+	User        string `json:"user"`
+	Password    string `json:"password"`
+}
+
+// String names the address and user and never the password, so a Membership printed by mistake
+// does not put a password in a log.
+func (m Membership) String() string {
+	return fmt.Sprintf("user %q at %s (password redacted)", m.User, m.Address)
+}
+
+// GoString is String for %#v, which would otherwise print every field.
+func (m Membership) GoString() string { return "host.Membership{" + m.String() + "}" }
+
+// maxMembership bounds what ReadMembership reads: a membership is one short line, and a host
+// pointed at the wrong file should say so rather than read a disk image into memory.
+const maxMembership = 64 << 10
+
+// ReadMembership reads one membership from r, as `meshctl credentials issue` prints it. Unknown
+// fields are an error, like unknown keys in the mesh's YAML: a misspelt "pasword" must say so
+// rather than read as a membership without one. Errors never quote the input, which holds a
+// password.
+func ReadMembership(r io.Reader) (Membership, error) {
+	var m Membership
+	dec := json.NewDecoder(io.LimitReader(r, maxMembership))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		if errors.Is(err, io.EOF) {
+			return m, errors.New("reading the membership: it is empty; `meshctl credentials issue PRINCIPAL` prints one")
+		}
+		// A syntax error quotes the character it stopped at, which may be one of the
+		// password's: say where, not what.
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return m, fmt.Errorf("reading the membership: not JSON at byte %d", syntax.Offset)
+		}
+		return m, fmt.Errorf("reading the membership: %w", err)
+	}
+	// One membership, nothing after it: a second object would be a second principal's
+	// credential concatenated by mistake, and this host would silently take the first.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return m, errors.New("reading the membership: more than one JSON value; a membership is one line")
+	}
+	var missing []string
+	for _, f := range []struct{ name, value string }{{"address", m.Address}, {"user", m.User}, {"password", m.Password}} {
+		if strings.TrimSpace(f.value) == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return m, fmt.Errorf("reading the membership: no %s", strings.Join(missing, ", no "))
+	}
+	return m, nil
+}

@@ -1,0 +1,221 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+)
+
+// Subjects of the mesh's own traffic, the host's side of render's naming rules. render keeps
+// these unexported beside the grants that name them; TestSubjectsMatchTheDerivation holds each
+// one here to the grant or stream subject render derives, so the two spellings cannot drift.
+
+// ReportSubject is where a node reports to the controller; CONTROL keeps it until taken.
+func ReportSubject(node string) string { return "mesh.control." + node + ".report" }
+
+// HeartbeatSubject is where a node says it is alive: core NATS, heard live and never persisted.
+func HeartbeatSubject(node string) string { return "mesh.control." + node + ".heartbeat" }
+
+// EnrolSubject is where a node's enrolment identity asks to enrol; CONTROL keeps it until taken.
+func EnrolSubject(node string) string { return "mesh.control." + node + ".enrol" }
+
+// DeclareSubject is where the controller declares to a node what it runs; NODES keeps the latest.
+func DeclareSubject(node string) string { return "mesh.node." + node + ".declare" }
+
+// AcceptSubject is work addressed to a seat; the seat's work queue keeps it until its holder
+// takes it.
+func AcceptSubject(seat, accept string) string { return "mesh.seat." + seat + ".accept." + accept }
+
+// ModuleEvent is a module's event.
+func ModuleEvent(module, event string) string {
+	return render.EventSubject(model.EventRef{Owner: module, Event: event})
+}
+
+// SeatEvent is what a seat's holder reports.
+func SeatEvent(seat, event string) string {
+	return render.EventSubject(model.EventRef{Seat: true, Owner: seat, Event: event})
+}
+
+// ModuleTool is a module's request/reply tool.
+func ModuleTool(module, tool string) string {
+	return render.ToolSubject(model.ToolRef{Owner: module, Tool: tool})
+}
+
+// SeatTool is a seat's request/reply tool, served by its holder.
+func SeatTool(seat, tool string) string {
+	return render.ToolSubject(model.ToolRef{Seat: true, Owner: seat, Tool: tool})
+}
+
+// InstanceOf is the module instance a user names, `<node>.<module>`; ok is false for the
+// controller, a node (`node.<n>`) and an enrolment identity (`enrol.<n>`). Node and module names
+// hold no dot, and `node` and `enrol` are reserved node names, so the split is unambiguous.
+func InstanceOf(user string) (inst model.Instance, ok bool) {
+	node, module, found := strings.Cut(user, ".")
+	if !found || node == "" || module == "" || strings.Contains(module, ".") || node == "node" || node == "enrol" {
+		return model.Instance{}, false
+	}
+	return model.Instance{Node: node, Module: module}, true
+}
+
+// Publish puts data on subject into the stream that keeps it and returns the stream's
+// acknowledgement. It needs only the grant to publish on subject and the host's own inbox, where
+// the acknowledgement comes back.
+func (h *Host) Publish(ctx context.Context, subject string, data []byte) (*jetstream.PubAck, error) {
+	var ack *jetstream.PubAck
+	err := h.Check(ctx, func(ctx context.Context) (err error) {
+		ack, err = h.js.Publish(ctx, subject, data)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("publishing to %s as %q: %w", subject, h.user, err)
+	}
+	return ack, nil
+}
+
+// Send publishes data on subject on core NATS, without a stream: a heartbeat, an answer. It
+// returns once the server has taken it or refused it.
+func (h *Host) Send(ctx context.Context, subject string, data []byte) error {
+	if err := h.Check(ctx, func(context.Context) error { return h.conn.Publish(subject, data) }); err != nil {
+		return fmt.Errorf("sending to %s as %q: %w", subject, h.user, err)
+	}
+	return nil
+}
+
+// Request calls a tool: it sends data to subject and returns the answer, which comes back to the
+// host's own inbox.
+func (h *Host) Request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
+	var reply *nats.Msg
+	err := h.Check(ctx, func(ctx context.Context) (err error) {
+		reply, err = h.conn.RequestWithContext(ctx, subject, data)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("calling %s as %q: %w", subject, h.user, err)
+	}
+	return reply, nil
+}
+
+// Subscribe hears subject live on core NATS: a followed event or a declaration as it is
+// published, a tool's requests. A refused subscription is an error naming the subject, and is
+// removed.
+func (h *Host) Subscribe(ctx context.Context, subject string, handle nats.MsgHandler) (*nats.Subscription, error) {
+	return h.subscribe(ctx, subject, "", handle)
+}
+
+// QueueSubscribe is Subscribe in a queue group.
+func (h *Host) QueueSubscribe(ctx context.Context, subject, queue string, handle nats.MsgHandler) (*nats.Subscription, error) {
+	return h.subscribe(ctx, subject, queue, handle)
+}
+
+func (h *Host) subscribe(ctx context.Context, subject, queue string, handle nats.MsgHandler) (*nats.Subscription, error) {
+	var sub *nats.Subscription
+	err := h.Check(ctx, func(context.Context) (err error) {
+		if queue == "" {
+			sub, err = h.conn.Subscribe(subject, handle)
+		} else {
+			sub, err = h.conn.QueueSubscribe(subject, queue, handle)
+		}
+		return err
+	})
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		return nil, fmt.Errorf("subscribing to %s as %q: %w", subject, h.user, err)
+	}
+	return sub, nil
+}
+
+// Report files a node's report with the controller: persisted in CONTROL until the controller
+// takes it.
+func (h *Host) Report(ctx context.Context, node string, data []byte) (*jetstream.PubAck, error) {
+	return h.Publish(ctx, ReportSubject(node), data)
+}
+
+// Heartbeat says the node is alive: core NATS, heard by the controller live, nothing persisted.
+func (h *Host) Heartbeat(ctx context.Context, node string, data []byte) error {
+	return h.Send(ctx, HeartbeatSubject(node), data)
+}
+
+// EnrolRequest is the payload of an enrolment request. The request is kept in CONTROL, a work
+// queue, and reaches the controller through its consumer, which carries no reply subject of the
+// requester's; so the request says in its payload where the answer goes: an address under the
+// enrolment identity's own inbox, the only thing it may hear.
+type EnrolRequest struct {
+	Reply string `json:"reply"`
+}
+
+// Enrol asks, as node's enrolment identity, to enrol, and returns the controller's answer. It
+// listens on a fresh address under its own inbox before it asks, so the answer cannot arrive
+// before anyone hears it, and waits until ctx ends.
+func (h *Host) Enrol(ctx context.Context, node string) (*nats.Msg, error) {
+	inbox := h.conn.NewInbox()
+	answers := make(chan *nats.Msg, 1)
+	sub, err := h.Subscribe(ctx, inbox, func(m *nats.Msg) {
+		select {
+		case answers <- m:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enrolling %s: %w", node, err)
+	}
+	defer sub.Unsubscribe()
+	req, _ := json.Marshal(EnrolRequest{Reply: inbox})
+	if _, err := h.Publish(ctx, EnrolSubject(node), req); err != nil {
+		return nil, fmt.Errorf("enrolling %s: %w", node, err)
+	}
+	select {
+	case m := <-answers:
+		return m, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("enrolling %s as %q: no answer from the controller: %w", node, h.user, ctx.Err())
+	}
+}
+
+// ErrNotEnrolment is returned (wrapped) for a message that is not a well-formed enrolment
+// request of the node its subject names.
+var ErrNotEnrolment = errors.New("not an enrolment request")
+
+// EnrolReply is where an enrolment request asks its answer to go. The address must lie under
+// the inbox of the enrolment identity of the node the request's subject names: the controller
+// may publish anywhere under `_INBOX.enrol.>`, and a request must not steer it to another node's
+// enrolment, or anywhere else.
+func EnrolReply(subject string, payload []byte) (string, error) {
+	rest, ok := strings.CutPrefix(subject, "mesh.control.")
+	node, what, _ := strings.Cut(rest, ".")
+	if !ok || node == "" || what != "enrol" {
+		return "", fmt.Errorf("%w: subject %s", ErrNotEnrolment, subject)
+	}
+	var req EnrolRequest
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return "", fmt.Errorf("%w: %s carries no JSON payload: %v", ErrNotEnrolment, subject, err)
+	}
+	prefix := render.Inbox(render.EnrolUser(node)) + "."
+	if !strings.HasPrefix(req.Reply, prefix) || len(req.Reply) == len(prefix) || strings.ContainsAny(req.Reply, "*> \t\r\n") {
+		return "", fmt.Errorf("%w: %s asks for its answer at %q, not under %s", ErrNotEnrolment, subject, req.Reply, prefix)
+	}
+	return req.Reply, nil
+}
+
+// AnswerEnrolment answers, as the controller, an enrolment request taken from CONTROL: it sends
+// answer to the address the request carries and then acknowledges the request, so a request
+// whose answer could not be sent is delivered again.
+func (h *Host) AnswerEnrolment(ctx context.Context, request jetstream.Msg, answer []byte) error {
+	reply, err := EnrolReply(request.Subject(), request.Data())
+	if err != nil {
+		return err
+	}
+	if err := h.Send(ctx, reply, answer); err != nil {
+		return fmt.Errorf("answering an enrolment: %w", err)
+	}
+	return h.Ack(ctx, request)
+}
