@@ -37,16 +37,16 @@ const (
 )
 
 var (
-	orderPlaced = host.ModuleEvent("shop", "order.placed")
-	upgraded    = host.ModuleEvent("mesh-catalog", "upgraded")
-	catchingUp  = host.ModuleEvent("mesh-catalog", "catching-up")
-	delivered   = host.SeatEvent(telegramSender, "delivered")
-	failed      = host.SeatEvent(telegramSender, "failed")
-	built       = host.SeatEvent(buildMachine, "built")
-	sendWork    = host.AcceptSubject(telegramSender, "send")
-	buildWork   = host.AcceptSubject(buildMachine, "build")
-	status      = host.ModuleTool("telegram", "status")
-	queueTool   = host.SeatTool(telegramSender, "queue")
+	orderPlaced = render.ModuleEvent("shop", "order.placed")
+	upgraded    = render.ModuleEvent("mesh-catalog", "upgraded")
+	catchingUp  = render.ModuleEvent("mesh-catalog", "catching-up")
+	delivered   = render.SeatEvent(telegramSender, "delivered")
+	failed      = render.SeatEvent(telegramSender, "failed")
+	built       = render.SeatEvent(buildMachine, "built")
+	sendWork    = render.AcceptSubject(telegramSender, "send")
+	buildWork   = render.AcceptSubject(buildMachine, "build")
+	status      = render.ModuleTool("telegram", "status")
+	queueTool   = render.SeatTool(telegramSender, "queue")
 )
 
 // jobs lists every job of every principal of the matrix mesh.
@@ -103,7 +103,7 @@ func jobs() []job {
 		return heartbeat(ctx, "one", node, as, asHelper("node.one"), mine)
 	})
 	add(ctl, "declare to a node", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
-		return emit(ctx, as, render.StreamNodes, host.DeclareSubject("one"), host.DeclareSubject("two"))
+		return emit(ctx, as, render.StreamNodes, render.DeclareSubject("one"), render.DeclareSubject("two"))
 	})
 	add(ctl, "take exactly the events it follows and ack them after a reload", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
 		return consume(ctx, b, as, as.ControllerEvents, []string{catchingUp, upgraded, built}, func(ctx context.Context) ([][]byte, error) {
@@ -131,12 +131,12 @@ func jobs() []job {
 			bind := func(ctx context.Context, h jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
 				return as.Declarations(ctx, n, h)
 			}
-			return consume(ctx, b, as, bind, []string{host.DeclareSubject(n)}, func(ctx context.Context) ([][]byte, error) {
-				return counterparts(ctx, b, published{ctl, host.DeclareSubject(n), token("declaration")})
+			return consume(ctx, b, as, bind, []string{render.DeclareSubject(n)}, func(ctx context.Context) ([][]byte, error) {
+				return counterparts(ctx, b, published{ctl, render.DeclareSubject(n), token("declaration")})
 			})
 		})
 		add(user, "hear its declaration live", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
-			return hear(ctx, b, as, map[string]string{host.DeclareSubject(n): ctl})
+			return hear(ctx, b, as, map[string]string{render.DeclareSubject(n): ctl})
 		})
 		add(user, "report to the controller, who takes it", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
 			c, err := b.Join(ctl)
@@ -470,7 +470,7 @@ func heartbeat(ctx context.Context, node string, nodeHost, c *host.Host, nodeErr
 	if err := nodeHost.Heartbeat(ctx, node, beat); err != nil {
 		return nodeErr(err)
 	}
-	if err := heard.await(ctx, host.HeartbeatSubject(node), beat); err != nil {
+	if err := heard.await(ctx, render.HeartbeatSubject(node), beat); err != nil {
 		return ctlErr(err)
 	}
 	after, err := controlMessages(ctx, c)
@@ -516,7 +516,7 @@ func enrolment(ctx context.Context, node string, ident, c *host.Host, identErr, 
 			}
 			return nil
 		case m := <-d.ch:
-			if m.Subject() != host.EnrolSubject(node) {
+			if m.Subject() != render.EnrolSubject(node) {
 				continue // a report: another job's to take
 			}
 			if err := c.AnswerEnrolment(ctx, m, answer); err != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/bus"
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -144,25 +143,25 @@ func TestSubjectsMatchTheDerivation(t *testing.T) {
 		return ""
 	}
 	enrol, _ := d.Principal(render.EnrolUser("one"))
-	if len(enrol.Publish) != 1 || enrol.Publish[0].Subject != host.EnrolSubject("one") {
-		t.Errorf("enrol.one may publish %v, host asks on %s", enrol.Publish, host.EnrolSubject("one"))
+	if len(enrol.Publish) != 1 || enrol.Publish[0].Subject != render.EnrolSubject("one") {
+		t.Errorf("enrol.one may publish %v, host asks on %s", enrol.Publish, render.EnrolSubject("one"))
 	}
 	for _, c := range []struct {
 		subject, user string
 		publish       bool
 		stream        string
 	}{
-		{host.EnrolSubject("one"), "enrol.one", true, render.StreamControl},
-		{host.ReportSubject("one"), "node.one", true, render.StreamControl},
-		{host.HeartbeatSubject("one"), "node.one", true, ""},
-		{host.DeclareSubject("one"), "node.one", false, render.StreamNodes},
-		{host.DeclareSubject("one"), ctl, true, render.StreamNodes},
-		{host.AcceptSubject(telegramSender, "send"), "two.shop", true, render.SeatStreamName(telegramSender)},
-		{host.AcceptSubject(telegramSender, "send"), "one.telegram", false, render.SeatStreamName(telegramSender)},
-		{host.ModuleEvent("shop", "order.placed"), "two.shop", true, render.StreamEvents},
-		{host.SeatEvent(telegramSender, "failed"), "one.telegram", true, render.StreamEvents},
-		{host.ModuleTool("telegram", "status"), "one.telegram", false, ""},
-		{host.SeatTool(telegramSender, "queue"), "one.telegram", false, ""},
+		{render.EnrolSubject("one"), "enrol.one", true, render.StreamControl},
+		{render.ReportSubject("one"), "node.one", true, render.StreamControl},
+		{render.HeartbeatSubject("one"), "node.one", true, ""},
+		{render.DeclareSubject("one"), "node.one", false, render.StreamNodes},
+		{render.DeclareSubject("one"), ctl, true, render.StreamNodes},
+		{render.AcceptSubject(telegramSender, "send"), "two.shop", true, render.SeatStreamName(telegramSender)},
+		{render.AcceptSubject(telegramSender, "send"), "one.telegram", false, render.SeatStreamName(telegramSender)},
+		{render.ModuleEvent("shop", "order.placed"), "two.shop", true, render.StreamEvents},
+		{render.SeatEvent(telegramSender, "failed"), "one.telegram", true, render.StreamEvents},
+		{render.ModuleTool("telegram", "status"), "one.telegram", false, ""},
+		{render.SeatTool(telegramSender, "queue"), "one.telegram", false, ""},
 	} {
 		if !granted(c.user, c.publish, c.subject) {
 			t.Errorf("%s is not granted %s (publish %v)", c.user, c.subject, c.publish)
@@ -172,8 +171,8 @@ func TestSubjectsMatchTheDerivation(t *testing.T) {
 		}
 	}
 	for _, n := range d.Consumers {
-		if n.Stream == render.StreamNodes && n.Config.FilterSubject != host.DeclareSubject(n.Name()) {
-			t.Errorf("node %s's consumer filters %q, host says its declarations are on %s", n.Name(), n.Config.FilterSubject, host.DeclareSubject(n.Name()))
+		if n.Stream == render.StreamNodes && n.Config.FilterSubject != render.DeclareSubject(n.Name()) {
+			t.Errorf("node %s's consumer filters %q, host says its declarations are on %s", n.Name(), n.Config.FilterSubject, render.DeclareSubject(n.Name()))
 		}
 	}
 }

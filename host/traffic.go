@@ -14,46 +14,6 @@ import (
 	"github.com/meshbus/meshctl/render"
 )
 
-// Subjects of the mesh's own traffic, the host's side of render's naming rules. render keeps
-// these unexported beside the grants that name them; TestSubjectsMatchTheDerivation holds each
-// one here to the grant or stream subject render derives, so the two spellings cannot drift.
-
-// ReportSubject is where a node reports to the controller; CONTROL keeps it until taken.
-func ReportSubject(node string) string { return "mesh.control." + node + ".report" }
-
-// HeartbeatSubject is where a node says it is alive: core NATS, heard live and never persisted.
-func HeartbeatSubject(node string) string { return "mesh.control." + node + ".heartbeat" }
-
-// EnrolSubject is where a node's enrolment identity asks to enrol; CONTROL keeps it until taken.
-func EnrolSubject(node string) string { return "mesh.control." + node + ".enrol" }
-
-// DeclareSubject is where the controller declares to a node what it runs; NODES keeps the latest.
-func DeclareSubject(node string) string { return "mesh.node." + node + ".declare" }
-
-// AcceptSubject is work addressed to a seat; the seat's work queue keeps it until its holder
-// takes it.
-func AcceptSubject(seat, accept string) string { return "mesh.seat." + seat + ".accept." + accept }
-
-// ModuleEvent is a module's event.
-func ModuleEvent(module, event string) string {
-	return render.EventSubject(model.EventRef{Owner: module, Event: event})
-}
-
-// SeatEvent is what a seat's holder reports.
-func SeatEvent(seat, event string) string {
-	return render.EventSubject(model.EventRef{Seat: true, Owner: seat, Event: event})
-}
-
-// ModuleTool is a module's request/reply tool.
-func ModuleTool(module, tool string) string {
-	return render.ToolSubject(model.ToolRef{Owner: module, Tool: tool})
-}
-
-// SeatTool is a seat's request/reply tool, served by its holder.
-func SeatTool(seat, tool string) string {
-	return render.ToolSubject(model.ToolRef{Seat: true, Owner: seat, Tool: tool})
-}
-
 // InstanceOf is the module instance a user names, `<node>.<module>`; ok is false for the
 // controller, a node (`node.<n>`) and an enrolment identity (`enrol.<n>`). Node and module names
 // hold no dot, and `node` and `enrol` are reserved node names, so the split is unambiguous.
@@ -137,12 +97,12 @@ func (h *Host) subscribe(ctx context.Context, subject, queue string, handle nats
 // Report files a node's report with the controller: persisted in CONTROL until the controller
 // takes it.
 func (h *Host) Report(ctx context.Context, node string, data []byte) (*jetstream.PubAck, error) {
-	return h.Publish(ctx, ReportSubject(node), data)
+	return h.Publish(ctx, render.ReportSubject(node), data)
 }
 
 // Heartbeat says the node is alive: core NATS, heard by the controller live, nothing persisted.
 func (h *Host) Heartbeat(ctx context.Context, node string, data []byte) error {
-	return h.Send(ctx, HeartbeatSubject(node), data)
+	return h.Send(ctx, render.HeartbeatSubject(node), data)
 }
 
 // EnrolRequest is the payload of an enrolment request. The request is kept in CONTROL, a work
@@ -170,7 +130,7 @@ func (h *Host) Enrol(ctx context.Context, node string) (*nats.Msg, error) {
 	}
 	defer sub.Unsubscribe()
 	req, _ := json.Marshal(EnrolRequest{Reply: inbox})
-	if _, err := h.Publish(ctx, EnrolSubject(node), req); err != nil {
+	if _, err := h.Publish(ctx, render.EnrolSubject(node), req); err != nil {
 		return nil, fmt.Errorf("enrolling %s: %w", node, err)
 	}
 	select {

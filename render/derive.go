@@ -221,7 +221,7 @@ func nodePrincipal(node string) Principal {
 	pub.add("bind its declaration consumer", consumerInfo(StreamNodes, node))
 	pub.add("acknowledge its declarations", ackSubject(StreamNodes, node))
 	sub.add("take deliveries of its declaration consumer", DeliverSubject(node))
-	sub.add("hear its declaration live", declareSubject(node))
+	sub.add("hear its declaration live", DeclareSubject(node))
 	sub.add("its own inbox", Inbox(user)+".>")
 	return Principal{User: user, Kind: KindNode, Node: node, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
@@ -229,7 +229,7 @@ func nodePrincipal(node string) Principal {
 func enrolPrincipal(node string) Principal {
 	var pub, sub grants
 	user := EnrolUser(node)
-	pub.add("ask to enrol", controlSubject(node, "enrol"))
+	pub.add("ask to enrol", EnrolSubject(node))
 	sub.add("hear the enrolment answer", Inbox(user)+".>")
 	return Principal{User: user, Kind: KindEnrol, Node: node, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
@@ -255,13 +255,13 @@ func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Sea
 		sub.add("follow "+f.String(), EventSubject(f))
 	}
 	for _, e := range mod.Emits {
-		pub.add("emit its event "+e, moduleEvent(mod.Name, e))
+		pub.add("emit its event "+e, ModuleEvent(mod.Name, e))
 	}
 	for _, t := range mod.Serves {
-		sub.add("serve its tool "+t, moduleTool(mod.Name, t))
+		sub.add("serve its tool "+t, ModuleTool(mod.Name, t))
 	}
 	for _, s := range mod.Sends {
-		pub.add("send work to "+s.String(), seatAccept(s.Seat, s.Accept))
+		pub.add("send work to "+s.String(), AcceptSubject(s.Seat, s.Accept))
 	}
 	for _, t := range mod.Calls {
 		pub.add("call "+t.String(), ToolSubject(t))
@@ -275,13 +275,13 @@ func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Sea
 		pub.add("acknowledge work of seat "+s.Name, ackSubject(stream, worker))
 		sub.addGrant(Grant{Subject: DeliverSubject(worker), Queue: worker, Job: "take work of seat " + s.Name + " in its queue group"})
 		for _, a := range s.Accepts {
-			sub.add("hear work of seat "+s.Name+" live", seatAccept(s.Name, a))
+			sub.add("hear work of seat "+s.Name+" live", AcceptSubject(s.Name, a))
 		}
 		for _, e := range s.Emits {
-			pub.add("report seat "+s.Name+"'s event "+e, seatEvent(s.Name, e))
+			pub.add("report seat "+s.Name+"'s event "+e, SeatEvent(s.Name, e))
 		}
 		for _, t := range s.Serves {
-			sub.add("serve seat "+s.Name+"'s tool "+t, seatTool(s.Name, t))
+			sub.add("serve seat "+s.Name+"'s tool "+t, SeatTool(s.Name, t))
 			serves = true
 		}
 	}
@@ -347,7 +347,7 @@ func streamsAndConsumers(m *model.Mesh, instances []model.Instance) ([]jetstream
 	consumers = append(consumers, eventConsumers...)
 	for _, n := range m.Nodes {
 		consumers = append(consumers, push(StreamNodes, n.Name, DeliverSubject(n.Name),
-			"meshctl: declarations to node "+n.Name, []string{declareSubject(n.Name)}))
+			"meshctl: declarations to node "+n.Name, []string{DeclareSubject(n.Name)}))
 	}
 
 	desc, meta := owned("meshctl: nodes' reports and enrolment requests, until the controller takes them")

@@ -67,14 +67,37 @@ func Inbox(user string) string { return "_INBOX." + user }
 
 func upperSnake(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
 
-// Subjects.
-func controlSubject(node, what string) string { return "mesh.control." + node + "." + what }
-func declareSubject(node string) string       { return "mesh.node." + node + ".declare" }
-func moduleEvent(module, event string) string { return "mesh.mod." + module + ".event." + event }
-func moduleTool(module, tool string) string   { return "mesh.mod." + module + ".tool." + tool }
-func seatAccept(seat, accept string) string   { return "mesh.seat." + seat + ".accept." + accept }
-func seatEvent(seat, event string) string     { return "mesh.seat." + seat + ".event." + event }
-func seatTool(seat, tool string) string       { return "mesh.seat." + seat + ".tool." + tool }
+// Subjects of the mesh's traffic. Hosts use these same functions, so the subject a host
+// publishes to and the grant that lets it are spelled in one place.
+
+// ReportSubject is where a node reports to the controller; CONTROL keeps it until taken.
+func ReportSubject(node string) string { return "mesh.control." + node + ".report" }
+
+// HeartbeatSubject is where a node says it is alive: core NATS, heard live and never persisted.
+func HeartbeatSubject(node string) string { return "mesh.control." + node + ".heartbeat" }
+
+// EnrolSubject is where a node's enrolment identity asks to enrol; CONTROL keeps it until taken.
+func EnrolSubject(node string) string { return "mesh.control." + node + ".enrol" }
+
+// DeclareSubject is where the controller declares to a node what it runs; NODES keeps the latest.
+func DeclareSubject(node string) string { return "mesh.node." + node + ".declare" }
+
+// AcceptSubject is work addressed to a seat; the seat's work queue keeps it until its holder
+// takes it.
+func AcceptSubject(seat, accept string) string { return "mesh.seat." + seat + ".accept." + accept }
+
+// ModuleEvent is a module's event.
+func ModuleEvent(module, event string) string { return "mesh.mod." + module + ".event." + event }
+
+// SeatEvent is what a seat's holder reports.
+func SeatEvent(seat, event string) string { return "mesh.seat." + seat + ".event." + event }
+
+// ModuleTool is a module's request/reply tool.
+func ModuleTool(module, tool string) string { return "mesh.mod." + module + ".tool." + tool }
+
+// SeatTool is a seat's request/reply tool, served by its holder.
+func SeatTool(seat, tool string) string { return "mesh.seat." + seat + ".tool." + tool }
+
 func ackSubject(stream, consumer string) string {
 	return "$JS.ACK." + stream + "." + consumer + ".>"
 }
@@ -85,15 +108,15 @@ func consumerInfo(stream, consumer string) string {
 // EventSubject is the subject an event reference names.
 func EventSubject(r model.EventRef) string {
 	if r.Seat {
-		return seatEvent(r.Owner, r.Event)
+		return SeatEvent(r.Owner, r.Event)
 	}
-	return moduleEvent(r.Owner, r.Event)
+	return ModuleEvent(r.Owner, r.Event)
 }
 
 // ToolSubject is the subject a tool reference names.
 func ToolSubject(r model.ToolRef) string {
 	if r.Seat {
-		return seatTool(r.Owner, r.Tool)
+		return SeatTool(r.Owner, r.Tool)
 	}
-	return moduleTool(r.Owner, r.Tool)
+	return ModuleTool(r.Owner, r.Tool)
 }

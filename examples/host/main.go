@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			if *emit != "" {
 				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 				defer cancel()
-				if _, err := h.Publish(ctx, host.SeatEvent(*seat, *emit), msg.Data()); err != nil {
+				if _, err := h.Publish(ctx, render.SeatEvent(*seat, *emit), msg.Data()); err != nil {
 					// Not acknowledged: the work comes back after the ack wait.
 					logf("%v", err)
 					return

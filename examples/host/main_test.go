@@ -15,7 +15,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/render"
 )
@@ -66,8 +65,8 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	for subject, message := range map[string]string{
-		host.ModuleEvent("shop", "order.placed"): "order-17",
-		host.AcceptSubject("mailer", "send"):     "mail-17",
+		render.ModuleEvent("shop", "order.placed"): "order-17",
+		render.AcceptSubject("mailer", "send"):     "mail-17",
 	} {
 		var stderr bytes.Buffer
 		if code := run(ctx, []string{"-membership", shopFile, "-publish", subject, "-message", message}, nil, io.Discard, &stderr); code != 0 {
@@ -76,7 +75,7 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	}
 	// And is refused what is not its job, by name.
 	var stderr0 bytes.Buffer
-	if code := run(ctx, []string{"-membership", shopFile, "-publish", host.SeatEvent("mailer", "sent")}, nil, io.Discard, &stderr0); code != 1 ||
+	if code := run(ctx, []string{"-membership", shopFile, "-publish", render.SeatEvent("mailer", "sent")}, nil, io.Discard, &stderr0); code != 1 ||
 		!strings.Contains(stderr0.String(), `may not publish to "mesh.seat.mailer.event.sent"`) {
 		t.Errorf("the shop reporting the mailer's event: exit %d: %s", code, stderr0.String())
 	}
@@ -123,7 +122,7 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	defer cc.Stop()
 	select {
 	case m := <-got:
-		if m.Subject() != host.SeatEvent("mailer", "sent") || string(m.Data()) != "mail-17" {
+		if m.Subject() != render.SeatEvent("mailer", "sent") || string(m.Data()) != "mail-17" {
 			t.Fatalf("the controller heard %s %q", m.Subject(), m.Data())
 		}
 	case <-ctx.Done():
