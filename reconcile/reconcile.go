@@ -43,8 +43,7 @@ func (s *Session) Desired(ctx context.Context, m *model.Mesh) (plan.Target, erro
 	if err != nil {
 		return plan.Target{}, err
 	}
-	d := render.Derive(m)
-	return plan.Target{Bus: d, Accounts: render.AccountsConfig(d.Principals, hashes), Hashes: hashes}, nil
+	return plan.TargetOf(render.Derive(m), hashes), nil
 }
 
 // Plan reads the live bus and plans against the mesh, changing nothing.
