@@ -28,7 +28,7 @@ type Options struct {
 	Cost int
 	// Logf receives what an operator should know (a bus started, a bootstrap); nil drops it.
 	Logf func(format string, args ...any)
-	// KeepEmbedded asks for the embedded bus to be started even when another meshctl
+	// OwnEmbedded asks for the embedded bus to be started even when another meshctl
 	// process serves one: only `watch`, which must own the bus it keeps up, sets it.
 	OwnEmbedded bool
 }
@@ -91,6 +91,42 @@ func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) 
 	}
 	s.API = api
 	return s, nil
+}
+
+// Redial connects to the same bus anew, as the controller with the credential the store
+// holds now, installing the rendered accounts config first when the one in use does not
+// let it in. It is for a long-lived session (`meshctl watch`) whose connection was
+// refused because the controller's credential was revoked or minted anew by another
+// meshctl: the bus itself is fine, and an embedded one keeps running for everyone else.
+func (s *Session) Redial(ctx context.Context, m *model.Mesh, cost int) error {
+	password, err := s.Store.ControllerPassword(ctx, cost)
+	if err != nil {
+		return err
+	}
+	s.password = password
+	if !s.controllerCanLogIn(s.Accounts.Path) {
+		s.logf("the controller cannot log in with %s; installing the rendered accounts config", s.Accounts.Path)
+		if err := s.bootstrap(ctx, m); err != nil {
+			return err
+		}
+		if err := s.verifyLogin(ctx); err != nil {
+			return err
+		}
+	}
+	conn, err := s.dial(ctx)
+	if err != nil {
+		return err
+	}
+	api, err := NewAPI(conn.Conn)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	if s.Conn != nil {
+		s.Conn.Close()
+	}
+	s.Conn, s.API = conn, api
+	return nil
 }
 
 func (s *Session) credential() bus.Credential {
@@ -170,6 +206,10 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 		logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
 		if !s.controllerCanLogIn(accountsPath) {
 			if err := s.bootstrap(ctx, m); err != nil {
+				return err
+			}
+			// The watch process reloads when its SIGHUP arrives, a moment later.
+			if err := s.verifyLogin(ctx); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,32 @@
+// Package watch is `meshctl watch`: the control host's loop that keeps the bus equal to
+// the description in a directory, for as long as it runs.
+//
+// It owns when to reconcile, and nothing of how: loading, planning and applying are the
+// model and reconcile packages' work, done the same way a one-shot `meshctl apply` does
+// them. A reconcile runs once at start, after every change under the directory (debounced,
+// so a `git pull` touching fifty files makes one), on a resync interval (so drift made
+// behind watch's back — a consumer deleted, the accounts file edited by hand — is found
+// and healed), and on SIGHUP. A description that does not validate is reported and
+// nothing is applied, so the last good state stays live; a plan the reconciler refuses
+// (data at stake, a conflict) is reported every cycle and never forced; a bus that is
+// down is retried with a capped backoff.
+//
+// Lifecycle: Run opens the state store, starts the tree watcher (inotify, or polling
+// when inotify runs out of watches) and the metrics server, then runs the loop until its
+// context ends. One goroutine — Run's own — owns the loop's state and selects on the
+// context, file events, the debounce timer, the resync ticker, the retry timer, SIGHUP
+// and the results of the reconcile it started; each reconcile runs on a goroutine of its
+// own so that a SIGHUP reloads the embedded bus at once, even while a reconcile waits
+// for another meshctl's apply lock. On return everything Run started has stopped: the
+// reconcile in flight (abandoned at a safe point: the reconciler leaves a bus the next
+// apply converges), the embedded bus, the tree watcher and the metrics server.
+//
+// The SIGHUP contract: with the embedded bus, watch serves it for the whole state
+// directory, and one-shot commands in other terminals (apply, credentials issue and
+// revoke) write its accounts file and send SIGHUP to watch's pid rather than start a
+// second server. So on SIGHUP watch reloads its embedded bus first, then reconciles.
+//
+// What it must not do: force a refused plan, apply a description that does not
+// validate, or log a password: logs carry plan summaries, object names and errors, which
+// the reconciler writes without credentials.
+package watch

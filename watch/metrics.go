@@ -1,0 +1,145 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are watch's Prometheus metrics, in a registry of their own: the global one would
+// carry whatever any imported library registers, and two Runs in one process (tests) would
+// collide on it.
+type metrics struct {
+	reg          *prometheus.Registry
+	reconciles   *prometheus.CounterVec
+	duration     prometheus.Histogram
+	applied      prometheus.Counter
+	drift        prometheus.Counter
+	invalidTrees prometheus.Counter
+	lastSuccess  prometheus.Gauge
+
+	health atomic.Pointer[health]
+}
+
+// health is what /healthz answers: the last reconcile's outcome.
+type health struct {
+	ok  bool
+	why string
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshctl_watch_reconciles_total",
+			Help: "Reconciles by outcome: ok (changes applied), noop (in sync), invalid (the description does not validate), refused (data at stake or a conflict), error (the bus unreachable or an apply failed).",
+		}, []string{"outcome"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "meshctl_watch_reconcile_duration_seconds",
+			Help: "How long a reconcile took, from loading the description to recording the outcome.",
+			// From a converged read of a small mesh to a first apply of thousands of consumers.
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}),
+		applied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshctl_watch_changes_applied_total",
+			Help: "Changes applied to the bus (streams, consumers, the accounts config).",
+		}),
+		drift: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshctl_watch_drift_changes_total",
+			Help: "Changes planned by a reconcile that no file change caused (resync, SIGHUP, or their retry): drift made behind watch's back.",
+		}),
+		invalidTrees: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshctl_watch_invalid_trees_total",
+			Help: "Changes of the description (or starts) that left it invalid; resyncs of the same invalid tree are not counted again.",
+		}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshctl_watch_last_success_timestamp_seconds",
+			Help: "Unix time of the last reconcile that left the bus in sync (ok or noop).",
+		}),
+	}
+	m.reg.MustRegister(m.reconciles, m.duration, m.applied, m.drift, m.invalidTrees, m.lastSuccess,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every outcome from zero, so a rate over a counter that has not moved yet is 0, not absent.
+	for _, o := range outcomes {
+		m.reconciles.WithLabelValues(string(o))
+	}
+	m.setHealth(false, "no reconcile has finished yet")
+	return m
+}
+
+// observe records a finished reconcile.
+func (m *metrics) observe(c Cycle) {
+	m.reconciles.WithLabelValues(string(c.Outcome)).Inc()
+	m.duration.Observe(c.Duration.Seconds())
+	m.applied.Add(float64(c.Applied))
+	m.drift.Add(float64(c.Drift))
+	if c.Outcome == OutcomeInvalid && c.Trigger.Has(TriggerStart|TriggerFiles) {
+		m.invalidTrees.Inc()
+	}
+	if c.Outcome == OutcomeOK || c.Outcome == OutcomeNoop {
+		m.lastSuccess.SetToCurrentTime()
+	}
+}
+
+// setHealth sets what /healthz answers from now on.
+func (m *metrics) setHealth(ok bool, why string) { m.health.Store(&health{ok: ok, why: why}) }
+
+// healthz answers 200 when the last reconcile left the bus in sync and 503 otherwise, with
+// a line saying why, for a load balancer or an operator's curl.
+func (m *metrics) healthz(w http.ResponseWriter, _ *http.Request) {
+	h := m.health.Load()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !h.ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	fmt.Fprintln(w, h.why)
+}
+
+// metricsServer serves /metrics and /healthz until stop.
+type metricsServer struct {
+	addr string
+	srv  *http.Server
+	wg   sync.WaitGroup
+}
+
+// startMetricsServer listens before it returns, so that an address in use fails Run at
+// once instead of in a log line nobody reads.
+func startMetricsServer(addr string, m *metrics, log *slog.Logger) (*metricsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serving metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", m.healthz)
+	s := &metricsServer{addr: ln.Addr().String(), srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// Serve fails only on a broken listener; metrics are not worth stopping the loop.
+			log.Error("the metrics server stopped", "error", err)
+		}
+	}()
+	return s, nil
+}
+
+// stop shuts the server down, giving requests in flight a few seconds, and waits for it.
+func (s *metricsServer) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		_ = s.srv.Close()
+	}
+	s.wg.Wait()
+}

@@ -1,0 +1,188 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/reconcile"
+)
+
+// errBusLost cancels a reconcile whose connection dropped: without it, every request left
+// would wait out its whole deadline for a server that is gone.
+var errBusLost = errors.New("the connection to the bus was lost")
+
+// connection is a session and the bus section of the description it was opened for.
+type connection struct {
+	sess *reconcile.Session
+	bus  model.Bus
+}
+
+// embeddedBus is the embedded bus this process serves, if any. The reconcile goroutine sets
+// it when it starts or stops the bus; the loop reloads it on SIGHUP. The mutex keeps a
+// reload off a bus that is being shut down.
+type embeddedBus struct {
+	mu sync.Mutex
+	e  *bus.Embedded
+}
+
+func (b *embeddedBus) set(e *bus.Embedded) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.e = e
+}
+
+// reload reloads the bus and reports whether there was one to reload.
+func (b *embeddedBus) reload() (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.e == nil {
+		return false, nil
+	}
+	return true, b.e.Reload()
+}
+
+// disconnect closes a connection, and with it the embedded bus watch serves.
+func (l *loop) disconnect(c *connection) {
+	l.embedded.set(nil)
+	c.sess.Close()
+}
+
+// step is one reconcile, run on a goroutine of its own with the connection the loop handed
+// over; it hands back the connection to keep (nil when there is none).
+func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *connection) {
+	started := time.Now()
+	cy := Cycle{Trigger: t &^ triggerReload}
+	done := func(o Outcome, err error) (Cycle, *connection) {
+		cy.Outcome, cy.Err, cy.Duration = o, err, time.Since(started)
+		// Counted once, when healed: a refused or failing plan is planned again every cycle.
+		if o == OutcomeOK && t.drift() {
+			cy.Drift = len(cy.Plan.Changes)
+		}
+		return cy, conn
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+
+	m, err := model.Load(l.cfg.Dir)
+	if errors.Is(err, model.ErrInvalid) {
+		return done(OutcomeInvalid, err)
+	}
+	if err != nil {
+		return done(OutcomeError, err)
+	}
+	if conn != nil && !sameBus(conn.bus, m.Bus) {
+		l.log.Info("the bus section changed: reconnecting", "from", describeBus(conn.bus), "to", describeBus(m.Bus))
+		l.disconnect(conn)
+		conn = nil
+	}
+	if conn != nil && !conn.sess.Conn.IsConnected() {
+		if conn.sess.Embedded == nil {
+			// Connect afresh: a fresh dial to a bus that is down fails at once, where a
+			// request on a connection still reconnecting waits out its timeout.
+			l.disconnect(conn)
+			conn = nil
+		} else if err := conn.sess.Redial(ctx, m, l.cfg.Cost); err != nil {
+			// The bus is this process's and up: the controller was locked out of it (its
+			// credential revoked or minted anew in another terminal). Dial again with
+			// the credential the store holds now, keeping the bus up for everyone else.
+			return done(OutcomeError, fmt.Errorf("connecting to the embedded bus again: %w", err))
+		} else {
+			l.log.Info("connected to the embedded bus again with the controller's current credential")
+		}
+	}
+	if conn == nil {
+		sess, err := reconcile.Connect(ctx, m, l.store, reconcile.Options{
+			Cost:        l.cfg.Cost,
+			Logf:        func(format string, args ...any) { l.log.Info(fmt.Sprintf(format, args...)) },
+			OwnEmbedded: true,
+		})
+		if err != nil {
+			return done(OutcomeError, err)
+		}
+		conn = &connection{sess: sess, bus: m.Bus}
+		l.embedded.set(sess.Embedded)
+	} else if t.Has(triggerReload) && conn.sess.Embedded != nil {
+		if err := conn.sess.Embedded.Reload(); err != nil {
+			l.log.Error("SIGHUP: reloading the embedded bus failed; it keeps the config it had", "error", err)
+		}
+	}
+
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	stopWatching := cancelOnDisconnect(conn.sess.Conn.Conn, cancelRun)
+	res, err := conn.sess.Reconcile(runCtx, m, reconcile.RunOptions{
+		WaitForLock: true,
+		RecordNoop:  false,
+		Dir:         l.cfg.Dir,
+		LockNotice:  func(msg string) { l.log.Warn(msg) },
+	})
+	stopWatching()
+	lost := errors.Is(context.Cause(runCtx), errBusLost)
+	cancelRun(nil)
+
+	cy.Plan, cy.Applied = res.Plan, res.Applied
+	switch {
+	case errors.Is(err, reconcile.ErrBlocked):
+		// Never forced: the operator decides, with `meshctl apply --allow-data-loss`.
+		return done(OutcomeRefused, err)
+	case errors.Is(err, reconcile.ErrNotLive):
+		l.log.Warn("the accounts config is written but not live: the bus's reload is none, so reload the server",
+			"accounts_file", conn.sess.Accounts.Path)
+		return done(OutcomeOK, nil)
+	case err != nil:
+		if lost {
+			// The next reconcile connects again (above).
+			err = fmt.Errorf("%w (%s): %w", errBusLost, conn.sess.Target.Address(), err)
+		}
+		return done(OutcomeError, err)
+	case res.Plan.Empty() && len(res.Plan.Holders) == 0:
+		return done(OutcomeNoop, nil)
+	default:
+		return done(OutcomeOK, nil)
+	}
+}
+
+// cancelOnDisconnect cancels with errBusLost when nc stops being connected, until the
+// returned stop is called; stop waits for the goroutine it started.
+func cancelOnDisconnect(nc *nats.Conn, cancel context.CancelCauseFunc) (stop func()) {
+	ch := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		// RemoveStatusListener closes ch, which ends this goroutine without a cancel.
+		if _, ok := <-ch; ok {
+			cancel(errBusLost)
+		}
+	}()
+	// A change before the listener was registered is not sent on ch.
+	if !nc.IsConnected() {
+		cancel(errBusLost)
+	}
+	return func() {
+		nc.RemoveStatusListener(ch)
+		<-finished
+	}
+}
+
+// sameBus reports whether a session opened for a can serve b: the address, the pinned
+// certificate, the accounts file and its reload, and the embedded bus's listen address.
+// Replicas and the events' max age are the plan's business, not the connection's.
+func sameBus(a, b model.Bus) bool {
+	return a.URL == b.URL && a.Fingerprint == b.Fingerprint && a.AccountsFile == b.AccountsFile &&
+		a.Listen == b.Listen && a.Reload.PIDFile == b.Reload.PIDFile &&
+		slices.Equal(a.Reload.Command, b.Reload.Command) && a.Reload.Manual == b.Reload.Manual
+}
+
+func describeBus(b model.Bus) string {
+	if b.Embedded() {
+		return "embedded bus on " + b.Listen
+	}
+	return b.URL
+}

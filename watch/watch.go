@@ -1,0 +1,469 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/state"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultDebounce = 500 * time.Millisecond
+	DefaultResync   = time.Minute
+	DefaultPoll     = 2 * time.Second
+	DefaultRetryMin = time.Second
+	DefaultRetryMax = 30 * time.Second
+	DefaultTimeout  = 10 * time.Minute
+)
+
+// maxDebounceFactor bounds how long a stream of changes can put a reconcile off: at most
+// this many debounce intervals after the first change of a burst. Without it, a file
+// rewritten every few hundred milliseconds would hold every edit back forever.
+const maxDebounceFactor = 10
+
+// Config says what to watch and how often to reconcile.
+type Config struct {
+	// Dir is the directory of the mesh description, watched recursively.
+	Dir string
+	// StateDir is meshctl's state directory: the store, and the embedded bus watch serves.
+	StateDir string
+	// Cost is the bcrypt cost of a controller credential minted on first use.
+	Cost int
+	// Debounce is how long the tree must stay quiet after a change before it is reconciled.
+	Debounce time.Duration
+	// Resync is how often the bus is reconciled when nothing changed, to heal drift.
+	Resync time.Duration
+	// Poll is how often the tree is scanned when inotify cannot watch it.
+	Poll time.Duration
+	// RetryMin and RetryMax bound the backoff after a failed reconcile (a bus that is
+	// down): the wait doubles from RetryMin after each failure, up to RetryMax.
+	RetryMin, RetryMax time.Duration
+	// Timeout bounds one reconcile, lock wait included.
+	Timeout time.Duration
+	// Logger receives one line per reconcile and what an operator should know besides;
+	// nil discards it.
+	Logger *slog.Logger
+	// MetricsAddr, when set, is the host:port serving /metrics (Prometheus) and /healthz.
+	MetricsAddr string
+	// Hup delivers SIGHUP: reload the embedded bus, then reconcile now. The caller
+	// subscribes it (signal.Notify) before Run, so that no SIGHUP sent once the bus is up
+	// finds the process without a handler; tests send on it directly.
+	Hup <-chan os.Signal
+	// OnCycle, when set, is told each reconcile's outcome, on the loop's goroutine: it must
+	// not block. Tests wait on it instead of on time.
+	OnCycle func(Cycle)
+
+	// metricsReady is told the metrics server's address once it listens (tests).
+	metricsReady func(addr string)
+	// addWatch adds an inotify watch; tests replace it to run out of watches.
+	addWatch addWatchFunc
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.Debounce, DefaultDebounce)
+	def(&c.Resync, DefaultResync)
+	def(&c.Poll, DefaultPoll)
+	def(&c.RetryMin, DefaultRetryMin)
+	def(&c.RetryMax, DefaultRetryMax)
+	def(&c.Timeout, DefaultTimeout)
+	c.RetryMax = max(c.RetryMax, c.RetryMin)
+	if c.Cost == 0 {
+		c.Cost = state.DefaultCost
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.addWatch == nil {
+		c.addWatch = fsnotifyAdd
+	}
+	return c
+}
+
+// Outcome is how a reconcile ended.
+type Outcome string
+
+// The outcomes, as the reconciles_total metric labels them.
+const (
+	OutcomeOK      Outcome = "ok"      // changes were applied
+	OutcomeNoop    Outcome = "noop"    // the bus was in sync
+	OutcomeInvalid Outcome = "invalid" // the description does not validate; nothing was applied
+	OutcomeRefused Outcome = "refused" // the plan holds data at stake or a conflict; nothing was applied
+	OutcomeError   Outcome = "error"   // the bus could not be reached or an apply failed; retried
+)
+
+var outcomes = []Outcome{OutcomeOK, OutcomeNoop, OutcomeInvalid, OutcomeRefused, OutcomeError}
+
+// Trigger is what started a reconcile. Causes that arrive while one runs merge into the
+// next, so a Trigger can hold several.
+type Trigger uint8
+
+// The triggers.
+const (
+	TriggerStart  Trigger = 1 << iota // watch started
+	TriggerFiles                      // a file of the description changed
+	TriggerResync                     // the resync interval passed
+	TriggerSignal                     // SIGHUP
+	TriggerRetry                      // the backoff after a failed reconcile ran out
+
+	// triggerReload marks a SIGHUP that found no embedded bus to reload (one was starting):
+	// the reconcile it causes reloads first, or the accounts file another command wrote
+	// would sit on disk, equal to the rendering, and never be loaded.
+	triggerReload
+)
+
+var triggerNames = []struct {
+	t    Trigger
+	name string
+}{{TriggerStart, "start"}, {TriggerFiles, "files"}, {TriggerResync, "resync"}, {TriggerSignal, "sighup"}, {TriggerRetry, "retry"}}
+
+// Has reports whether t holds any of u's causes.
+func (t Trigger) Has(u Trigger) bool { return t&u != 0 }
+
+// String names the causes, joined by '+': "files+sighup".
+func (t Trigger) String() string {
+	var names []string
+	for _, n := range triggerNames {
+		if t.Has(n.t) {
+			names = append(names, n.name)
+		}
+	}
+	return strings.Join(names, "+")
+}
+
+// drift reports whether changes planned under t are drift: made on the bus behind watch's
+// back, since neither a change of the description nor the first look at the bus caused them.
+func (t Trigger) drift() bool { return !t.Has(TriggerStart | TriggerFiles) }
+
+// Cycle is one reconcile: why it ran and how it ended.
+type Cycle struct {
+	Trigger Trigger
+	Outcome Outcome
+	// Plan is what the reconcile planned; nil when it got no further than loading the
+	// description or reaching the bus.
+	Plan *plan.Plan
+	// Applied is how many of the plan's changes were made.
+	Applied int
+	// Drift is how many changes were planned by a cycle no file change caused.
+	Drift int
+	// Err is why the cycle was not ok or noop: a *model.LoadError for an invalid
+	// description, an error wrapping reconcile.ErrBlocked for a refusal.
+	Err      error
+	Duration time.Duration
+}
+
+// Run reconciles the bus with the description in c.Dir until ctx ends, then stops
+// everything it started and returns nil. It returns an error only when it cannot start:
+// the directory or the state store cannot be opened, or the metrics address is taken.
+func Run(ctx context.Context, c Config) error {
+	c = c.withDefaults()
+	if c.Dir == "" || c.StateDir == "" {
+		return errors.New("watch: a description directory and a state directory are required")
+	}
+	info, err := os.Stat(c.Dir)
+	if err != nil {
+		return fmt.Errorf("watching the mesh description: %w", err)
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("watching the mesh description: %s is not a directory", c.Dir)
+	}
+	store, err := state.Open(c.StateDir)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	m := newMetrics()
+	var srv *metricsServer
+	if c.MetricsAddr != "" {
+		if srv, err = startMetricsServer(c.MetricsAddr, m, c.Logger); err != nil {
+			return err
+		}
+		defer srv.stop()
+		c.Logger.Info("serving metrics", "metrics", "http://"+srv.addr+"/metrics", "healthz", "http://"+srv.addr+"/healthz")
+		if c.metricsReady != nil {
+			c.metricsReady(srv.addr)
+		}
+	}
+
+	// One slot is enough: the loop only needs to know that something changed since it
+	// last looked, and the debounce timer starts from the latest notice either way.
+	changes := make(chan struct{}, 1)
+	tree, err := startTreeWatcher(c.Dir, c.Poll, c.Logger, c.addWatch, func(path string) {
+		c.Logger.Debug("description changed", "path", path)
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return err
+	}
+	// Asked before run starts: from then on the watcher belongs to its goroutine.
+	c.Logger.Info("watching the mesh description", "dir", c.Dir, "mode", tree.mode(),
+		"debounce", c.Debounce, "resync", c.Resync, "state", c.StateDir)
+	// Stopped after the loop, not with ctx: the loop may still be finishing a reconcile.
+	treeCtx, stopTree := context.WithCancel(context.Background())
+	treeDone := make(chan struct{})
+	go func() {
+		defer close(treeDone)
+		tree.run(treeCtx)
+	}()
+	defer func() {
+		stopTree()
+		<-treeDone
+	}()
+
+	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, changes: changes}
+	l.run(ctx)
+	c.Logger.Info("stopped")
+	return nil
+}
+
+// loop is the state of the watch loop, owned by the goroutine in run.
+type loop struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *state.Store
+	metrics *metrics
+	changes <-chan struct{}
+
+	// embedded is shared with the reconcile goroutine, which starts and stops the bus.
+	embedded embeddedBus
+	// conn belongs to the loop between reconciles and to the reconcile while one runs: it
+	// is handed over with the start of a reconcile and handed back with its result.
+	conn *connection
+}
+
+type stepResult struct {
+	cycle Cycle
+	conn  *connection
+}
+
+// run is the loop. It returns when ctx ends, once the reconcile in flight has returned and
+// the connection (and the embedded bus with it) is closed.
+func (l *loop) run(ctx context.Context) {
+	resync := time.NewTicker(l.cfg.Resync)
+	defer resync.Stop()
+	debounce := stoppedTimer()
+	defer debounce.Stop()
+	retry := stoppedTimer()
+	defer retry.Stop()
+
+	results := make(chan stepResult, 1)
+	var (
+		running  bool
+		queued   Trigger   // causes waiting for the reconcile in flight to end
+		owed     Trigger   // causes of failed reconciles, carried into the retry
+		failures int       // consecutive failed reconciles, for the backoff
+		burst    time.Time // first change of the burst the debounce timer waits out; zero when none
+	)
+	start := func(t Trigger) {
+		running = true
+		conn := l.conn
+		l.conn = nil
+		go func() {
+			cycle, conn := l.step(ctx, conn, t)
+			results <- stepResult{cycle, conn}
+		}()
+	}
+	request := func(t Trigger) {
+		queued |= t
+		if !running {
+			start(queued)
+			queued = 0
+		}
+	}
+	defer func() {
+		if running {
+			r := <-results
+			l.conn = r.conn
+			if r.cycle.Err != nil {
+				l.log.Warn("reconcile abandoned: shutting down", "trigger", r.cycle.Trigger.String(), "error", r.cycle.Err)
+			} else {
+				l.report(r.cycle, 0)
+			}
+		}
+		if l.conn != nil {
+			l.disconnect(l.conn)
+			l.conn = nil
+		}
+	}()
+
+	request(TriggerStart)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.changes:
+			now := time.Now()
+			if burst.IsZero() {
+				burst = now
+			}
+			wait := min(l.cfg.Debounce, time.Until(burst.Add(maxDebounceFactor*l.cfg.Debounce)))
+			debounce.Reset(max(wait, 0))
+		case <-debounce.C:
+			burst = time.Time{}
+			request(TriggerFiles)
+		case <-resync.C:
+			// A change waiting out its debounce is reconciled within moments anyway, and a
+			// resync now would read a burst half written.
+			if burst.IsZero() {
+				request(TriggerResync)
+			}
+		case <-l.cfg.Hup:
+			t := TriggerSignal
+			// Reload first: another meshctl wrote the accounts file and waits for it to be
+			// live. This happens here, not in the reconcile, so that it is never held up
+			// behind a reconcile in flight.
+			if reloaded, err := l.embedded.reload(); err != nil {
+				l.log.Error("SIGHUP: reloading the embedded bus failed; it keeps the config it had", "error", err)
+			} else if reloaded {
+				l.log.Info("SIGHUP: reloaded the embedded bus")
+			} else {
+				t |= triggerReload
+			}
+			if !burst.IsZero() {
+				// The reconcile reads the tree afresh, so it takes the pending change with it.
+				debounce.Stop()
+				burst = time.Time{}
+				t |= TriggerFiles
+			}
+			request(t)
+		case <-retry.C:
+			request(TriggerRetry | owed)
+		case r := <-results:
+			running = false
+			l.conn = r.conn
+			var retryIn time.Duration
+			if r.cycle.Outcome == OutcomeError && ctx.Err() == nil {
+				failures++
+				owed |= r.cycle.Trigger &^ TriggerRetry
+				retryIn = backoff(l.cfg.RetryMin, l.cfg.RetryMax, failures)
+				retry.Reset(retryIn)
+			} else {
+				failures, owed = 0, 0
+				retry.Stop()
+			}
+			l.report(r.cycle, retryIn)
+			if queued != 0 {
+				start(queued)
+				queued = 0
+			}
+		}
+	}
+}
+
+// stoppedTimer is a timer that has not been armed: Reset arms it.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// backoff is the wait before the retry after the failures-th failure in a row.
+func backoff(lo, hi time.Duration, failures int) time.Duration {
+	d := lo
+	for i := 1; i < failures && d < hi; i++ {
+		d *= 2
+	}
+	return min(d, hi)
+}
+
+// maxLoggedChanges bounds the objects one log line names; the summary counts them all.
+const maxLoggedChanges = 10
+
+// report records a finished reconcile in the metrics and the health answer, tells OnCycle,
+// and logs it: one line saying what changed, or why nothing did.
+func (l *loop) report(c Cycle, retryIn time.Duration) {
+	l.metrics.observe(c)
+	// Told last, so that whoever waits on it finds the metrics, health and log up to date.
+	if l.cfg.OnCycle != nil {
+		defer l.cfg.OnCycle(c)
+	}
+	attrs := []any{"trigger", c.Trigger.String(), "outcome", string(c.Outcome), "duration", c.Duration.Round(time.Millisecond)}
+	if c.Plan != nil && !c.Plan.Empty() {
+		s := c.Plan.Summary()
+		attrs = append(attrs, "create", s.Create, "update", s.Update, "replace", s.Replace, "delete", s.Delete)
+		if s.Conflict > 0 || s.Refused > 0 {
+			attrs = append(attrs, "conflict", s.Conflict, "refused", s.Refused)
+		}
+		attrs = append(attrs, "changes", changeIDs(c.Plan))
+	}
+	if c.Plan != nil && len(c.Plan.Holders) > 0 {
+		attrs = append(attrs, "holder_moves", len(c.Plan.Holders))
+	}
+	if c.Drift > 0 {
+		attrs = append(attrs, "drift", c.Drift)
+	}
+	switch c.Outcome {
+	case OutcomeOK:
+		l.metrics.setHealth(true, fmt.Sprintf("ok: the last reconcile (%s) applied %d change(s)", c.Trigger, c.Applied))
+		l.log.Info("reconciled: changes applied", append(attrs, "applied", c.Applied)...)
+	case OutcomeNoop:
+		l.metrics.setHealth(true, fmt.Sprintf("ok: the last reconcile (%s) found the bus in sync", c.Trigger))
+		l.log.Info("in sync: nothing to change", attrs...)
+	case OutcomeInvalid:
+		probs := problems(l.cfg.Dir, c.Err)
+		l.metrics.setHealth(false, fmt.Sprintf("the description is invalid (%d problem(s), the first: %s); the last good state stays live", len(probs), probs[0]))
+		l.log.Error("the description is invalid: nothing was applied and the last good state stays live",
+			append(attrs, "problems", probs)...)
+	case OutcomeRefused:
+		l.metrics.setHealth(false, "the plan is refused: "+c.Err.Error())
+		l.log.Error("the plan is refused: nothing was applied; review it with `meshctl diff`, resolve the conflict or apply the loss by hand if it is meant",
+			append(attrs, "error", c.Err.Error())...)
+	default:
+		l.metrics.setHealth(false, "the last reconcile failed: "+c.Err.Error())
+		attrs = append(attrs, "error", c.Err.Error())
+		if retryIn > 0 {
+			attrs = append(attrs, "retry_in", retryIn)
+		}
+		if c.Applied > 0 {
+			attrs = append(attrs, "applied", c.Applied)
+		}
+		l.log.Error("reconcile failed", attrs...)
+	}
+}
+
+// changeIDs names the plan's changes, the first maxLoggedChanges of them.
+func changeIDs(p *plan.Plan) []string {
+	var out []string
+	for i, c := range p.Changes {
+		if i == maxLoggedChanges {
+			out = append(out, fmt.Sprintf("… and %d more", len(p.Changes)-i))
+			break
+		}
+		out = append(out, string(c.Action)+" "+c.ID())
+	}
+	return out
+}
+
+// problems lists a load error's diagnostics as file:line:col: message, the file named as
+// the operator wrote the directory so an editor opens it as printed.
+func problems(dir string, err error) []string {
+	var lerr *model.LoadError
+	if !errors.As(err, &lerr) {
+		return []string{err.Error()}
+	}
+	out := make([]string, len(lerr.Diagnostics))
+	for i, d := range lerr.Diagnostics {
+		if d.Pos.File != "" && dir != "." {
+			d.Pos.File = filepath.Join(dir, d.Pos.File)
+		}
+		out[i] = d.String()
+	}
+	return out
+}
