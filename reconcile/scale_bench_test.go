@@ -1,0 +1,395 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/meshbus/meshctl/bench/meshgen"
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/reconcile"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+)
+
+// The live benchmarks run meshctl's own path (Connect, Plan, Reconcile) against an embedded
+// bus, and beside it the floor: what a bare nats.go client needs for the same objects, with
+// as many calls in flight as an apply keeps. Each size starts its own bus.
+//
+// nats-server stops a file-backed consumer in about 10 ms, one after another
+// (NATS-FACTS.md), so a bus of 6,000 consumers takes a minute to stop. Benchmarks leave a
+// large bus running for the process exit to reclaim, and say so; only the restart benchmark
+// stops one, because that is what it measures.
+
+// stopBudget is how many consumers a benchmark's bus may hold and still be stopped at its
+// end: about ten seconds' worth.
+const stopBudget = 1000
+
+// withGenerated runs body once per benchmark size with the mesh generated for it.
+func withGenerated(b *testing.B, body func(b *testing.B, g meshgen.Mesh)) {
+	for _, n := range meshgen.Sizes {
+		g := meshgen.Scaled(n)
+		g.Listen = "127.0.0.1:-1"
+		b.Run(g.String(), func(b *testing.B) { body(b, g) })
+	}
+}
+
+func benchContext(b *testing.B) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	b.Cleanup(cancel)
+	return ctx
+}
+
+func parse(b *testing.B, g meshgen.Mesh) *model.Mesh {
+	b.Helper()
+	m, err := model.Parse(g.Files())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// session connects to a fresh embedded bus the way `meshctl apply` does.
+func session(ctx context.Context, b *testing.B, m *model.Mesh) *reconcile.Session {
+	b.Helper()
+	st, err := state.Open(filepath.Join(b.TempDir(), "state"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := reconcile.Connect(ctx, m, st, reconcile.Options{Cost: bcrypt.MinCost})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		s.Conn.Close()
+		release(b, s.Embedded)
+		st.Close()
+	})
+	return s
+}
+
+// release stops a bus small enough to stop quickly, and leaves a larger one to the process
+// exit.
+func release(b *testing.B, e *bus.Embedded) {
+	if n := consumersOn(e); n > stopBudget {
+		b.Logf("leaving the bus of %d consumers running for the process exit: stopping it would take about %s", n, time.Duration(n)*10*time.Millisecond)
+		return
+	}
+	e.Shutdown()
+}
+
+func consumersOn(e *bus.Embedded) int {
+	info, err := e.Server().Jsz(nil)
+	if err != nil {
+		return 0
+	}
+	return info.Consumers
+}
+
+// applied is a session whose bus holds the mesh, converged.
+func applied(ctx context.Context, b *testing.B, m *model.Mesh) *reconcile.Session {
+	b.Helper()
+	s := session(ctx, b, m)
+	if _, err := s.Reconcile(ctx, m, reconcile.RunOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkFirstApply applies a mesh to a bus that has none of it: every stream and
+// consumer created, the accounts config rewritten from the controller alone to every user,
+// reloaded and verified. Between runs the bus is emptied again, untimed.
+func BenchmarkFirstApply(b *testing.B) {
+	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
+		ctx := benchContext(b)
+		m := parse(b, g)
+		s := session(ctx, b, m)
+		bootstrap, err := os.ReadFile(s.Accounts.Path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var calls int64
+		for b.Loop() {
+			counting := &reconcile.Counting{API: s.API}
+			s.API = counting
+			res, err := s.Reconcile(ctx, m, reconcile.RunOptions{})
+			s.API = counting.API
+			if err != nil {
+				b.Fatal(err)
+			}
+			calls = counting.Mutations.Load()
+			if res.Applied != len(res.Plan.Changes) {
+				b.Fatalf("applied %d of %d", res.Applied, len(res.Plan.Changes))
+			}
+			b.StopTimer()
+			emptyBus(ctx, b, s.Conn.Conn)
+			if err := atomicfile.Write(s.Accounts.Path, bootstrap); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Embedded.Reload(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(calls), "calls/op")
+	})
+}
+
+// BenchmarkConvergedDiff is `meshctl diff` against a converged bus that is already up: read
+// the bus in pages, derive, render, plan nothing.
+func BenchmarkConvergedDiff(b *testing.B) {
+	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
+		ctx := benchContext(b)
+		m := parse(b, g)
+		s := applied(ctx, b, m)
+		for b.Loop() {
+			p, err := s.Plan(ctx, m, plan.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !p.Empty() {
+				b.Fatal("a converged bus plans changes")
+			}
+		}
+	})
+}
+
+// BenchmarkConvergedApply is `meshctl apply` (or a watch resync) on a converged bus: the
+// lock, the diff, the history record, and no mutating call, no write, no reload.
+func BenchmarkConvergedApply(b *testing.B) {
+	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
+		ctx := benchContext(b)
+		m := parse(b, g)
+		s := applied(ctx, b, m)
+		loaded := s.Embedded.ConfigLoadTime()
+		counting := &reconcile.Counting{API: s.API}
+		s.API = counting
+		for b.Loop() {
+			if _, err := s.Reconcile(ctx, m, reconcile.RunOptions{RecordNoop: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if n := counting.Mutations.Load(); n != 0 || !s.Embedded.ConfigLoadTime().Equal(loaded) {
+			b.Fatalf("a converged apply made %d mutating calls or reloaded", n)
+		}
+		b.ReportMetric(0, "calls/op")
+	})
+}
+
+// BenchmarkApplyOneModule applies a merge that makes one module follow one more event, and
+// the merge that takes it back, in turn: one consumer update and the accounts config.
+func BenchmarkApplyOneModule(b *testing.B) {
+	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
+		ctx := benchContext(b)
+		touched := g
+		touched.Touched = 1
+		meshes := [2]*model.Mesh{parse(b, touched), parse(b, g)}
+		s := applied(ctx, b, meshes[1])
+		counting := &reconcile.Counting{API: s.API}
+		s.API = counting
+		i := 0
+		for b.Loop() {
+			res, err := s.Reconcile(ctx, meshes[i%2], reconcile.RunOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if sum := res.Plan.Summary(); sum.Update != 2 || len(res.Plan.Changes) != 2 {
+				b.Fatalf("planned %+v", sum)
+			}
+			i++
+		}
+		b.ReportMetric(float64(counting.Mutations.Load())/float64(i), "calls/op")
+	})
+}
+
+// The floor: a bare nats.go client on a bus without users, no plan, no accounts config.
+
+// openBus starts an embedded bus without accounts (JetStream in the global account, no
+// authentication) and connects to it.
+func openBus(b *testing.B) (*bus.Embedded, *nats.Conn) {
+	b.Helper()
+	e, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
+		StateDir: b.TempDir(), Listen: "127.0.0.1:-1", InitialAccounts: []byte("# no accounts: the floor measures JetStream alone\n"),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	nc, err := nats.Connect(e.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		nc.Close()
+		release(b, e)
+	})
+	return e, nc
+}
+
+// inFlight is how many calls the floor keeps in flight: as many as an apply does.
+const inFlight = 16
+
+// each runs do for every item with inFlight calls at a time and returns the first error.
+func each[T any](items []T, do func(T) error) error {
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	errs := make([]error, len(items))
+	for i, it := range items {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = do(it)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// createAll creates the derived streams, then their consumers, the way the floor does.
+func createAll(ctx context.Context, js jetstream.JetStream, d *render.Desired) error {
+	if err := each(d.Streams, func(cfg jetstream.StreamConfig) error {
+		_, err := js.CreateStream(ctx, cfg)
+		return err
+	}); err != nil {
+		return err
+	}
+	return each(d.Consumers, func(c render.Consumer) error {
+		_, err := js.CreatePushConsumer(ctx, c.Stream, c.Config)
+		return err
+	})
+}
+
+// emptyBus deletes every stream, consumers and all.
+func emptyBus(ctx context.Context, b *testing.B, nc *nats.Conn) {
+	b.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var names []string
+	l := js.StreamNames(ctx)
+	for n := range l.Name() {
+		names = append(names, n)
+	}
+	if err := l.Err(); err != nil {
+		b.Fatal(err)
+	}
+	if err := each(names, func(n string) error { return js.DeleteStream(ctx, n) }); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkFloorCreate creates a mesh's streams and consumers with a bare client, 16 calls
+// in flight: the floor under BenchmarkFirstApply.
+func BenchmarkFloorCreate(b *testing.B) {
+	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
+		ctx := benchContext(b)
+		d := render.Derive(parse(b, g))
+		_, nc := openBus(b)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if err := createAll(ctx, js, d); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			emptyBus(ctx, b, nc)
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(len(d.Streams)+len(d.Consumers)), "calls/op")
+	})
+}
+
+// BenchmarkFloorList lists every stream and every consumer back, in pages, 16 streams'
+// consumer lists in flight: the floor under BenchmarkConvergedDiff.
+func BenchmarkFloorList(b *testing.B) {
+	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
+		ctx := benchContext(b)
+		d := render.Derive(parse(b, g))
+		_, nc := openBus(b)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := createAll(ctx, js, d); err != nil {
+			b.Fatal(err)
+		}
+		api, err := reconcile.NewAPI(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			n, err := listAll(ctx, js, api)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n != len(d.Streams)+len(d.Consumers) {
+				b.Fatalf("listed %d objects, want %d", n, len(d.Streams)+len(d.Consumers))
+			}
+		}
+	})
+}
+
+// listAll lists streams with the library's pager and each stream's consumers by the paged
+// CONSUMER.LIST request (the library's own consumer lister first asks for the stream's
+// info, one call per stream the floor does not need).
+func listAll(ctx context.Context, js jetstream.JetStream, api reconcile.API) (int, error) {
+	var names []string
+	l := js.ListStreams(ctx)
+	for info := range l.Info() {
+		names = append(names, info.Config.Name)
+	}
+	if err := l.Err(); err != nil {
+		return 0, err
+	}
+	var mu sync.Mutex
+	n := len(names)
+	err := each(names, func(s string) error {
+		cs, err := api.ListConsumers(ctx, s)
+		mu.Lock()
+		n += len(cs)
+		mu.Unlock()
+		return err
+	})
+	return n, err
+}
+
+// BenchmarkEmbeddedRestart stops the embedded bus holding a converged mesh and starts it
+// again from its store, reporting each: what a one-shot command pays around its work when no
+// long-running process keeps the bus up.
+func BenchmarkEmbeddedRestart(b *testing.B) {
+	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
+		ctx := benchContext(b)
+		m := parse(b, g)
+		s := applied(ctx, b, m)
+		dir := s.Store.Dir()
+		s.Conn.Close()
+		var stop, start time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			s.Embedded.Shutdown()
+			stop = time.Since(t0)
+			t0 = time.Now()
+			e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: dir, Listen: g.Listen})
+			start = time.Since(t0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.Embedded = e
+		}
+		b.ReportMetric(float64(stop.Milliseconds()), "stop-ms")
+		b.ReportMetric(float64(start.Milliseconds()), "start-ms")
+	})
+}
