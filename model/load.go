@@ -42,14 +42,20 @@ func ReadDir(dir string) ([]File, error) {
 	if !info.IsDir() {
 		return nil, fmt.Errorf("reading the mesh description: %s is not a directory", dir)
 	}
+	// A root that is a symlink (a release switched with `ln -sfn`) is walked where it points:
+	// WalkDir does not follow the root itself.
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the mesh description: %w", err)
+	}
 	var files []File
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
 			// .git and editors' hidden directories hold YAML that is not the mesh.
-			if path != dir && strings.HasPrefix(d.Name(), ".") {
+			if path != root && strings.HasPrefix(d.Name(), ".") {
 				return filepath.SkipDir
 			}
 			return nil
@@ -61,7 +67,7 @@ func ReadDir(dir string) ([]File, error) {
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(dir, path)
+		rel, err := filepath.Rel(root, path)
 		if err != nil {
 			rel = path
 		}

@@ -235,3 +235,20 @@ func TestPasswordNeverInError(t *testing.T) {
 		})
 	}
 }
+
+// A description root that is a symlink is read where it points.
+func TestASymlinkedRootIsFollowed(t *testing.T) {
+	t.Parallel()
+	real := t.TempDir()
+	if err := os.WriteFile(filepath.Join(real, "mesh.yaml"), []byte("nodes:\n  - name: one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "current")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(link)
+	if err != nil || len(m.Nodes) != 1 {
+		t.Fatalf("loading through a symlinked root: %v", err)
+	}
+}

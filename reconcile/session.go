@@ -80,16 +80,13 @@ func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) 
 	} else {
 		err = s.connectExternal(ctx, m)
 	}
+	if err == nil {
+		err = s.connect(ctx)
+	}
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	api, err := NewAPI(s.Conn.Conn)
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.API = api
 	return s, nil
 }
 
@@ -104,15 +101,30 @@ func (s *Session) Redial(ctx context.Context, m *model.Mesh, cost int) error {
 		return err
 	}
 	s.password = password
-	if !s.controllerCanLogIn(s.Accounts.Path) {
-		s.logf("the controller cannot log in with %s; installing the rendered accounts config", s.Accounts.Path)
-		if err := s.bootstrap(ctx, m); err != nil {
-			return err
-		}
-		if err := s.verifyLogin(ctx); err != nil {
-			return err
-		}
+	if err := s.letControllerIn(ctx, m); err != nil {
+		return err
 	}
+	return s.connect(ctx)
+}
+
+// letControllerIn installs the rendered accounts config when the one in use does not let
+// the controller in, and waits until the server has taken it: a reload by signal takes
+// effect a moment after the signal. It is decided by the file, not by whether a login
+// succeeds: a server whose accounts name no user at all requires no authentication and
+// lets anyone in — into an account without JetStream, not MESH.
+func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
+	if s.controllerCanLogIn(s.Accounts.Path) {
+		return nil
+	}
+	s.logf("the accounts config at %s does not let the controller in; installing the rendered one first", s.Accounts.Path)
+	if err := s.bootstrap(ctx, m); err != nil {
+		return err
+	}
+	return s.verifyLogin(ctx)
+}
+
+// connect dials the controller's connection and its API, replacing any previous one.
+func (s *Session) connect(ctx context.Context) error {
 	conn, err := s.dial(ctx)
 	if err != nil {
 		return err
@@ -146,17 +158,7 @@ func (s *Session) ensureConn(ctx context.Context) error {
 	if s.Conn != nil && !s.Conn.IsClosed() {
 		return nil
 	}
-	conn, err := s.dial(ctx)
-	if err != nil {
-		return err
-	}
-	api, err := NewAPI(conn.Conn)
-	if err != nil {
-		conn.Close()
-		return err
-	}
-	s.Conn, s.API = conn, api
-	return nil
+	return s.connect(ctx)
 }
 
 // bootstrapAccounts is the accounts config to install when the controller cannot log in.
@@ -202,23 +204,8 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 		s.Target = bus.Target{URL: url}
 		s.Accounts = Accounts{Path: accountsPath, Reloader: signalReloader{pid: pid}}
 		s.Accounts.Verify = s.verifyLogin
-		logf := s.logf
-		logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
-		if !s.controllerCanLogIn(accountsPath) {
-			if err := s.bootstrap(ctx, m); err != nil {
-				return err
-			}
-			// The watch process reloads when its SIGHUP arrives, a moment later.
-			if err := s.verifyLogin(ctx); err != nil {
-				return err
-			}
-		}
-		conn, err := s.dial(ctx)
-		if err != nil {
-			return err
-		}
-		s.Conn = conn
-		return nil
+		s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
+		return s.letControllerIn(ctx, m)
 	}
 	if !s.controllerCanLogIn(accountsPath) {
 		data, err := s.bootstrapAccounts(ctx, m, accountsPath)
@@ -250,36 +237,13 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 		}
 		return s.verifyLogin(ctx)
 	}
-	conn, err := s.dial(ctx)
-	if err != nil {
-		return err
-	}
-	s.Conn = conn
 	return nil
 }
 
 func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
 	s.Target = bus.Target{URL: m.Bus.URL, Fingerprint: m.Bus.Fingerprint}
 	s.Accounts = Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload), Verify: s.verifyLogin}
-	// Decided by the file, not by whether a login succeeds: a server whose accounts name no
-	// user at all requires no authentication, and lets anyone in — into an account without
-	// JetStream, not MESH.
-	if !s.controllerCanLogIn(m.Bus.AccountsFile) {
-		s.logf("the accounts config at %s does not let the controller in yet; installing the rendered one first", m.Bus.AccountsFile)
-		if err := s.bootstrap(ctx, m); err != nil {
-			return err
-		}
-		// A reload by signal takes effect a moment later: wait until the controller gets in.
-		if err := s.verifyLogin(ctx); err != nil {
-			return err
-		}
-	}
-	conn, err := s.dial(ctx)
-	if err != nil {
-		return err
-	}
-	s.Conn = conn
-	return nil
+	return s.letControllerIn(ctx, m)
 }
 
 // bootstrap installs the rendered accounts config so the controller can log in at all.

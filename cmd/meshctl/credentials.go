@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
@@ -182,17 +183,22 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	membership, _ := json.Marshal(map[string]string{
-		"address": busAddress(m), "fingerprint": m.Bus.Fingerprint, "user": principal, "password": password,
+		"address": busAddress(m, st.Dir()), "fingerprint": m.Bus.Fingerprint, "user": principal, "password": password,
 	})
 	fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its password\n", principal)
 	fmt.Fprintln(e.stdout, string(membership))
 	return exitOK
 }
 
-// busAddress is the address a host dials: the external URL, or the embedded bus's.
-func busAddress(m *model.Mesh) string {
+// busAddress is the address a host dials: the external URL, or the embedded bus's — where
+// a running `meshctl watch` serves it, exactly that bus's URL (its port may have been
+// chosen at start), else the address it listens on when it starts.
+func busAddress(m *model.Mesh, stateDir string) string {
 	if !m.Bus.Embedded() {
 		return m.Bus.URL
+	}
+	if url, _, ok := bus.RunningEmbeddedProcess(stateDir); ok {
+		return url
 	}
 	return "nats://" + strings.TrimPrefix(m.Bus.Listen, "nats://")
 }
