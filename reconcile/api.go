@@ -153,9 +153,21 @@ func (a *jsAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
 
 // Counting wraps an API and counts its calls, reads and writes apart: a converged apply
 // must make no mutating call at all, and a small change only the calls it needs.
+// StreamMutations and ConsumerMutations split Mutations by the object they change.
 type Counting struct {
 	API
-	Reads, Mutations atomic.Int64
+	Reads, Mutations                   atomic.Int64
+	StreamMutations, ConsumerMutations atomic.Int64
+}
+
+func (c *Counting) stream() {
+	c.Mutations.Add(1)
+	c.StreamMutations.Add(1)
+}
+
+func (c *Counting) consumer() {
+	c.Mutations.Add(1)
+	c.ConsumerMutations.Add(1)
 }
 
 func (c *Counting) ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, error) {
@@ -167,26 +179,26 @@ func (c *Counting) ListConsumers(ctx context.Context, s string) ([]*jetstream.Co
 	return c.API.ListConsumers(ctx, s)
 }
 func (c *Counting) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
-	c.Mutations.Add(1)
+	c.stream()
 	return c.API.CreateStream(ctx, cfg)
 }
 func (c *Counting) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
-	c.Mutations.Add(1)
+	c.stream()
 	return c.API.UpdateStream(ctx, cfg)
 }
 func (c *Counting) DeleteStream(ctx context.Context, name string) error {
-	c.Mutations.Add(1)
+	c.stream()
 	return c.API.DeleteStream(ctx, name)
 }
 func (c *Counting) CreateConsumer(ctx context.Context, s string, cfg jetstream.ConsumerConfig) error {
-	c.Mutations.Add(1)
+	c.consumer()
 	return c.API.CreateConsumer(ctx, s, cfg)
 }
 func (c *Counting) UpdateConsumer(ctx context.Context, s string, cfg jetstream.ConsumerConfig) error {
-	c.Mutations.Add(1)
+	c.consumer()
 	return c.API.UpdateConsumer(ctx, s, cfg)
 }
 func (c *Counting) DeleteConsumer(ctx context.Context, s, name string) error {
-	c.Mutations.Add(1)
+	c.consumer()
 	return c.API.DeleteConsumer(ctx, s, name)
 }
