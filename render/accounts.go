@@ -1,7 +1,7 @@
 package render
 
 import (
-	"fmt"
+	"bytes"
 	"strings"
 )
 
@@ -19,7 +19,10 @@ const LockedHash = "$2a$11$!locked:no-credential-has-been-issued"
 // store, TLS): those belong to whoever runs the server, and a value in this file would be
 // one the mesh then owns.
 func AccountsConfig(principals []Principal, hashes map[string]string) []byte {
-	var b strings.Builder
+	var b bytes.Buffer
+	// Sized up front: a large mesh's config is megabytes, and growing a buffer that size
+	// by doubling copies it several times over.
+	b.Grow(accountsSize(principals))
 	b.WriteString("# The mesh's users, rendered by meshctl. Do not edit: meshctl apply rewrites this file.\n")
 	b.WriteString("accounts {\n  " + Account + " {\n")
 	// JetStream is enabled per account once accounts exist at all: with only the server's
@@ -31,36 +34,65 @@ func AccountsConfig(principals []Principal, hashes map[string]string) []byte {
 		if !ok || hash == "" {
 			hash = LockedHash
 		}
-		fmt.Fprintf(&b, "      { user: %s, password: %s, permissions: {\n", quote(p.User), quote(hash))
-		fmt.Fprintf(&b, "        publish: %s\n", allowList(p.Publish))
-		fmt.Fprintf(&b, "        subscribe: %s\n", allowList(p.Subscribe))
+		b.WriteString("      { user: ")
+		writeQuoted(&b, p.User)
+		b.WriteString(", password: ")
+		writeQuoted(&b, hash)
+		b.WriteString(", permissions: {\n        publish: ")
+		writeAllowList(&b, p.Publish)
+		b.WriteString("\n        subscribe: ")
+		writeAllowList(&b, p.Subscribe)
+		b.WriteString("\n")
 		if p.AllowResponses {
 			b.WriteString("        allow_responses: { max: 1, ttl: \"1m\" }\n")
 		}
 		b.WriteString("      } }\n")
 	}
 	b.WriteString("    ]\n  }\n}\n")
-	return []byte(b.String())
+	return b.Bytes()
 }
 
-// allowList writes a permission. An empty list is written as a deny of everything: the
+// accountsSize is about how long AccountsConfig's text for these principals is.
+func accountsSize(principals []Principal) int {
+	n := 256
+	for _, p := range principals {
+		n += 200 + len(p.User)
+		for _, g := range p.Publish {
+			n += len(g.Subject) + len(g.Queue) + 5
+		}
+		for _, g := range p.Subscribe {
+			n += len(g.Subject) + len(g.Queue) + 5
+		}
+	}
+	return n
+}
+
+// writeAllowList writes a permission. An empty list is written as a deny of everything: the
 // server reads an empty subscribe allow-list as no restriction at all.
-func allowList(gs []Grant) string {
+func writeAllowList(b *bytes.Buffer, gs []Grant) {
 	if len(gs) == 0 {
-		return `{ deny: [">"] }`
+		b.WriteString(`{ deny: [">"] }`)
+		return
 	}
-	parts := make([]string, len(gs))
+	b.WriteString("{ allow: [")
 	for i, g := range gs {
-		parts[i] = quote(g.String())
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		writeQuoted(b, g.String())
 	}
-	return "{ allow: [" + strings.Join(parts, ", ") + "] }"
+	b.WriteString("] }")
 }
 
-// quote double-quotes a value for the config parser. Names and subjects are validated to
-// hold no quote or backslash; escaping them anyway keeps a future rule change from
+// writeQuoted double-quotes a value for the config parser. Names and subjects are validated
+// to hold no quote or backslash; escaping them anyway keeps a future rule change from
 // producing a file that parses differently than it reads.
-func quote(s string) string {
-	s = strings.ReplaceAll(s, `\`, `\\`)
-	s = strings.ReplaceAll(s, `"`, `\"`)
-	return `"` + s + `"`
+func writeQuoted(b *bytes.Buffer, s string) {
+	b.WriteByte('"')
+	if strings.ContainsAny(s, `\"`) {
+		s = strings.ReplaceAll(s, `\`, `\\`)
+		s = strings.ReplaceAll(s, `"`, `\"`)
+	}
+	b.WriteString(s)
+	b.WriteByte('"')
 }
