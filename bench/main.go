@@ -1,0 +1,129 @@
+// Command bench measures meshctl at scale and writes docs/BENCHMARKS.md: `make bench`.
+//
+// It builds the test binaries of model, render, plan and reconcile, runs every scale
+// benchmark (the *_bench_test.go files) once per mesh size, each in a process of its own so
+// that the peak RSS the kernel reports for that process is the stage's, and writes what it
+// measured with the machine it ran on: tables, the checks issue 8 asks for, and the raw
+// lines in the standard `go test -bench` format that benchstat reads.
+//
+//	go run ./bench -out docs/BENCHMARKS.md            # everything, about a quarter of an hour
+//	go run ./bench -out - -sizes 500 -live-sizes 500  # a quick look, on stdout
+//	go run ./bench -gen /tmp/mesh -instances 5000     # write a generated mesh as YAML
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+
+	"github.com/meshbus/meshctl/bench/meshgen"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "docs/BENCHMARKS.md", "where to write the report; - for stdout")
+	sizes := fs.String("sizes", joinInts(meshgen.Sizes), "module instances to measure the local stages at")
+	liveSizes := fs.String("live-sizes", joinInts(meshgen.Sizes), "module instances to measure against an embedded bus at")
+	restartSizes := fs.String("restart-sizes", "500,5000", "module instances to stop and start the embedded bus at (about 10 ms per consumer to stop); larger sizes are extrapolated")
+	gen := fs.String("gen", "", "write a generated mesh as YAML into this directory and exit")
+	instances := fs.Int("instances", 5000, "with -gen: module instances (nodes and seats scale with them)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *gen != "" {
+		g := meshgen.Scaled(*instances)
+		if err := g.Write(*gen); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote a mesh of %d nodes, %d module instances and %d seats to %s\n", g.Nodes, g.Instances, g.Seats, *gen)
+		return nil
+	}
+	plan := runPlan{}
+	var err error
+	if plan.sizes, err = parseInts(*sizes); err != nil {
+		return fmt.Errorf("-sizes: %w", err)
+	}
+	if plan.live, err = parseInts(*liveSizes); err != nil {
+		return fmt.Errorf("-live-sizes: %w", err)
+	}
+	if plan.restart, err = parseInts(*restartSizes); err != nil {
+		return fmt.Errorf("-restart-sizes: %w", err)
+	}
+	for _, n := range append(append(append([]int{}, plan.sizes...), plan.live...), plan.restart...) {
+		if !contains(meshgen.Sizes, n) {
+			return fmt.Errorf("size %d is not one the benchmarks define (%s)", n, joinInts(meshgen.Sizes))
+		}
+	}
+
+	rep, err := measure(ctx, plan, stderr)
+	if err != nil {
+		return err
+	}
+	var w io.Writer = stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	if err := rep.write(w); err != nil {
+		return err
+	}
+	if *out != "-" {
+		fmt.Fprintf(stderr, "wrote %s\n", *out)
+	}
+	return nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no size given")
+	}
+	return out, nil
+}
+
+func joinInts(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func contains(ns []int, n int) bool {
+	for _, x := range ns {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
