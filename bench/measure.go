@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -10,9 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -137,15 +140,20 @@ func measure(ctx context.Context, p runPlan, log io.Writer) (*report, error) {
 		bins[b.pkg] = bin
 	}
 
-	for _, b := range benches {
-		sizes := p.sizes
-		switch b.kind {
-		case live:
-			sizes = p.live
-		case restart:
-			sizes = p.restart
-		}
-		for _, n := range sizes {
+	// Size by size, so that a floor and the meshctl figure compared with it run one after
+	// the other, on the machine as it is at that moment.
+	for _, n := range meshgen.Sizes {
+		for _, b := range benches {
+			sizes := p.sizes
+			switch b.kind {
+			case live:
+				sizes = p.live
+			case restart:
+				sizes = p.restart
+			}
+			if !contains(sizes, n) {
+				continue
+			}
 			res, header, err := runOne(ctx, bins[b.pkg], b, n, tmp, log)
 			if err != nil {
 				return nil, err
@@ -157,6 +165,10 @@ func measure(ctx context.Context, p runPlan, log io.Writer) (*report, error) {
 			rep.totalWallOfRuns += res.wall
 		}
 	}
+	// Reported benchmark by benchmark, as the packages' output would list them.
+	slices.SortStableFunc(rep.results, func(a, b *result) int {
+		return cmp.Compare(slices.Index(benches, a.bench), slices.Index(benches, b.bench))
+	})
 	for _, h := range rep.header {
 		if cpu, ok := strings.CutPrefix(h, "cpu: "); ok {
 			rep.machine = append(rep.machine, "CPU as the benchmarks name it: "+strings.TrimSpace(cpu))
@@ -188,6 +200,9 @@ func runOne(ctx context.Context, bin string, b bench, size int, tmp string, log 
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// The previous benchmark's stores were just removed: flush that before this one starts,
+	// so its writeback is not measured here.
+	syscall.Sync()
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,7 @@ func BenchmarkFirstApply(b *testing.B) {
 			b.Fatal(err)
 		}
 		var calls int64
+		settle()
 		for b.Loop() {
 			counting := &reconcile.Counting{API: s.API}
 			s.API = counting
@@ -150,6 +152,7 @@ func BenchmarkFirstApply(b *testing.B) {
 			if err := s.Embedded.Reload(); err != nil {
 				b.Fatal(err)
 			}
+			settle()
 			b.StartTimer()
 		}
 		b.ReportMetric(float64(calls), "calls/op")
@@ -225,17 +228,18 @@ func BenchmarkApplyOneModule(b *testing.B) {
 
 // The floor: a bare nats.go client on a bus without users, no plan, no accounts config.
 
-// openBus starts an embedded bus without accounts (JetStream in the global account, no
-// authentication) and connects to it.
+// openBus starts an embedded bus configured as meshctl's is — the MESH account with
+// JetStream, users that must log in — but with one unrestricted user, and connects as it:
+// the floor measures JetStream, not permissions or plans.
 func openBus(b *testing.B) (*bus.Embedded, *nats.Conn) {
 	b.Helper()
 	e, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
-		StateDir: b.TempDir(), Listen: "127.0.0.1:-1", InitialAccounts: []byte("# no accounts: the floor measures JetStream alone\n"),
+		StateDir: b.TempDir(), Listen: "127.0.0.1:-1", InitialAccounts: []byte(floorAccounts),
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	nc, err := nats.Connect(e.URL())
+	nc, err := nats.Connect(e.URL(), nats.UserInfo("floor", "floor"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -245,6 +249,14 @@ func openBus(b *testing.B) (*bus.Embedded, *nats.Conn) {
 	})
 	return e, nc
 }
+
+const floorAccounts = `accounts {
+  ` + render.Account + ` {
+    jetstream: enabled
+    users = [ { user: floor, password: floor } ]
+  }
+}
+`
 
 // inFlight is how many calls the floor keeps in flight: as many as an apply does.
 const inFlight = 16
@@ -279,6 +291,11 @@ func createAll(ctx context.Context, js jetstream.JetStream, d *render.Desired) e
 	})
 }
 
+// settle flushes the filesystem before a timed create: a consumer is a directory and files
+// in the store, and the writeback of whatever came before (another store removed, the bus
+// just emptied) otherwise lands inside the measurement, doubling it on this kind of disk.
+func settle() { syscall.Sync() }
+
 // emptyBus deletes every stream, consumers and all.
 func emptyBus(ctx context.Context, b *testing.B, nc *nats.Conn) {
 	b.Helper()
@@ -310,12 +327,14 @@ func BenchmarkFloorCreate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		settle()
 		for b.Loop() {
 			if err := createAll(ctx, js, d); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
 			emptyBus(ctx, b, nc)
+			settle()
 			b.StartTimer()
 		}
 		b.ReportMetric(float64(len(d.Streams)+len(d.Consumers)), "calls/op")
