@@ -92,6 +92,14 @@ func (d *Desired) Users() []string {
 // Derive computes the desired bus of a validated mesh. It is deterministic: principals
 // sorted by user, grants by subject, streams by name, consumers by stream and name.
 func Derive(m *model.Mesh) *Desired {
+	modules := make(map[string]*model.Module, len(m.Modules))
+	for i := range m.Modules {
+		modules[m.Modules[i].Name] = &m.Modules[i]
+	}
+	seats := make(map[string]model.Seat, len(m.Seats))
+	for _, s := range m.Seats {
+		seats[s.Name] = s
+	}
 	d := &Desired{Holding: m.Holding}
 	for _, s := range m.Seats {
 		for _, old := range s.Formerly {
@@ -103,32 +111,22 @@ func Derive(m *model.Mesh) *Desired {
 	}
 	holds := map[model.Instance][]model.Seat{}
 	for _, h := range m.Holding {
-		s, _ := m.Seat(h.Seat)
-		holds[h.Holder] = append(holds[h.Holder], s)
+		holds[h.Holder] = append(holds[h.Holder], seats[h.Seat])
 	}
 
+	instances := m.Instances()
+	d.Principals = make([]Principal, 0, 1+2*len(m.Nodes)+len(instances))
 	d.Principals = append(d.Principals, controllerPrincipal(m))
 	for _, n := range m.Nodes {
 		d.Principals = append(d.Principals, nodePrincipal(n.Name), enrolPrincipal(n.Name))
 	}
-	instances := m.Instances()
 	for _, inst := range instances {
-		mod := moduleNamed(m, inst.Module)
-		d.Principals = append(d.Principals, instancePrincipal(inst, mod, holds[inst]))
+		d.Principals = append(d.Principals, instancePrincipal(inst, modules[inst.Module], holds[inst]))
 	}
 	slices.SortFunc(d.Principals, func(a, b Principal) int { return strings.Compare(a.User, b.User) })
 
-	d.Streams, d.Consumers = streamsAndConsumers(m, instances)
+	d.Streams, d.Consumers = streamsAndConsumers(m, modules, instances)
 	return d
-}
-
-func moduleNamed(m *model.Mesh, name string) *model.Module {
-	for i := range m.Modules {
-		if m.Modules[i].Name == name {
-			return &m.Modules[i]
-		}
-	}
-	return nil
 }
 
 // grants collects a principal's grants, once per subject (the first job to need a subject
@@ -304,7 +302,9 @@ func owned(description string) (string, map[string]string) {
 	return description, map[string]string{OwnerKey: OwnerValue}
 }
 
-func streamsAndConsumers(m *model.Mesh, instances []model.Instance) ([]jetstream.StreamConfig, []Consumer) {
+// streamsAndConsumers derives the streams and consumers; modules indexes m.Modules by name,
+// so a mesh of thousands of instances is derived in one pass rather than a search each.
+func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instances []model.Instance) ([]jetstream.StreamConfig, []Consumer) {
 	replicas := m.Bus.Replicas
 	var eventConsumers []Consumer
 	ackWait := 30 * time.Second
@@ -336,7 +336,7 @@ func streamsAndConsumers(m *model.Mesh, instances []model.Instance) ([]jetstream
 			"meshctl: the events the controller follows", eventSubjects(f)))
 	}
 	for _, inst := range instances {
-		mod := moduleNamed(m, inst.Module)
+		mod := modules[inst.Module]
 		if len(mod.Follows) == 0 {
 			continue
 		}
