@@ -56,8 +56,29 @@ func (s *Session) Close() {
 		s.Conn.Close()
 	}
 	if s.Embedded != nil {
+		if n := embeddedConsumers(s.Embedded); n >= largeBus {
+			// Said before, so a minute of stopping does not look like a hang.
+			s.logf("stopping the embedded bus: %d consumers, about %s (nats-server stops them one at a time)",
+				n, stopEstimate(n))
+		}
 		s.Embedded.Shutdown()
 	}
+}
+
+// largeBus is the consumer count above which stopping the embedded bus takes long enough
+// to say so: nats-server stops file-backed consumers one after another, about 10 ms each.
+const largeBus = 1000
+
+func stopEstimate(consumers int) time.Duration {
+	return (time.Duration(consumers) * 10 * time.Millisecond).Round(time.Second)
+}
+
+func embeddedConsumers(e *bus.Embedded) int {
+	info, err := e.Server().Jsz(nil)
+	if err != nil || info == nil {
+		return 0
+	}
+	return info.Consumers
 }
 
 // Connect reaches the bus the mesh names, as the controller. With no bus.url it uses the
@@ -229,6 +250,10 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 	}
 	s.Embedded = e
 	s.logf("started the embedded bus at %s (store in %s) in %s", e.URL(), filepath.Join(stateDir, "bus"), time.Since(started).Round(time.Millisecond))
+	if n := embeddedConsumers(e); n >= largeBus && !o.OwnEmbedded {
+		s.logf("the embedded bus holds %d consumers: stopping it when this command ends takes about %s; "+
+			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))
+	}
 	s.Target = bus.Target{URL: e.URL()}
 	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader()}
 	s.Accounts.Verify = func(ctx context.Context) error {
