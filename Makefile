@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin/meshctl
 STATE     ?= .meshctl/demo
 # Packages run in parallel; every live test starts its own bus on a random port.
-TESTFLAGS ?= -race -timeout 8m
+TESTFLAGS ?= -race -count=1 -timeout 8m
 
 .PHONY: build test vet fmt demo bench clean
 
