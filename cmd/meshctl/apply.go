@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/state"
@@ -54,11 +53,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	if !checkFormat(e, *out, "text", "json") {
 		return exitError
 	}
-	m, err := model.Load(*dir)
-	if err != nil {
-		return reportLoadError(e, *dir, err)
-	}
-	st, ok := sf.open(e)
+	m, st, ok := sf.loadAndOpen(e, *dir)
 	if !ok {
 		return exitError
 	}

@@ -67,11 +67,7 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		e.errorf("usage: meshctl credentials issue|revoke PRINCIPAL, or meshctl credentials list")
 		return exitError
 	}
-	m, err := model.Load(*dir)
-	if err != nil {
-		return reportLoadError(e, *dir, err)
-	}
-	st, ok := sf.open(e)
+	m, st, ok := sf.loadAndOpen(e, *dir)
 	if !ok {
 		return exitError
 	}

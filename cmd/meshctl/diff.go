@@ -90,12 +90,7 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 // planBus plans the description in dir against the live bus, or reports why it cannot
 // and returns nil.
 func planBus(ctx context.Context, e *env, sf stateFlags, dir string) *plan.Plan {
-	m, err := model.Load(dir)
-	if err != nil {
-		reportLoadError(e, dir, err)
-		return nil
-	}
-	st, ok := sf.open(e)
+	m, st, ok := sf.loadAndOpen(e, dir)
 	if !ok {
 		return nil
 	}

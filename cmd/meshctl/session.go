@@ -36,6 +36,18 @@ func (s stateFlags) open(e *env) (*state.Store, bool) {
 	return st, true
 }
 
+// loadAndOpen loads the description in dir and opens the state store: what every command
+// that works on a mesh and its credentials starts with. On failure it has reported why.
+func (s stateFlags) loadAndOpen(e *env, dir string) (*model.Mesh, *state.Store, bool) {
+	m, err := model.Load(dir)
+	if err != nil {
+		reportLoadError(e, dir, err)
+		return nil, nil, false
+	}
+	st, ok := s.open(e)
+	return m, st, ok
+}
+
 // connect loads nothing: it reaches the bus m names as the controller.
 func (s stateFlags) connect(ctx context.Context, e *env, m *model.Mesh, st *state.Store) (*reconcile.Session, bool) {
 	sess, err := reconcile.Connect(ctx, m, st, reconcile.Options{
