@@ -1,9 +1,9 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 )
@@ -21,42 +21,69 @@ func (d Diagnostic) String() string { return d.Pos.String() + ": " + d.Message }
 // "something is wrong with this machine".
 var ErrInvalid = errors.New("the mesh description is invalid")
 
-// LoadError carries every problem of one load, sorted by position.
+// MaxDiagnostics is how many problems one load reports. Past a hundred, the first ones are
+// what an operator fixes next (most often a single edit broke everything after it); a
+// complete list of eight thousand helps nobody and costs every log, comment and CI page.
+const MaxDiagnostics = 100
+
+// LoadError carries the problems of one load, sorted by position: the first MaxDiagnostics
+// of them, and how many there were in all.
 type LoadError struct {
 	Diagnostics []Diagnostic
+	// Total counts every problem found, Diagnostics being the first of them.
+	Total int
 }
 
 func (e *LoadError) Error() string {
-	lines := make([]string, len(e.Diagnostics))
+	lines := make([]string, len(e.Diagnostics), len(e.Diagnostics)+1)
 	for i, d := range e.Diagnostics {
 		lines[i] = d.String()
 	}
+	if more := e.Omitted(); more > 0 {
+		lines = append(lines, fmt.Sprintf("… and %d more problem(s)", more))
+	}
 	return strings.Join(lines, "\n")
 }
+
+// Omitted is how many problems were found beyond those in Diagnostics.
+func (e *LoadError) Omitted() int { return max(0, e.Total-len(e.Diagnostics)) }
 
 // Unwrap lets errors.Is(err, ErrInvalid) recognise a description problem.
 func (e *LoadError) Unwrap() error { return ErrInvalid }
 
 // diagnostics collects problems during one load.
-type diagnostics []Diagnostic
+type diagnostics []pending
 
-func (d *diagnostics) add(p Pos, format string, args ...any) {
-	msg := urlUserinfo.ReplaceAllString(fmt.Sprintf(format, args...), "${1}REDACTED@")
-	*d = append(*d, Diagnostic{Pos: p, Message: msg})
+// pending is a problem as found: its message, and for a name that resolves to nothing, the
+// names it might have meant. The suggestion is worked out only for the problems reported,
+// so eight thousand dangling references cost eight thousand map look-ups, not eight
+// thousand scans of every name.
+type pending struct {
+	pos        Pos
+	head, tail string // the message, with "did you mean" between head and tail
+	name       string
+	candidates func() []string
 }
 
-// urlUserinfo matches the userinfo (user:password@) of a URL. Messages quote values back, and a URL
-// written where it does not belong (`bus: nats://user:pw@host`) would otherwise put its
-// password in the error.
-var urlUserinfo = regexp.MustCompile(`(://)[^/?#@\s"]*@`)
+// add records a problem. Values from the description go into the message through Quote.
+func (d *diagnostics) add(p Pos, format string, args ...any) {
+	*d = append(*d, pending{pos: p, head: fmt.Sprintf(format, args...)})
+}
 
-func (d diagnostics) err() error {
+// addUnknown records a problem about a name that matches nothing, with "did you mean" the
+// closest of candidates placed after head.
+func (d *diagnostics) addUnknown(p Pos, name string, candidates func() []string, head, tail string) {
+	*d = append(*d, pending{pos: p, head: head, tail: tail, name: name, candidates: candidates})
+}
+
+// err sorts the problems, keeps the first MaxDiagnostics and finishes their messages.
+func (d diagnostics) err(ctx context.Context) error {
 	if len(d) == 0 {
 		return nil
 	}
-	out := append([]Diagnostic(nil), d...)
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i].Pos, out[j].Pos
+	sorted := append([]pending(nil), d...)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i].pos, sorted[j].pos
 		if a.File != b.File {
 			return a.File < b.File
 		}
@@ -65,7 +92,19 @@ func (d diagnostics) err() error {
 		}
 		return a.Col < b.Col
 	})
-	return &LoadError{Diagnostics: out}
+	shown := sorted[:min(len(sorted), MaxDiagnostics)]
+	out := make([]Diagnostic, len(shown))
+	for i, p := range shown {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		msg := p.head
+		if p.candidates != nil {
+			msg += didYouMean(p.name, p.candidates())
+		}
+		out[i] = Diagnostic{Pos: p.pos, Message: msg + p.tail}
+	}
+	return &LoadError{Diagnostics: out, Total: len(sorted)}
 }
 
 // Suggest returns the candidate closest to name by edit distance, or "" when none is close
@@ -75,7 +114,7 @@ func Suggest(name string, candidates []string) string {
 	// "bus".
 	best, bestDist := "", max(1, len(name)/3)+1
 	for _, c := range candidates {
-		if d := editDistance(name, c); d < bestDist {
+		if d := editDistanceWithin(name, c, bestDist-1); d < bestDist {
 			best, bestDist = c, d
 		}
 	}
@@ -84,39 +123,61 @@ func Suggest(name string, candidates []string) string {
 
 func didYouMean(name string, candidates []string) string {
 	if s := Suggest(name, candidates); s != "" {
-		return fmt.Sprintf(" (did you mean %q?)", s)
+		return fmt.Sprintf(" (did you mean %s?)", Quote(s))
 	}
 	return ""
 }
 
-// editDistance counts the edits between a and b, a swap of two neighbours being one edit
-// (optimal string alignment): "tow" is one slip from "two", as a person sees it.
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		if a == b {
-			return 0
-		}
-		return 1 << 20
+// maxCompared bounds the names compared by distance: longer ones match only exactly.
+const maxCompared = 64
+
+// editDistanceWithin counts the edits between a and b, a swap of two neighbours being one
+// edit (optimal string alignment): "tow" is one slip from "two", as a person sees it. It
+// gives up as soon as the count must exceed limit, returning limit+1, so checking a name
+// against a thousand that are nothing like it costs a few comparisons each.
+func editDistanceWithin(a, b string, limit int) int {
+	if a == b {
+		return 0
 	}
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
+	if len(a) > maxCompared || len(b) > maxCompared || abs(len(a)-len(b)) > limit {
+		return limit + 1
 	}
-	for j := range d[0] {
-		d[0][j] = j
+	// Three rows of the table: the one being filled and the two before it (a swap reaches
+	// back two).
+	var rows [3][maxCompared + 1]int
+	prev2, prev, cur := &rows[0], &rows[1], &rows[2]
+	for j := 0; j <= len(b); j++ {
+		prev[j] = j
 	}
+	prevMin := 0
 	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		rowMin := i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			v := min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
 			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+				v = min(v, prev2[j-2]+1)
 			}
+			cur[j] = v
+			rowMin = min(rowMin, v)
 		}
+		// Every later cell builds on this row, or on the previous one plus a swap.
+		if rowMin > limit && prevMin+1 > limit {
+			return limit + 1
+		}
+		prevMin = rowMin
+		prev2, prev, cur = prev, cur, prev2
 	}
-	return d[len(a)][len(b)]
+	return min(prev[len(b)], limit+1)
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -99,8 +99,16 @@ func loadInvalid(t *testing.T, dir string) string {
 
 func checkInside(t *testing.T, dir string, d model.Diagnostic) {
 	t.Helper()
-	if d.Pos.File == "." {
-		return // about the directory itself
+	if d.Pos.Line == 0 {
+		// About a file or directory as a whole, which must be there (a link, perhaps, whose
+		// target is not).
+		if d.Pos.Col != 0 {
+			t.Errorf("diagnostic %q: a column without a line", d)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(d.Pos.File))); err != nil {
+			t.Errorf("diagnostic %q names nothing in the case: %v", d, err)
+		}
+		return
 	}
 	data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(d.Pos.File)))
 	if err != nil {
@@ -137,6 +145,9 @@ func dump(m *model.Mesh) string {
 		if bus.Listen != "" {
 			line("  listen: %s", bus.Listen)
 		}
+	}
+	if bus.AllowPlaintextListen {
+		line("  allow_plaintext_listen: true")
 	}
 	if bus.Fingerprint != "" {
 		line("  fingerprint: %s", bus.Fingerprint)

@@ -2,83 +2,32 @@ package model
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 )
 
-// File is one YAML file of a description: its name as errors should show it, and its bytes.
-type File struct {
-	Name string
-	Data []byte
-}
-
 // Load reads every *.yaml and *.yml file under dir (recursively, in lexical order, skipping
 // hidden directories such as .git) and returns the validated mesh. A description problem
 // is a *LoadError listing every diagnostic; a directory that cannot be read is an ordinary
 // error.
-func Load(dir string) (*Mesh, error) {
-	files, err := ReadDir(dir)
+func Load(dir string) (*Mesh, error) { return LoadContext(context.Background(), dir) }
+
+// LoadContext is Load, stopping with ctx.Err() soon after ctx ends: it checks between files
+// and throughout validation, so an interrupted command does not finish checking a large
+// description first.
+func LoadContext(ctx context.Context, dir string) (*Mesh, error) {
+	files, refused, err := readDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(files)
-}
-
-// ReadDir returns the description files under dir, named relative to it.
-func ReadDir(dir string) ([]File, error) {
-	info, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("reading the mesh description: %w", err)
-	}
-	if !info.IsDir() {
-		return nil, fmt.Errorf("reading the mesh description: %s is not a directory", dir)
-	}
-	// A root that is a symlink (a release switched with `ln -sfn`) is walked where it points:
-	// WalkDir does not follow the root itself.
-	root, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return nil, fmt.Errorf("reading the mesh description: %w", err)
-	}
-	var files []File
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			// .git and editors' hidden directories hold YAML that is not the mesh.
-			if path != root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !IsDescriptionFile(d.Name()) {
-			return nil
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			rel = path
-		}
-		files = append(files, File{Name: filepath.ToSlash(rel), Data: data})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading the mesh description in %s: %w", dir, err)
-	}
-	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
-	return files, nil
+	return parse(ctx, files, refused)
 }
 
 // IsDescriptionFile reports whether a file of this name is part of a description. Editors'
@@ -92,19 +41,31 @@ func IsDescriptionFile(name string) bool {
 }
 
 // Parse validates a description given as files, in the order given.
-func Parse(files []File) (*Mesh, error) {
-	var diags diagnostics
+func Parse(files []File) (*Mesh, error) { return parse(context.Background(), files, nil) }
+
+// parse validates files, reporting the entries the directory walk refused with the rest.
+func parse(ctx context.Context, files []File, diags diagnostics) (*Mesh, error) {
 	var raw rawMesh
-	if len(files) == 0 {
-		diags.add(Pos{File: "."}, "no mesh description found: expected *.yaml or *.yml files")
-		return nil, diags.err()
+	if len(files) == 0 && len(diags) == 0 {
+		// About the directory itself, which has no line: "." is the directory loaded.
+		diags.add(Pos{File: "."}, "no mesh description here: no *.yaml or *.yml file in this directory or below it (hidden directories and editors' backup files are skipped)")
 	}
 	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if len(f.Data) > MaxFileSize {
+			diags.add(Pos{File: f.Name}, "%s", tooLarge(int64(len(f.Data))))
+			continue
+		}
 		d := decoder{file: f.Name, diags: &diags}
 		d.file_(f.Data, &raw)
 	}
-	mesh := raw.validate(&diags)
-	if err := diags.err(); err != nil {
+	mesh, err := raw.validate(ctx, &diags)
+	if err != nil {
+		return nil, err
+	}
+	if err := diags.err(ctx); err != nil {
 		return nil, err
 	}
 	return mesh, nil
@@ -132,7 +93,7 @@ func (d *decoder) file_(data []byte, raw *rawMesh) {
 			return
 		}
 		if err != nil {
-			d.diags.add(Pos{File: d.file, Line: yamlErrorLine(err), Col: 1}, "malformed YAML: %s", yamlErrorText(err))
+			d.malformed(data, err)
 			return
 		}
 		if len(doc.Content) == 0 {
@@ -191,6 +152,12 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
 	}
+	if n.Kind != yaml.MappingNode {
+		// Not kindName: the file may be something else saved as .yaml (a password, a key),
+		// and its content has no place in an error.
+		d.errorf(n, "the top level of a mesh file must be a mapping (key: value), not %s", kindWord(n))
+		return
+	}
 	fields := d.fields(n, "the top level of a mesh file", topKeys)
 	if v, ok := fields["bus"]; ok {
 		if raw.bus != nil {
@@ -237,7 +204,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 
 func (d *decoder) bus(n *yaml.Node) *rawBus {
 	b := &rawBus{pos: d.pos(n)}
-	f := d.fields(n, "bus", []string{"url", "fingerprint", "accounts_file", "listen", "replicas", "reload", "events_max_age"})
+	f := d.fields(n, "bus", []string{"url", "fingerprint", "accounts_file", "listen", "allow_plaintext_listen", "replicas", "reload", "events_max_age"})
 	b.url, _ = d.optional(f, "url")
 	b.fingerprint, _ = d.optional(f, "fingerprint")
 	b.accountsFile, _ = d.optional(f, "accounts_file")
@@ -246,6 +213,13 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	if v, ok := f["replicas"]; ok {
 		if n, ok := d.integer(v.val, "bus.replicas"); ok {
 			b.replicas, b.replicasPos = n, d.pos(v.val)
+		}
+	}
+	if v, ok := f["allow_plaintext_listen"]; ok {
+		if v.val.Kind != yaml.ScalarNode || v.val.Tag != "!!bool" || v.val.Decode(&b.allowPlaintext) != nil {
+			d.errorf(v.val, "bus.allow_plaintext_listen must be true or false, not %s", kindName(v.val))
+		} else {
+			b.allowPlaintextPos = d.pos(v.val)
 		}
 	}
 	if v, ok := f["reload"]; ok {
@@ -258,7 +232,7 @@ func (d *decoder) reload(n *yaml.Node) *rawReload {
 	r := &rawReload{pos: d.pos(n)}
 	if n.Kind == yaml.ScalarNode {
 		if n.Value != "none" {
-			d.errorf(n, `bus.reload must be "none", {pid_file: PATH} or {command: [ARGV...]}, not %q`, n.Value)
+			d.errorf(n, `bus.reload must be "none", {pid_file: PATH} or {command: [ARGV...]}, not %s`, Quote(n.Value))
 		}
 		r.manual = true
 		return r
@@ -305,9 +279,9 @@ func (d *decoder) module(n *yaml.Node) rawModule {
 	m := rawModule{name: d.requiredName(n, f, "module"), pos: d.pos(n)}
 	m.on = d.names(f, "on", "module.on")
 	if v, ok := f["on"]; !ok {
-		d.errorf(n, "module %q has no `on`: list the nodes it runs on", m.name.val)
+		d.errorf(n, "module %s has no `on`: list the nodes it runs on", Quote(m.name.val))
 	} else if v.val.Tag == "!!null" || (v.val.Kind == yaml.SequenceNode && len(v.val.Content) == 0) {
-		d.errorf(v.val, "module %q runs on no node: list at least one in `on`", m.name.val)
+		d.errorf(v.val, "module %s runs on no node: list at least one in `on`", Quote(m.name.val))
 	}
 	m.claims = d.names(f, "claims", "module.claims")
 	m.emits = d.names(f, "emits", "module.emits")
@@ -336,12 +310,12 @@ func (d *decoder) fields(n *yaml.Node, what string, allowed []string) map[string
 			continue
 		}
 		if !contains(allowed, k.Value) {
-			d.errorf(k, "unknown key %q in %s%s; expected one of: %s", k.Value, what,
-				didYouMean(k.Value, allowed), strings.Join(allowed, ", "))
+			d.diags.addUnknown(d.pos(k), k.Value, func() []string { return allowed },
+				fmt.Sprintf("unknown key %s in %s", Quote(k.Value), what), "; expected one of: "+strings.Join(allowed, ", "))
 			continue
 		}
 		if prev, dup := out[k.Value]; dup {
-			d.errorf(k, "key %q appears twice in %s: first at %s", k.Value, what, d.pos(prev.key))
+			d.errorf(k, "key %s appears twice in %s: first at %s", Quote(k.Value), what, d.pos(prev.key))
 			continue
 		}
 		out[k.Value] = field{key: k, val: v}
@@ -433,6 +407,23 @@ func (d *decoder) integer(n *yaml.Node, what string) (int, bool) {
 	return v, true
 }
 
+// kindWord names what a node is without its value.
+func kindWord(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		switch n.Tag {
+		case "!!null":
+			return "empty"
+		case "!!bool":
+			return "a boolean"
+		case "!!int", "!!float":
+			return "a number"
+		}
+		return "a string"
+	}
+	return kindName(n)
+}
+
+// kindName names what a node is, quoting a scalar's value.
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -446,11 +437,11 @@ func kindName(n *yaml.Node) string {
 		case "!!null":
 			return "empty"
 		case "!!bool":
-			return fmt.Sprintf("the boolean %s", n.Value)
+			return "the boolean " + plainText(n.Value)
 		case "!!int", "!!float":
-			return fmt.Sprintf("the number %s", n.Value)
+			return "the number " + plainText(n.Value)
 		}
-		return fmt.Sprintf("%q", n.Value)
+		return Quote(n.Value)
 	}
 	return "something else"
 }

@@ -40,7 +40,7 @@ func copyCase(t *testing.T, name string) string {
 	return dst
 }
 
-func writeFile(t *testing.T, path, data string) {
+func writeFile(t testing.TB, path, data string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -143,10 +143,13 @@ func TestLoadEmptyDirectory(t *testing.T) {
 	}
 	want := []model.Diagnostic{{
 		Pos:     model.Pos{File: "."},
-		Message: "no mesh description found: expected *.yaml or *.yml files",
+		Message: "no mesh description here: no *.yaml or *.yml file in this directory or below it (hidden directories and editors' backup files are skipped)",
 	}}
 	if diff := cmp.Diff(want, lerr.Diagnostics); diff != "" {
 		t.Errorf("Load(empty dir) diagnostics (-want +got):\n%s", diff)
+	}
+	if got, want := err.Error(), ".: "+want[0].Message; got != want {
+		t.Errorf("Load(empty dir) = %q, want %q: the directory, without a line and column it does not have", got, want)
 	}
 }
 
@@ -219,6 +222,13 @@ func TestPasswordNeverInError(t *testing.T) {
 		{"as replicas", "bus:\n  replicas: nats://u:hunter2@h:4222\n", "whole number"},
 		{"as a node", "nodes:\n  - name: nats://u:hunter2@h:4222\n", "node name"},
 		{"as an event", "modules:\n  - name: m\n    on: []\n    emits: [nats://u:hunter2@h]\n", "event"},
+		{"as listen", "bus:\n  listen: nats://admin:hunter2@127.0.0.1:4301\n", "bus.listen"},
+		{"as listen, without a scheme", "bus:\n  listen: admin:hunter2@127.0.0.1:4301\n", "bus.listen"},
+		{"a space in the password", "nodes:\n  - name: nats://admin:hunter2 x@h:4222\n", "node name"},
+		{"an @ in the password", "nodes:\n  - name: nats://admin:p@hunter2@h:4222\n", "node name"},
+		{"a quote in the password", "nodes:\n  - name: 'nats://admin:hunter2\"x@h:4222'\n", "node name"},
+		{"a space in a listen password", "bus:\n  listen: \"nats://admin:hunter2 x@h:4222\"\n", "bus.listen"},
+		{"an @ in a url password", "bus:\n  url: nats://admin:p@hunter2@h:4222\n  accounts_file: a.conf\n", "must not carry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

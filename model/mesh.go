@@ -6,7 +6,9 @@ import (
 )
 
 // Pos is where something was declared: the file (relative to the loaded directory), line
-// and column, all as an operator's editor shows them.
+// and column, all as an operator's editor shows them. A problem with a file or directory as
+// a whole (a file refused unread, a directory without a description) has no line: Line and
+// Col are 0, and File is "." for the loaded directory itself.
 type Pos struct {
 	File string `json:"file"`
 	Line int    `json:"line"`
@@ -14,8 +16,11 @@ type Pos struct {
 }
 
 func (p Pos) String() string {
-	if p.File == "" {
+	switch {
+	case p.File == "":
 		return "-"
+	case p.Line == 0:
+		return p.File
 	}
 	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
 }
@@ -42,10 +47,14 @@ type Bus struct {
 	Fingerprint  string // hex SHA-256 of the bus's leaf certificate (DER), normalised to lower case without separators
 	AccountsFile string // where meshctl writes the accounts config an external server includes
 	Listen       string // the embedded bus's listen address
-	Replicas     int
-	Reload       Reload
-	EventsMaxAge time.Duration
-	Pos          Pos
+	// AllowPlaintextListen is the operator's word that the network the embedded bus listens
+	// on is trusted: without it, a listen address off the loopback interface is refused,
+	// since the bus serves no TLS and every principal logs in with a password.
+	AllowPlaintextListen bool
+	Replicas             int
+	Reload               Reload
+	EventsMaxAge         time.Duration
+	Pos                  Pos
 }
 
 // Embedded reports whether meshctl runs the bus itself.

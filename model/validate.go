@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"net/url"
@@ -29,6 +30,8 @@ type rawBus struct {
 	url, fingerprint, accountsFile, listen, eventsMaxAge name
 	replicas                                             int
 	replicasPos                                          Pos
+	allowPlaintext                                       bool
+	allowPlaintextPos                                    Pos
 	reload                                               *rawReload
 	pos                                                  Pos
 }
@@ -100,13 +103,13 @@ func checkName(diags *diagnostics, n name, what string) bool {
 	case n.val == "":
 		diags.add(n.pos, "%s name must not be empty", what)
 	case len(n.val) > MaxNameLen:
-		diags.add(n.pos, "%s name %q is %d characters; at most %d", what, n.val, len(n.val), MaxNameLen)
+		diags.add(n.pos, "%s name %s is %d characters; at most %d", what, Quote(n.val), len(n.val), MaxNameLen)
 	case !nameRule.MatchString(n.val):
 		hint := ""
 		if strings.ContainsAny(n.val, "_.") {
 			hint = ": `_` and `.` join names into consumer and user names, so they would make two different things collide"
 		}
-		diags.add(n.pos, "%s name %q must be lowercase letters, digits and `-`, starting with a letter%s", what, n.val, hint)
+		diags.add(n.pos, "%s name %s must be lowercase letters, digits and `-`, starting with a letter%s", what, Quote(n.val), hint)
 	default:
 		return true
 	}
@@ -115,11 +118,11 @@ func checkName(diags *diagnostics, n name, what string) bool {
 
 func checkSubjectPath(diags *diagnostics, n name, what string) bool {
 	if len(n.val) > maxSubjectPathLen {
-		diags.add(n.pos, "%s %q is longer than %d characters", what, n.val, maxSubjectPathLen)
+		diags.add(n.pos, "%s %s is longer than %d characters", what, Quote(n.val), maxSubjectPathLen)
 		return false
 	}
 	if !subjectPath.MatchString(n.val) {
-		diags.add(n.pos, "%s %q must be subject tokens joined by dots (letters, digits, `-`, `_`), never a wildcard, a space or an empty token", what, n.val)
+		diags.add(n.pos, "%s %s must be subject tokens joined by dots (letters, digits, `-`, `_`), never a wildcard, a space or an empty token", what, Quote(n.val))
 		return false
 	}
 	return true
@@ -134,7 +137,7 @@ func uniquePaths(diags *diagnostics, list []name, what, owner string) []string {
 			continue
 		}
 		if p, dup := seen[n.val]; dup {
-			diags.add(n.pos, "%s %q of %s is listed twice: first at %s", what, n.val, owner, p)
+			diags.add(n.pos, "%s %s of %s is listed twice: first at %s", what, Quote(n.val), owner, p)
 			continue
 		}
 		seen[n.val] = n.pos
@@ -154,7 +157,16 @@ type index struct {
 	modNames  []string
 	// events and tools by owner, as sets.
 	modEvents, modTools, seatEvents, seatTools, seatAccepts map[string]map[string]bool
+	// second declarations of a name, reported and set aside
+	dupSeats   []*rawSeat
+	dupModules map[string][]*rawModule
 }
+
+// nodeList, seatList and moduleList are the names "did you mean" picks from, in
+// declaration order (the first of two equally close wins).
+func (ix *index) nodeList() []string   { return ix.nodeNames }
+func (ix *index) seatList() []string   { return ix.seatNames }
+func (ix *index) moduleList() []string { return ix.modNames }
 
 func set(list []string) map[string]bool {
 	s := make(map[string]bool, len(list))
@@ -164,26 +176,33 @@ func set(list []string) map[string]bool {
 	return s
 }
 
-func (r *rawMesh) validate(diags *diagnostics) *Mesh {
+// validate checks the raw declarations and builds the mesh, returning ctx.Err() as soon as
+// ctx ends: a large description is checked name by name, and an interrupted command should
+// not wait for the last one.
+func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, error) {
 	m := &Mesh{}
 	ix := &index{
 		nodes: map[string]Pos{}, seats: map[string]*rawSeat{}, formerly: map[string]string{},
 		modules: map[string]*rawModule{}, modEvents: map[string]map[string]bool{},
 		modTools: map[string]map[string]bool{}, seatEvents: map[string]map[string]bool{},
 		seatTools: map[string]map[string]bool{}, seatAccepts: map[string]map[string]bool{},
+		dupModules: map[string][]*rawModule{},
 	}
 	m.Bus = r.validateBus(diags)
 
 	for _, n := range r.nodes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if !checkName(diags, n.name, "node") {
 			continue
 		}
 		if slices.Contains(ReservedNodeNames, n.name.val) {
-			diags.add(n.name.pos, "node name %q is reserved: the users `node.<n>` and `enrol.<n>` would collide with a module user `<n>.<m>`, and `controller` is the controller's own", n.name.val)
+			diags.add(n.name.pos, "node name %s is reserved: the users `node.<n>` and `enrol.<n>` would collide with a module user `<n>.<m>`, and `controller` is the controller's own", Quote(n.name.val))
 			continue
 		}
 		if p, dup := ix.nodes[n.name.val]; dup {
-			diags.add(n.name.pos, "node %q is declared twice: first at %s", n.name.val, p)
+			diags.add(n.name.pos, "node %s is declared twice: first at %s", Quote(n.name.val), p)
 			continue
 		}
 		ix.nodes[n.name.val] = n.name.pos
@@ -193,12 +212,16 @@ func (r *rawMesh) validate(diags *diagnostics) *Mesh {
 
 	// Seats first, with their former names, so every reference below can resolve.
 	for i := range r.seats {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		s := &r.seats[i]
 		if !checkName(diags, s.name, "seat") {
 			continue
 		}
 		if prev, dup := ix.seats[s.name.val]; dup {
-			diags.add(s.name.pos, "seat %q is declared twice: first at %s", s.name.val, prev.name.pos)
+			diags.add(s.name.pos, "seat %s is declared twice: first at %s", Quote(s.name.val), prev.name.pos)
+			ix.dupSeats = append(ix.dupSeats, s)
 			continue
 		}
 		ix.seats[s.name.val] = s
@@ -214,11 +237,11 @@ func (r *rawMesh) validate(diags *diagnostics) *Mesh {
 				continue
 			}
 			if _, current := ix.seats[old.val]; current {
-				diags.add(old.pos, "seat %q lists %q as a former name, but a seat of that name is declared: one name cannot mean two seats", s.name.val, old.val)
+				diags.add(old.pos, "seat %s lists %s as a former name, but a seat of that name is declared: one name cannot mean two seats", Quote(s.name.val), Quote(old.val))
 				continue
 			}
 			if other, dup := ix.formerly[old.val]; dup && other != s.name.val {
-				diags.add(old.pos, "former name %q is claimed by both seat %q and seat %q", old.val, other, s.name.val)
+				diags.add(old.pos, "former name %s is claimed by both seat %s and seat %s", Quote(old.val), Quote(other), Quote(s.name.val))
 				continue
 			}
 			ix.formerly[old.val] = s.name.val
@@ -232,7 +255,7 @@ func (r *rawMesh) validate(diags *diagnostics) *Mesh {
 		seat := Seat{Name: s.name.val, Scope: ScopeModule, Pos: s.pos}
 		if s.scope.val != "" {
 			if s.scope.val != ScopeModule && s.scope.val != ScopeMesh {
-				diags.add(s.scope.pos, "seat scope %q must be %q or %q", s.scope.val, ScopeModule, ScopeMesh)
+				diags.add(s.scope.pos, "seat scope %s must be %s or %s", Quote(s.scope.val), Quote(ScopeModule), Quote(ScopeMesh))
 			} else {
 				seat.Scope = s.scope.val
 			}
@@ -251,15 +274,20 @@ func (r *rawMesh) validate(diags *diagnostics) *Mesh {
 		ix.seatTools[seat.Name] = set(seat.Serves)
 		m.Seats = append(m.Seats, seat)
 	}
+	ix.mergeDuplicateSeats()
 
 	// Modules: names and what they offer, before anyone's references to them.
 	for i := range r.modules {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		mod := &r.modules[i]
 		if !checkName(diags, mod.name, "module") {
 			continue
 		}
 		if prev, dup := ix.modules[mod.name.val]; dup {
-			diags.add(mod.name.pos, "module %q is declared twice: first at %s", mod.name.val, prev.name.pos)
+			diags.add(mod.name.pos, "module %s is declared twice: first at %s", Quote(mod.name.val), prev.name.pos)
+			ix.dupModules[mod.name.val] = append(ix.dupModules[mod.name.val], mod)
 			continue
 		}
 		ix.modules[mod.name.val] = mod
@@ -268,7 +296,11 @@ func (r *rawMesh) validate(diags *diagnostics) *Mesh {
 		ix.modEvents[mod.name.val] = set(uniquePaths(diags, mod.emits, "event", owner))
 		ix.modTools[mod.name.val] = set(uniquePaths(diags, mod.serves, "tool", owner))
 	}
+	ix.mergeDuplicateModules()
 	for i := range r.modules {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		mod := &r.modules[i]
 		if ix.modules[mod.name.val] != mod {
 			continue
@@ -284,8 +316,11 @@ func (r *rawMesh) validate(diags *diagnostics) *Mesh {
 		m.Controller.Calls = ix.calls(diags, c.calls, "the controller")
 	}
 
-	m.Holders, m.Holding = r.resolveHolders(diags, ix, m)
-	return m
+	var err error
+	if m.Holders, m.Holding, err = r.resolveHolders(ctx, diags, ix, m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 func (r *rawMesh) validateModule(diags *diagnostics, ix *index, mod *rawModule) Module {
@@ -294,11 +329,11 @@ func (r *rawMesh) validateModule(diags *diagnostics, ix *index, mod *rawModule) 
 	seenNode := map[string]Pos{}
 	for _, n := range mod.on {
 		if _, ok := ix.nodes[n.val]; !ok {
-			diags.add(n.pos, "module %q runs on unknown node %q%s", mod.name.val, n.val, didYouMean(n.val, ix.nodeNames))
+			diags.addUnknown(n.pos, n.val, ix.nodeList, fmt.Sprintf("module %s runs on unknown node %s", Quote(mod.name.val), Quote(n.val)), "")
 			continue
 		}
 		if p, dup := seenNode[n.val]; dup {
-			diags.add(n.pos, "module %q lists node %q twice: first at %s", mod.name.val, n.val, p)
+			diags.add(n.pos, "module %s lists node %s twice: first at %s", Quote(mod.name.val), Quote(n.val), p)
 			continue
 		}
 		seenNode[n.val] = n.pos
@@ -311,7 +346,7 @@ func (r *rawMesh) validateModule(diags *diagnostics, ix *index, mod *rawModule) 
 			continue
 		}
 		if p, dup := seenSeat[seat]; dup {
-			diags.add(c.pos, "module %q claims seat %q twice: first at %s", mod.name.val, seat, p)
+			diags.add(c.pos, "module %s claims seat %s twice: first at %s", Quote(mod.name.val), Quote(seat), p)
 			continue
 		}
 		seenSeat[seat] = c.pos
@@ -336,7 +371,7 @@ func (ix *index) seat(diags *diagnostics, n name, who string) (string, bool) {
 	if current, ok := ix.formerly[n.val]; ok {
 		return current, true
 	}
-	diags.add(n.pos, "%s names unknown seat %q%s", who, n.val, didYouMean(n.val, ix.seatNames))
+	diags.addUnknown(n.pos, n.val, ix.seatList, fmt.Sprintf("%s names unknown seat %s", who, Quote(n.val)), "")
 	return "", false
 }
 
@@ -348,7 +383,7 @@ func splitRef(diags *diagnostics, n name, who, form string) (seat bool, owner, t
 	}
 	o, t, found := strings.Cut(v, "/")
 	if !found || o == "" || t == "" {
-		diags.add(n.pos, "%s: %q must be written %s", who, n.val, form)
+		diags.add(n.pos, "%s: %s must be written %s", who, Quote(n.val), form)
 		return false, name{}, name{}, false
 	}
 	return seat, name{val: o, pos: n.pos}, name{val: t, pos: n.pos}, true
@@ -380,7 +415,8 @@ func (ix *index) resolve(diags *diagnostics, list []name, who string, o offered)
 				continue
 			}
 			if !o.bySeat[s][thing.val] {
-				diags.add(n.pos, "%s %s %q, but seat %q does not %s %q%s", who, o.verb, n.val, s, o.offer, thing.val, didYouMean(thing.val, keys(o.bySeat[s])))
+				diags.addUnknown(n.pos, thing.val, func() []string { return keys(o.bySeat[s]) },
+					fmt.Sprintf("%s %s %s, but seat %s does not %s %s", who, o.verb, Quote(n.val), Quote(s), o.offer, Quote(thing.val)), "")
 				continue
 			}
 			ref.owner = s
@@ -389,11 +425,12 @@ func (ix *index) resolve(diags *diagnostics, list []name, who string, o offered)
 				continue
 			}
 			if _, known := ix.modules[owner.val]; !known {
-				hint := didYouMean(owner.val, ix.modNames)
+				head := fmt.Sprintf("%s %s %s, but no module is named %s", who, o.verb, Quote(n.val), Quote(owner.val))
 				if _, isSeat := ix.seats[owner.val]; isSeat {
-					hint = fmt.Sprintf(" (%q is a seat: write seat:%s)", owner.val, n.val)
+					diags.add(n.pos, "%s (%s is a seat: write seat:%s)", head, Quote(owner.val), plainText(n.val))
+				} else {
+					diags.addUnknown(n.pos, owner.val, ix.moduleList, head, "")
 				}
-				diags.add(n.pos, "%s %s %q, but no module is named %q%s", who, o.verb, n.val, owner.val, hint)
 				continue
 			}
 			if !o.byModule[owner.val][thing.val] {
@@ -401,14 +438,15 @@ func (ix *index) resolve(diags *diagnostics, list []name, who string, o offered)
 				if o.nobodyForModules {
 					nobody = "nobody " + o.offer + "s it: "
 				}
-				diags.add(n.pos, "%s %s %q, but %smodule %q does not %s %q%s", who, o.verb, n.val, nobody, owner.val, o.offer, thing.val, didYouMean(thing.val, keys(o.byModule[owner.val])))
+				diags.addUnknown(n.pos, thing.val, func() []string { return keys(o.byModule[owner.val]) },
+					fmt.Sprintf("%s %s %s, but %smodule %s does not %s %s", who, o.verb, Quote(n.val), nobody, Quote(owner.val), o.offer, Quote(thing.val)), "")
 				continue
 			}
 			ref.owner = owner.val
 		}
 		key := refString(ref.seat, ref.owner, ref.name)
 		if p, dup := seen[key]; dup {
-			diags.add(n.pos, "%s %s %q twice: first at %s", who, o.verb, key, p)
+			diags.add(n.pos, "%s %s %s twice: first at %s", who, o.verb, Quote(key), p)
 			continue
 		}
 		seen[key] = n.pos
@@ -458,12 +496,13 @@ func (ix *index) sends(diags *diagnostics, list []name, who string) []AcceptRef 
 			continue
 		}
 		if !ix.seatAccepts[s][acc.val] {
-			diags.add(n.pos, "%s sends %q, but seat %q does not accept %q%s", who, n.val, s, acc.val, didYouMean(acc.val, keys(ix.seatAccepts[s])))
+			diags.addUnknown(n.pos, acc.val, func() []string { return keys(ix.seatAccepts[s]) },
+				fmt.Sprintf("%s sends %s, but seat %s does not accept %s", who, Quote(n.val), Quote(s), Quote(acc.val)), "")
 			continue
 		}
 		ref := AcceptRef{Seat: s, Accept: acc.val, Pos: n.pos}
 		if p, dup := seen[ref.String()]; dup {
-			diags.add(n.pos, "%s sends %q twice: first at %s", who, ref.String(), p)
+			diags.add(n.pos, "%s sends %s twice: first at %s", who, Quote(ref.String()), p)
 			continue
 		}
 		seen[ref.String()] = n.pos
@@ -484,10 +523,13 @@ func keys(s map[string]bool) []string {
 // resolveHolders checks the explicit handovers and decides who holds each seat: an explicit
 // holder wins; otherwise the first module instance (modules in declaration order, each on
 // its nodes in order) that claims the seat.
-func (r *rawMesh) resolveHolders(diags *diagnostics, ix *index, m *Mesh) ([]HolderDecl, []Holding) {
+func (r *rawMesh) resolveHolders(ctx context.Context, diags *diagnostics, ix *index, m *Mesh) ([]HolderDecl, []Holding, error) {
 	explicit := map[string]HolderDecl{}
 	var decls []HolderDecl
 	for _, h := range r.holders {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
 		who := "holder"
 		seat, ok := ix.seat(diags, h.seat, who)
 		nodeOK := checkName(diags, h.node, "node")
@@ -496,24 +538,23 @@ func (r *rawMesh) resolveHolders(diags *diagnostics, ix *index, m *Mesh) ([]Hold
 			continue
 		}
 		if _, known := ix.nodes[h.node.val]; !known {
-			diags.add(h.node.pos, "holder of seat %q names unknown node %q%s", seat, h.node.val, didYouMean(h.node.val, ix.nodeNames))
+			diags.addUnknown(h.node.pos, h.node.val, ix.nodeList, fmt.Sprintf("holder of seat %s names unknown node %s", Quote(seat), Quote(h.node.val)), "")
 			continue
 		}
-		mod, known := ix.modules[h.module.val]
-		if !known {
-			diags.add(h.module.pos, "holder of seat %q names unknown module %q%s", seat, h.module.val, didYouMean(h.module.val, ix.modNames))
+		if _, known := ix.modules[h.module.val]; !known {
+			diags.addUnknown(h.module.pos, h.module.val, ix.moduleList, fmt.Sprintf("holder of seat %s names unknown module %s", Quote(seat), Quote(h.module.val)), "")
 			continue
 		}
-		if !slices.ContainsFunc(mod.on, func(n name) bool { return n.val == h.node.val }) {
-			diags.add(h.node.pos, "holder of seat %q: module %q does not run on node %q; add the node to its `on`, or name a node it runs on", seat, h.module.val, h.node.val)
+		if !ix.runsOn(h.module.val, h.node.val) {
+			diags.add(h.node.pos, "holder of seat %s: module %s does not run on node %s; add the node to its `on`, or name a node it runs on", Quote(seat), Quote(h.module.val), Quote(h.node.val))
 			continue
 		}
-		if !slices.ContainsFunc(mod.claims, func(n name) bool { s, _ := ix.seat(&diagnostics{}, n, ""); return s == seat }) {
-			diags.add(h.module.pos, "holder of seat %q: module %q does not claim it; add %q to its `claims`", seat, h.module.val, seat)
+		if !ix.claims(h.module.val, seat) {
+			diags.add(h.module.pos, "holder of seat %s: module %s does not claim it; add %s to its `claims`", Quote(seat), Quote(h.module.val), Quote(seat))
 			continue
 		}
 		if prev, dup := explicit[seat]; dup {
-			diags.add(h.pos, "seat %q has two holders: %s/%s here and %s/%s at %s; a seat has exactly one", seat, h.node.val, h.module.val, prev.Node, prev.Module, prev.Pos)
+			diags.add(h.pos, "seat %s has two holders: %s/%s here and %s/%s at %s; a seat has exactly one", Quote(seat), h.node.val, h.module.val, prev.Node, prev.Module, prev.Pos)
 			continue
 		}
 		d := HolderDecl{Seat: seat, Node: h.node.val, Module: h.module.val, Pos: h.pos}
@@ -538,7 +579,7 @@ func (r *rawMesh) resolveHolders(diags *diagnostics, ix *index, m *Mesh) ([]Hold
 		}
 	}
 	slices.SortFunc(holding, func(a, b Holding) int { return strings.Compare(a.Seat, b.Seat) })
-	return decls, holding
+	return decls, holding, nil
 }
 
 func (r *rawMesh) validateBus(diags *diagnostics) Bus {
@@ -557,9 +598,9 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 			// without repeating it.
 			diags.add(rb.url.pos, "bus.url is not a valid address; write it as nats://host:port or tls://host:port")
 		case u.User != nil:
-			diags.add(rb.url.pos, "bus.url must not carry a user or password (%s://%s): meshctl dials as the controller with the credential in its state directory", u.Scheme, u.Host)
+			diags.add(rb.url.pos, "bus.url must not carry a user or password (%s): meshctl dials as the controller with the credential in its state directory", plainText(u.Scheme+"://"+u.Host))
 		case u.Scheme != "nats" && u.Scheme != "tls":
-			diags.add(rb.url.pos, "bus.url scheme %q is not supported; use nats:// or tls://", u.Scheme)
+			diags.add(rb.url.pos, "bus.url scheme %s is not supported; use nats:// or tls://", Quote(u.Scheme))
 		default:
 			b.URL = u.Scheme + "://" + u.Host
 		}
@@ -573,13 +614,19 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 		}
 	}
 	external := rb.url.val != ""
-	if rb.listen.val != "" {
+	b.Listen = DefaultListen
+	if rb.listen.pos != (Pos{}) {
 		if external {
 			diags.add(rb.listen.pos, "bus.listen is for the embedded bus; with bus.url the server's own config says where it listens")
+		} else if checkListen(diags, rb.listen, rb.allowPlaintext) {
+			b.Listen = rb.listen.val
 		}
-		b.Listen = rb.listen.val
-	} else {
-		b.Listen = DefaultListen
+	}
+	if rb.allowPlaintextPos != (Pos{}) {
+		if external {
+			diags.add(rb.allowPlaintextPos, "bus.allow_plaintext_listen is for the embedded bus; with bus.url the server's own config decides about TLS")
+		}
+		b.AllowPlaintextListen = rb.allowPlaintext
 	}
 	if rb.accountsFile.val != "" {
 		b.AccountsFile = rb.accountsFile.val
@@ -604,7 +651,7 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 	if rb.eventsMaxAge.val != "" {
 		d, err := time.ParseDuration(rb.eventsMaxAge.val)
 		if err != nil || d <= 0 {
-			diags.add(rb.eventsMaxAge.pos, "bus.events_max_age %q must be a positive duration such as 168h", rb.eventsMaxAge.val)
+			diags.add(rb.eventsMaxAge.pos, "bus.events_max_age %s must be a positive duration such as 168h", Quote(rb.eventsMaxAge.val))
 		} else {
 			b.EventsMaxAge = d
 		}
