@@ -465,5 +465,8 @@ func problems(dir string, err error) []string {
 		}
 		out[i] = d.String()
 	}
+	if more := lerr.Omitted(); more > 0 {
+		out = append(out, fmt.Sprintf("… and %d more problem(s)", more))
+	}
 	return out
 }

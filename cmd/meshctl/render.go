@@ -77,7 +77,10 @@ func reportLoadError(e *env, dir string, err error) int {
 		for _, d := range le.Diagnostics {
 			e.errorf("%s", joinPos(dir, d))
 		}
-		e.errorf("the description in %s is invalid (%d problem(s)); nothing was changed", dir, len(le.Diagnostics))
+		if more := le.Omitted(); more > 0 {
+			e.errorf("… and %d more problem(s)", more)
+		}
+		e.errorf("the description in %s is invalid (%d problem(s)); nothing was changed", dir, le.Total)
 		return exitError
 	}
 	e.errorf("%v", err)

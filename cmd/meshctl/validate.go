@@ -24,7 +24,8 @@ file:line:col: message, and changes nothing anywhere.
 Exit 0 when the description is valid, 1 when it is not, 2 when DIR cannot be read.
 
   -o text     file:line:col: message lines, which editors and CI logs link
-  -o json     {"valid": bool, "diagnostics": [{"pos": {...}, "message": ...}]}
+  -o json     {"valid": bool, "diagnostics": [{"pos": {...}, "message": ...}], "total": N}
+              (the first 100 problems are listed; total counts them all)
   -o github   GitHub Actions workflow annotations (::error file=...,line=...,col=...::...)
 
 Example:
@@ -44,9 +45,10 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 	m, err := model.Load(*dir)
 	var diags []model.Diagnostic
 	var lerr *model.LoadError
+	total := 0 // problems found; diags holds the first model.MaxDiagnostics of them
 	switch {
 	case errors.As(err, &lerr):
-		diags = lerr.Diagnostics
+		diags, total = lerr.Diagnostics, lerr.Total
 	case err != nil:
 		e.errorf("%v", err)
 		return exitError
@@ -58,7 +60,7 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(map[string]any{"valid": len(diags) == 0, "diagnostics": diags})
+		_ = enc.Encode(map[string]any{"valid": len(diags) == 0, "diagnostics": diags, "total": total})
 	case "github":
 		for _, d := range diags {
 			fmt.Fprintf(e.stdout, "::error file=%s,line=%d,col=%d::%s\n",
@@ -69,8 +71,11 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stdout, "%s\n", joinPos(*dir, d))
 		}
 	}
+	if more := total - len(diags); more > 0 && *out != "json" {
+		fmt.Fprintf(e.stdout, "… and %d more problem(s)\n", more)
+	}
 	if len(diags) > 0 {
-		fmt.Fprintf(e.stderr, "%d problem(s) in the description in %s\n", len(diags), *dir)
+		fmt.Fprintf(e.stderr, "%d problem(s) in the description in %s\n", total, *dir)
 		return exitChanges
 	}
 	fmt.Fprintf(e.stderr, "the description in %s is valid: %d node(s), %d seat(s), %d module instance(s)\n",
@@ -86,6 +91,9 @@ func joinPos(dir string, d model.Diagnostic) string {
 }
 
 func githubPath(dir, file string) string {
+	if file == "." { // a problem with the directory itself
+		return dir
+	}
 	if dir == "." || dir == "" {
 		return file
 	}

@@ -118,7 +118,7 @@ func TestValidateAValidDescription(t *testing.T) {
 		}
 	}
 	code, stdout, _ := meshctl(t, "validate", "-f", filepath.Join("..", "..", "examples", "seed"), "-o", "json")
-	if code != exitOK || strings.TrimSpace(stdout) != "{\n  \"diagnostics\": [],\n  \"valid\": true\n}" {
+	if code != exitOK || strings.TrimSpace(stdout) != "{\n  \"diagnostics\": [],\n  \"total\": 0,\n  \"valid\": true\n}" {
 		t.Errorf("-o json: exit %d, stdout %s", code, stdout)
 	}
 }
