@@ -99,6 +99,7 @@ func Parse(files []File) (*Mesh, error) {
 		diags.add(Pos{File: "."}, "no mesh description found: expected *.yaml or *.yml files")
 		return nil, diags.err()
 	}
+	raw.firstFile = files[0].Name
 	for _, f := range files {
 		d := decoder{file: f.Name, diags: &diags}
 		d.file_(f.Data, &raw)
@@ -207,6 +208,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 		}
 	}
 	if v, ok := fields["nodes"]; ok {
+		raw.nodesKey = d.pos(v.key)
 		for _, item := range d.seq(v.val, "nodes") {
 			f := d.fields(item, "a node", []string{"name"})
 			raw.nodes = append(raw.nodes, rawNode{name: d.requiredName(item, f, "node"), pos: d.pos(item)})
