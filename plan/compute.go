@@ -157,6 +157,7 @@ func Compute(target Target, live Live, o Options) *Plan {
 		}
 	}
 	p.Holders = holderMoves(live.Holding, target.Bus.Holding, target.Bus.Formerly)
+	p.MassDelete = massDelete(p, target, live, o)
 	return p
 }
 
