@@ -3,6 +3,8 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -63,4 +65,32 @@ func TestAnApplyIsVerifiedByReadingTheBusAgain(t *testing.T) {
 	if herr != nil || !strings.HasPrefix(hist[0].Outcome, "failed") {
 		t.Fatalf("the history records %+v %v; want the failure", hist, herr)
 	}
+}
+
+// A server killed while it created a consumer leaves the consumer's meta.inf without its
+// meta.sum (nats-server writes them one after the other: filestore.go writeConsumerMeta).
+// The server restarted skips that consumer, and creating it again served it from memory
+// only — the old meta.inf was kept and meta.sum never written — so the next apply claimed
+// it and every restart lost it again. The embedded bus removes what a killed server left
+// half-written before it starts, and the consumer is created whole.
+func TestAConsumerHalfWrittenByAKilledServerIsCreatedWhole(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	f := newFixture(t, quickMesh)
+	s := f.connect(ctx)
+	f.mustApply(ctx, s)
+	s.Close()
+	sum := filepath.Join(f.stateDi, "bus", "jetstream", "jetstream", "MESH", "streams", "EVENTS", "obs", "beta_postman", "meta.sum")
+	if err := os.Remove(sum); err != nil {
+		t.Fatalf("making the consumer's store half-written, as a kill leaves it: %v", err)
+	}
+
+	s = f.connect(ctx)
+	res := f.mustApply(ctx, s)
+	if len(res.Plan.Changes) != 1 || res.Plan.Changes[0].ID() != "consumer EVENTS/beta_postman" {
+		t.Fatalf("the apply after the kill planned %s; want the consumer the server skipped", ids(res.Plan.Changes))
+	}
+	s.Close()
+	// Read by the bus started afresh: the consumer was stored whole this time.
+	f.mustConverge(ctx, f.connect(ctx))
 }
