@@ -1,13 +1,20 @@
 package reconcile
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -60,5 +67,54 @@ func TestAServerKilledMidApplyFailsFastWithOneLine(t *testing.T) {
 	}
 	if lines > 0 {
 		t.Errorf("the progress reported %d failed call(s); want the one error alone", lines)
+	}
+}
+
+// A bus that comes back within busReturnWait: the call made while it was down is held, not
+// sent into the reconnect buffer or failed, and goes through once the bus is back.
+func TestACallWaitsForABusThatComesBack(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	e := bus.StartTestBus(t, nil)
+	u, err := url.Parse(e.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir := filepath.Dir(filepath.Dir(e.AccountsFile()))
+	nc, err := nats.Connect(e.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := watchBus(nc, e.URL())
+	defer gate.stop()
+
+	e.Shutdown()
+	// The call starts once the gate has seen the drop, and so must wait for the return.
+	for nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the connection never saw the server stop")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	result := make(chan error, 1)
+	go func() {
+		result <- gate.call(ctx, true, func(ctx context.Context) error {
+			_, err := js.AccountInfo(ctx)
+			return err
+		})
+	}()
+	back, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: u.Host})
+	if err != nil {
+		t.Fatalf("starting the bus again on %s: %v", u.Host, err)
+	}
+	defer back.Shutdown()
+	if err := <-result; err != nil {
+		t.Fatalf("a call made while the bus was down, which came back: %v", err)
 	}
 }
