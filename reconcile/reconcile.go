@@ -116,7 +116,7 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		n, verr := s.verify(ctx, t, p, opts, o.Progress)
 		res.Applied += n
 		if verr != nil {
-			err = verr
+			err = errors.Join(err, verr) // keeps a conflict said beside it
 		}
 	}
 	outcome := "applied"
