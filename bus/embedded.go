@@ -70,7 +70,13 @@ type Embedded struct {
 	url      string
 	unlock   func()
 	stopOnce sync.Once
+	// halfWritten are the consumers a killed server left half-written, removed at start.
+	halfWritten []string
 }
+
+// RemovedHalfWritten names ("STREAM/CONSUMER") the consumers a killed server had left
+// half-written in the store, which the start removed so they are created whole again.
+func (e *Embedded) RemovedHalfWritten() []string { return e.halfWritten }
 
 // defaultAccounts is the first accounts.conf of a fresh state directory. JetStream must be
 // enabled on the account itself: once any account is configured, the server's jetstream block
@@ -155,6 +161,10 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("starting the embedded bus: %w", err)
 	}
+	halfWritten, err := removeHalfWrittenConsumers(filepath.Join(dir, jetStreamDirName))
+	if err != nil {
+		return nil, fmt.Errorf("starting the embedded bus: %w", err)
+	}
 
 	opts, err := server.ProcessConfigFile(confPath)
 	if err != nil {
@@ -184,7 +194,7 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("starting the embedded bus on %s: not ready for connections after 10s", listenOf(o))
 	}
-	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL()}
+	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL(), halfWritten: halfWritten}
 	rec, err := json.Marshal(busRecord{URL: e.url, PID: os.Getpid(), Started: time.Now().UTC()})
 	if err == nil {
 		err = atomicfile.Write(filepath.Join(dir, busRecordName), rec)

@@ -50,6 +50,9 @@ func parse(ctx context.Context, files []File, diags diagnostics) (*Mesh, error) 
 		// About the directory itself, which has no line: "." is the directory loaded.
 		diags.add(Pos{File: "."}, "no mesh description here: no *.yaml or *.yml file in this directory or below it (hidden directories and editors' backup files are skipped)")
 	}
+	if len(files) > 0 {
+		raw.firstFile = files[0].Name
+	}
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -174,6 +177,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 		}
 	}
 	if v, ok := fields["nodes"]; ok {
+		raw.nodesKey = d.pos(v.key)
 		for _, item := range d.seq(v.val, "nodes") {
 			f := d.fields(item, "a node", []string{"name"})
 			raw.nodes = append(raw.nodes, rawNode{name: d.requiredName(item, f, "node"), pos: d.pos(item)})

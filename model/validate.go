@@ -24,6 +24,10 @@ type rawMesh struct {
 	seats      []rawSeat
 	modules    []rawModule
 	holders    []rawHolder
+	// nodesKey is where a `nodes:` key was written (the last one read), and firstFile the
+	// first file of the description: where an error about a mesh without nodes points.
+	nodesKey  Pos
+	firstFile string
 }
 
 type rawBus struct {
@@ -319,6 +323,18 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 	var err error
 	if m.Holders, m.Holding, err = r.resolveHolders(ctx, diags, ix, m); err != nil {
 		return nil, err
+	}
+	if len(r.nodes) == 0 && len(*diags) == 0 {
+		// A description with no nodes derives no principal but the controller, and an
+		// apply of it would delete every user, consumer and seat stream of the mesh: an
+		// emptied file or a wrong directory must not read as "the mesh is now empty". Said
+		// only of a description read without other problems: a file that did not parse
+		// may be the one that holds the nodes.
+		at := r.nodesKey
+		if at.File == "" {
+			at = Pos{File: r.firstFile, Line: 1, Col: 1}
+		}
+		diags.add(at, "the description declares no nodes: a mesh needs at least one under `nodes:` (is this the right directory?)")
 	}
 	return m, nil
 }

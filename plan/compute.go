@@ -32,7 +32,10 @@ func Compute(target Target, live Live, o Options) *Plan {
 
 	var conflicts, streamChanges, consumerChanges, consumerDeletes, streamDeletes []Change
 	// A stream that is replaced, or in conflict, takes its consumers with it: they are
-	// created afresh after it (replace), or left alone with it (conflict).
+	// created afresh after it (replace), or left alone with it (conflict). Nothing else
+	// depends on a conflict, so the rest of the plan is applied: the accounts config grants
+	// subjects, and its grants naming the consumers of a stream in conflict reach nothing
+	// until meshctl's own stream and consumers are there.
 	recreated := map[string]bool{}
 	blocked := map[string]bool{}
 
@@ -157,6 +160,7 @@ func Compute(target Target, live Live, o Options) *Plan {
 		}
 	}
 	p.Holders = holderMoves(live.Holding, target.Bus.Holding, target.Bus.Formerly)
+	p.MassDelete = massDelete(p, target, live, o)
 	return p
 }
 

@@ -31,14 +31,16 @@ func (p *Plan) Markdown(w io.Writer) error {
 	}
 	if p.Blocked() {
 		var why []string
-		s := p.Summary()
-		if s.Conflict > 0 {
-			why = append(why, fmt.Sprintf("%d in conflict", s.Conflict))
-		}
-		if s.Refused > 0 {
+		if s := p.Summary(); s.Refused > 0 {
 			why = append(why, fmt.Sprintf("%d refused", s.Refused))
 		}
-		fmt.Fprintf(&b, "**Blocked:** an apply would refuse this plan (%s) and change nothing.\n\n", strings.Join(why, ", "))
+		if p.MassDeleteRefused() {
+			why = append(why, mdText(p.MassDelete.Refused))
+		}
+		fmt.Fprintf(&b, "**Blocked:** an apply would refuse this plan (%s) and change nothing.\n\n", strings.Join(why, "; "))
+	}
+	if n := len(p.Conflicts()); n > 0 {
+		fmt.Fprintf(&b, "**In conflict:** %d object(s) meshctl does not own are in the way; an apply leaves them, and what depends on them, alone, performs the rest and fails.\n\n", n)
 	}
 	p.markdownRisks(&b)
 	p.markdownObjects(&b)

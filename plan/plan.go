@@ -16,7 +16,7 @@ const (
 	Update   Action = "update"
 	Replace  Action = "replace" // delete and create: the server refuses to update a field
 	Delete   Action = "delete"
-	Conflict Action = "conflict" // a same-named object meshctl does not own: left alone
+	Conflict Action = "conflict" // a same-named object meshctl does not own: left alone, with what depends on it
 )
 
 // Kind is what a change is about.
@@ -124,7 +124,8 @@ const (
 	BaselineDescription Baseline = "description"
 )
 
-// Plan is every change, in the order an apply performs them: conflicts (never performed),
+// Plan is every change, in the order an apply performs them: conflicts (never performed,
+// and neither is what depends on them; everything else is),
 // stream creations, updates and replacements, then consumers', then the accounts config,
 // then consumer deletions, then stream deletions — so a user loses a permission before the
 // object it named goes, and gains one only after the object exists.
@@ -135,6 +136,9 @@ type Plan struct {
 	Baseline Baseline `json:"baseline"`
 	// Accounts is the config an apply writes, when the accounts change is planned.
 	Accounts []byte `json:"-"`
+	// MassDelete is set when the plan deletes more than half of what meshctl owns; its
+	// Refused says why an apply refuses it unless the operator allowed it.
+	MassDelete *MassDelete `json:"mass_delete,omitempty"`
 }
 
 // Summary counts changes by action.
@@ -168,11 +172,26 @@ func (p *Plan) Summary() Summary {
 // Empty reports whether the bus is in sync: nothing to change, nothing in conflict.
 func (p *Plan) Empty() bool { return len(p.Changes) == 0 }
 
-// Blocked reports whether an apply must refuse: a conflict or a refused change. An apply
-// performs all of a plan or none of it.
+// Blocked reports whether an apply must refuse the whole plan: a change is refused (it
+// would lose data), or the plan deletes more than half of what meshctl owns. A conflict
+// does not block a plan: the objects in conflict, and those that depend on them, are not
+// planned, and an apply performs the rest.
 func (p *Plan) Blocked() bool {
-	s := p.Summary()
-	return s.Conflict > 0 || s.Refused > 0
+	return p.Summary().Refused > 0 || p.MassDeleteRefused()
+}
+
+// MassDeleteRefused reports whether an apply refuses the plan for deleting too much.
+func (p *Plan) MassDeleteRefused() bool { return p.MassDelete != nil && p.MassDelete.Refused != "" }
+
+// Conflicts are the plan's changes in conflict: objects meshctl does not own in the way.
+func (p *Plan) Conflicts() []Change {
+	var out []Change
+	for _, c := range p.Changes {
+		if c.Action == Conflict {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Target is the bus that should be: the derivation and the accounts config rendered with
@@ -223,6 +242,9 @@ type Options struct {
 	// AllowDataLoss lets an apply replace or delete objects holding messages or
 	// unacknowledged work. Without it such changes are planned, and refused.
 	AllowDataLoss bool
+	// AllowMassDelete lets an apply delete more than half of what meshctl owns. Without it
+	// such a plan is refused whole.
+	AllowMassDelete bool
 }
 
 // Owned reports whether an object's metadata carries meshctl's ownership marker.

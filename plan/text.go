@@ -23,12 +23,14 @@ type Document struct {
 	Summary  Summary      `json:"summary"`
 	Changes  []Change     `json:"changes"`
 	Holders  []HolderMove `json:"holders"`
+	// MassDelete is present when the plan deletes more than half of what meshctl owns.
+	MassDelete *MassDelete `json:"mass_delete,omitempty"`
 }
 
 // Doc is the plan as its JSON document.
 func (p *Plan) Doc() Document {
 	d := Document{Schema: SchemaVersion, Baseline: p.Baseline, InSync: p.inSync(), Blocked: p.Blocked(), Summary: p.Summary(),
-		Changes: p.Changes, Holders: p.Holders}
+		Changes: p.Changes, Holders: p.Holders, MassDelete: p.MassDelete}
 	if d.Baseline == "" {
 		d.Baseline = BaselineBus
 	}
@@ -136,6 +138,12 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 		fmt.Fprintf(&b, "%s seat %s: holder %s → %s (its work queue is kept)\n", c.mod("~"), h.Seat, instanceOrNone(h.From), instanceOrNone(h.To))
 	}
 	fmt.Fprintf(&b, "\nPlan: %s.\n", p.Summary())
+	if p.MassDeleteRefused() {
+		fmt.Fprintf(&b, "%s\n", c.bold(c.del("REFUSED: "+p.MassDelete.Refused)))
+	}
+	if n := len(p.Conflicts()); n > 0 {
+		fmt.Fprintf(&b, "%d object(s) in conflict are left alone, with what depends on them; an apply performs the rest and exits 2.\n", n)
+	}
 	if p.uncounted() {
 		b.WriteString(uncountedNote(p) + "\n")
 	}

@@ -170,27 +170,57 @@ func (a *jsAPI) DeleteStream(ctx context.Context, name string) error {
 }
 
 func (a *jsAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	var err error
-	if cfg.DeliverSubject != "" {
-		_, err = a.js.CreatePushConsumer(ctx, stream, cfg)
-	} else {
-		_, err = a.js.CreateConsumer(ctx, stream, cfg)
-	}
-	return err
+	return a.upsertConsumer(ctx, stream, cfg, "create")
 }
 
 func (a *jsAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	return a.upsertConsumer(ctx, stream, cfg, "update")
+}
+
+// upsertConsumer sends a consumer create or update to the API itself and trusts only the
+// error in the answer, never the config in it.
+//
+// nats-server answers a create or update with the consumer's "initial info": a snapshot it
+// takes each time the consumer becomes leader — at its creation, and at every server start
+// for each consumer it restores — and hands out once (server/consumer.go: setLeader calls
+// infoWithSnap(true), which stores o.ici; initialInfo returns and clears it). The first
+// update of a consumer after a restart is therefore answered with the config as it was
+// before the update. nats.go checks that answer (jetstream/consumer.go, upsertConsumer: "check
+// whether multiple filter subjects (if used) are reflected in the returned ConsumerInfo")
+// and, when filter_subjects were sent and the answer has none, fails with
+// ErrConsumerMultipleFilterSubjectsNotSupported — although the server did update the
+// consumer. Every one-shot `meshctl apply` starts the embedded bus afresh, so a module going
+// from one followed event (filter_subject) to two (filter_subjects) failed every time, while
+// two to three passed (the stale answer had filter_subjects too). What the server holds is
+// proven by the read after the apply (Session.verify), not by this answer.
+func (a *jsAPI) upsertConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, action string) error {
+	req, err := json.Marshal(struct {
+		Stream string                    `json:"stream_name"`
+		Config *jetstream.ConsumerConfig `json:"config"`
+		Action string                    `json:"action"`
+	}{stream, &cfg, action})
+	if err != nil {
+		return err
+	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	var err error
-	if cfg.DeliverSubject != "" {
-		_, err = a.js.UpdatePushConsumer(ctx, stream, cfg)
-	} else {
-		_, err = a.js.UpdateConsumer(ctx, stream, cfg)
+	msg, err := a.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE."+stream+"."+cfg.Durable, req)
+	if err != nil {
+		return err
 	}
-	return err
+	var resp struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("reading the server's answer: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound {
+			return jetstream.ErrStreamNotFound
+		}
+		return resp.Error
+	}
+	return nil
 }
 
 func (a *jsAPI) DeleteConsumer(ctx context.Context, stream, name string) error {

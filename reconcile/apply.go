@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,9 +12,14 @@ import (
 	"github.com/meshbus/meshctl/plan"
 )
 
-// ErrBlocked is returned when a plan holds a conflict or a refused change: an apply does all
-// of a plan or none of it.
+// ErrBlocked is returned when a plan holds a refused change, or deletes more than half of
+// what meshctl owns without the operator's leave: an apply then changes nothing.
 var ErrBlocked = errors.New("the plan is blocked")
+
+// ErrConflict is returned (wrapped) when an apply performed everything but the objects in
+// conflict (same-named objects meshctl does not own) and what depends on them: the bus is
+// not what the description says until someone resolves them.
+var ErrConflict = errors.New("objects meshctl does not own are in the way")
 
 // applyConcurrency is how many API calls an apply keeps in flight within one phase.
 const applyConcurrency = 16
@@ -24,14 +30,31 @@ type Progress func(done, total int, c plan.Change, err error)
 // Apply performs a plan: streams, then consumers, then the accounts config, then consumer
 // deletions, then stream deletions. Within a phase calls run concurrently; a phase starts
 // only when the one before it has succeeded, so a failure leaves a bus the next apply
-// converges. It returns how many changes were done.
+// converges. Conflicts are left alone, and the plan holds nothing that depends on them:
+// everything else is applied, and the error wraps ErrConflict. It returns how many changes
+// were done.
 func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress) (int, error) {
+	return apply(ctx, p, api, accounts, progress, nil)
+}
+
+// apply is Apply, its calls let through by gate when one follows the connection: then a
+// lost connection stops the apply within busReturnWait with one error saying what was and
+// was not done, rather than an error per call after each one's timeout.
+func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress, gate *busGate) (int, error) {
 	if p.Blocked() {
-		return 0, fmt.Errorf("%w: %s; nothing was changed", ErrBlocked, p.Summary())
+		why := p.Summary().String()
+		if p.MassDeleteRefused() {
+			why = p.MassDelete.Refused
+		}
+		return 0, fmt.Errorf("%w: %s; nothing was changed", ErrBlocked, why)
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var phases [5][]plan.Change
+	conflicts := p.Conflicts()
 	for _, c := range p.Changes {
 		switch {
+		case c.Action == plan.Conflict:
 		case c.Kind == plan.KindStream && c.Action != plan.Delete:
 			phases[0] = append(phases[0], c)
 		case c.Kind == plan.KindConsumer && c.Action != plan.Delete:
@@ -44,7 +67,7 @@ func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 			phases[4] = append(phases[4], c)
 		}
 	}
-	total := len(p.Changes)
+	total := len(p.Changes) - len(conflicts)
 	var mu sync.Mutex
 	done := 0
 	report := func(c plan.Change, err error) {
@@ -58,13 +81,41 @@ func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 		}
 	}
 	for _, phase := range phases {
-		if err := runPhase(ctx, phase, func(ctx context.Context, c plan.Change) error {
-			err := applyOne(ctx, c, p, api, accounts)
+		err := runPhase(ctx, phase, func(ctx context.Context, c plan.Change) error {
+			if gate == nil {
+				err := applyOne(ctx, c, p, api, accounts)
+				report(c, err)
+				return err
+			}
+			err := gate.call(ctx, c.Kind != plan.KindAccounts, func(ctx context.Context) error {
+				return applyOne(ctx, c, p, api, accounts)
+			})
+			if errors.Is(err, ErrBusLost) {
+				// One error for the apply, not one per call: stop sending the rest.
+				cancel(ErrBusLost)
+				return err
+			}
+			if errors.Is(context.Cause(ctx), ErrBusLost) {
+				return ErrBusLost
+			}
 			report(c, err)
 			return err
-		}); err != nil {
+		})
+		if errors.Is(context.Cause(ctx), ErrBusLost) {
+			return done, fmt.Errorf("%w (%s) and did not come back within %s: %d of %d change(s) were made, %d were not; the next apply continues from there",
+				ErrBusLost, gate.addr, busReturnWait, done, total, total-done)
+		}
+		if err != nil {
 			return done, err
 		}
+	}
+	if len(conflicts) > 0 {
+		ids := make([]string, len(conflicts))
+		for i, c := range conflicts {
+			ids[i] = c.ID()
+		}
+		return done, fmt.Errorf("%w: %s left alone, with what depends on them; the other %d change(s) were made",
+			ErrConflict, strings.Join(ids, ", "), done)
 	}
 	return done, nil
 }

@@ -20,6 +20,12 @@ const listConcurrency = 16
 // stream meshctl owns (a foreign stream is left alone, consumers and all), plus the accounts config at
 // accountsPath and the last applied holders.
 func ReadLive(ctx context.Context, api API, accountsPath string, holding []model.Holding) (plan.Live, error) {
+	return readLive(ctx, api, accountsPath, holding, nil)
+}
+
+// readLive is ReadLive, listing the consumers only of the owned streams listConsumersOf
+// names (all of them when it is nil).
+func readLive(ctx context.Context, api API, accountsPath string, holding []model.Holding, listConsumersOf map[string]bool) (plan.Live, error) {
 	live := plan.Live{Holding: holding}
 	streams, err := api.ListStreams(ctx)
 	if err != nil {
@@ -28,7 +34,7 @@ func ReadLive(ctx context.Context, api API, accountsPath string, holding []model
 	var mine []string
 	for _, s := range streams {
 		live.Streams = append(live.Streams, plan.LiveStream{Config: s.Config, Messages: s.State.Msgs})
-		if plan.Owned(s.Config.Metadata) {
+		if plan.Owned(s.Config.Metadata) && (listConsumersOf == nil || listConsumersOf[s.Config.Name]) {
 			mine = append(mine, s.Config.Name)
 		}
 	}

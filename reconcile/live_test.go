@@ -181,25 +181,64 @@ func TestAnImmutableChangeIsAReplacementRefusedWhileMessagesAreAtStake(t *testin
 	f.mustConverge(ctx, s)
 }
 
-func TestAForeignStreamIsAConflictAndLeftAlone(t *testing.T) {
+// A same-named stream meshctl does not own is left alone with what depends on it (its
+// consumers), and everything else in the plan is healed: a consumer deleted and a max_age
+// edited elsewhere. The apply fails with ErrConflict, naming the stream.
+func TestAForeignStreamBlocksOnlyWhatDependsOnIt(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	f := newFixture(t, quickMesh)
 	s := f.connect(ctx)
+	f.mustApply(ctx, s)
 	js := f.js(s)
+	if err := js.DeleteStream(ctx, "NODES"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "NODES", Subjects: []string{"someone.elses.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	res, counting, err := f.apply(ctx, s, RunOptions{})
-	if !errors.Is(err, ErrBlocked) || counting.Mutations.Load() != 0 {
-		t.Fatalf("a conflict did not block the apply: %v, %d calls", err, counting.Mutations.Load())
+	if err := js.DeleteConsumer(ctx, "EVENTS", "beta_postman"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := mustStream(ctx, t, js, "SEAT_MAILER").Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := info.Config
+	edited.MaxAge = time.Hour
+	if _, err := js.UpdateStream(ctx, edited); err != nil {
+		t.Fatal(err)
+	}
+
+	res, _, err := f.apply(ctx, s, RunOptions{})
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "stream NODES") {
+		t.Fatalf("an apply with a conflict: %v; want ErrConflict naming stream NODES", err)
 	}
 	if res.Plan.Changes[0].Action != plan.Conflict || res.Plan.Changes[0].Name != "NODES" {
 		t.Fatalf("first change %+v", res.Plan.Changes[0])
 	}
-	info, err := mustStream(ctx, t, js, "NODES").Info(ctx)
+	for _, c := range res.Plan.Changes {
+		if c.Stream == "NODES" {
+			t.Errorf("the plan holds %s, which depends on the stream in conflict", c.ID())
+		}
+	}
+	// Healed: what does not depend on NODES is planned no more; the conflict stays.
+	p, err := s.Plan(ctx, f.mesh(), plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Changes) != 1 || p.Changes[0].Action != plan.Conflict {
+		var b strings.Builder
+		_ = p.Text(&b, false)
+		t.Fatalf("after the apply, more than the conflict is left:\n%s", b.String())
+	}
+	info, err = mustStream(ctx, t, js, "NODES").Info(ctx)
 	if err != nil || info.Config.Subjects[0] != "someone.elses.>" || plan.Owned(info.Config.Metadata) {
 		t.Fatalf("the foreign stream was changed: %+v %v", info.Config, err)
+	}
+	hist, err := f.store.History(ctx, 0)
+	if err != nil || !strings.Contains(hist[0].Outcome, "conflict") {
+		t.Fatalf("the history does not record the conflict: %+v %v", hist, err)
 	}
 }
 

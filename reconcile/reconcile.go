@@ -16,7 +16,9 @@ import (
 type RunOptions struct {
 	DryRun        bool // plan only
 	AllowDataLoss bool
-	Progress      Progress
+	// AllowMassDelete lets an apply delete more than half of what meshctl owns.
+	AllowMassDelete bool
+	Progress        Progress
 	// Dir is the description's directory, for the git commit recorded in the history.
 	Dir string
 	// WaitForLock waits for another applier to finish instead of refusing at once.
@@ -48,30 +50,40 @@ func (s *Session) Desired(ctx context.Context, m *model.Mesh) (plan.Target, erro
 
 // Plan reads the live bus and plans against the mesh, changing nothing.
 func (s *Session) Plan(ctx context.Context, m *model.Mesh, o plan.Options) (*plan.Plan, error) {
+	p, _, err := s.plan(ctx, m, o)
+	return p, err
+}
+
+// plan is Plan, returning the target it planned for too.
+func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*plan.Plan, plan.Target, error) {
 	if err := s.ensureConn(ctx); err != nil {
-		return nil, err
+		return nil, plan.Target{}, err
 	}
 	t, err := s.Desired(ctx, m)
 	if err != nil {
-		return nil, err
+		return nil, t, err
 	}
 	inv, err := s.Store.Inventory(ctx)
 	if err != nil {
-		return nil, err
+		return nil, t, err
 	}
 	live, err := ReadLive(ctx, s.API, s.Accounts.Path, holdingOf(inv))
 	if err != nil {
-		return nil, fmt.Errorf("reading the bus at %s: %w", s.Target.Address(), err)
+		return nil, t, fmt.Errorf("reading the bus at %s: %w", s.Target.Address(), err)
 	}
-	return plan.Compute(t, live, o), nil
+	return plan.Compute(t, live, o), t, nil
 }
 
 // Reconcile plans and, unless asked for a dry run, applies the plan under the apply lock,
-// then records the inventory and the outcome in the store. A converged bus makes no
-// mutating call, writes no file and reloads nothing.
+// reads back what it touched (applying once more what still differs), then records the
+// inventory and the outcome in the store. A converged bus makes no mutating call, writes
+// no file and reloads nothing. It returns nil only when the bus, read again, shows the
+// plan applied; an error wrapping ErrConflict when everything but the conflicts (and what
+// depends on them) was.
 func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (Result, error) {
+	opts := plan.Options{AllowDataLoss: o.AllowDataLoss, AllowMassDelete: o.AllowMassDelete}
 	if o.DryRun {
-		p, err := s.Plan(ctx, m, plan.Options{AllowDataLoss: o.AllowDataLoss})
+		p, err := s.Plan(ctx, m, opts)
 		return Result{Plan: p}, err
 	}
 	lock, err := state.AcquireLock(ctx, s.Store.Dir(), o.WaitForLock, o.LockNotice)
@@ -81,7 +93,7 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 	defer lock.Unlock()
 
 	started := time.Now()
-	p, err := s.Plan(ctx, m, plan.Options{AllowDataLoss: o.AllowDataLoss})
+	p, t, err := s.plan(ctx, m, opts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -95,11 +107,24 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		}
 		return res, err
 	}
-	res.Applied, err = Apply(ctx, p, s.API, s.Accounts, o.Progress)
+	gate := watchBus(s.Conn.Conn, s.Target.Address())
+	res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate)
+	gate.stop()
+	if err == nil || errors.Is(err, ErrConflict) {
+		// Claimed only once seen: a call the server acknowledged is not yet a bus that
+		// serves it (a consumer created as the server went down).
+		n, verr := s.verify(ctx, t, p, opts, o.Progress)
+		res.Applied += n
+		if verr != nil {
+			err = errors.Join(err, verr) // keeps a conflict said beside it
+		}
+	}
 	outcome := "applied"
 	switch {
 	case errors.Is(err, ErrBlocked):
 		outcome = "refused: " + err.Error()
+	case errors.Is(err, ErrConflict):
+		outcome = "applied except what is in conflict: " + err.Error()
 	case errors.Is(err, ErrNotLive):
 		outcome = "accounts config written, awaiting the operator's reload"
 	case err != nil:
@@ -107,15 +132,15 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 	}
 	id, rerr := s.record(ctx, o.Dir, started, p, outcome)
 	res.ApplyID = id
-	if err == nil && rerr == nil {
+	if (err == nil || errors.Is(err, ErrConflict)) && rerr == nil {
 		// The inventory names the apply that made it, so a holder change can be traced to
 		// the commit that caused it.
 		if serr := s.Store.SaveInventory(ctx, inventoryOf(m), id); serr != nil {
 			err = fmt.Errorf("the bus is updated but recording its inventory failed: %w", serr)
 		}
 	}
-	if err == nil {
-		err = rerr
+	if err == nil || errors.Is(err, ErrConflict) && rerr != nil {
+		err = errors.Join(err, rerr)
 	}
 	return res, err
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -250,6 +251,9 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 	}
 	s.Embedded = e
 	s.logf("started the embedded bus at %s (store in %s) in %s", e.URL(), filepath.Join(stateDir, "bus"), time.Since(started).Round(time.Millisecond))
+	if gone := e.RemovedHalfWritten(); len(gone) > 0 {
+		s.logf("removed %d consumer(s) a killed server had left half-written, to be created whole again: %s", len(gone), strings.Join(gone, ", "))
+	}
 	if n := embeddedConsumers(e); n >= largeBus && !o.OwnEmbedded {
 		s.logf("the embedded bus holds %d consumers: stopping it when this command ends takes about %s; "+
 			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))

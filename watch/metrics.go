@@ -27,6 +27,7 @@ type metrics struct {
 	drift        prometheus.Counter
 	invalidTrees prometheus.Counter
 	lastSuccess  prometheus.Gauge
+	conflicts    prometheus.Gauge
 
 	health atomic.Pointer[health]
 }
@@ -42,7 +43,7 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshctl_watch_reconciles_total",
-			Help: "Reconciles by outcome: ok (changes applied), noop (in sync), invalid (the description does not validate), refused (data at stake or a conflict), error (the bus unreachable or an apply failed).",
+			Help: "Reconciles by outcome: ok (changes applied), noop (in sync), invalid (the description does not validate), refused (data at stake, or most of the mesh deleted), conflict (everything applied but the objects in conflict), error (the bus unreachable or an apply failed).",
 		}, []string{"outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "meshctl_watch_reconcile_duration_seconds",
@@ -66,8 +67,12 @@ func newMetrics() *metrics {
 			Name: "meshctl_watch_last_success_timestamp_seconds",
 			Help: "Unix time of the last reconcile that left the bus in sync (ok or noop).",
 		}),
+		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshctl_watch_conflicts",
+			Help: "Objects in conflict in the last reconcile's plan: same-named objects meshctl does not own, left alone with what depends on them.",
+		}),
 	}
-	m.reg.MustRegister(m.reconciles, m.duration, m.applied, m.drift, m.invalidTrees, m.lastSuccess,
+	m.reg.MustRegister(m.reconciles, m.duration, m.applied, m.drift, m.invalidTrees, m.lastSuccess, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every outcome from zero, so a rate over a counter that has not moved yet is 0, not absent.
 	for _, o := range outcomes {
@@ -88,6 +93,9 @@ func (m *metrics) observe(c Cycle) {
 	}
 	if c.Outcome == OutcomeOK || c.Outcome == OutcomeNoop {
 		m.lastSuccess.SetToCurrentTime()
+	}
+	if c.Plan != nil {
+		m.conflicts.Set(float64(len(c.Plan.Conflicts())))
 	}
 }
 

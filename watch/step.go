@@ -130,8 +130,11 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 	cy.Plan, cy.Applied = res.Plan, res.Applied
 	switch {
 	case errors.Is(err, reconcile.ErrBlocked):
-		// Never forced: the operator decides, with `meshctl apply --allow-data-loss`.
+		// Never forced: the operator decides, with `meshctl apply --allow-data-loss` or
+		// `--allow-mass-delete`.
 		return done(OutcomeRefused, err)
+	case errors.Is(err, reconcile.ErrConflict):
+		return done(OutcomeConflict, err)
 	case errors.Is(err, reconcile.ErrNotLive):
 		l.log.Warn("the accounts config is written but not live: the bus's reload is none, so reload the server",
 			"accounts_file", conn.sess.Accounts.Path)

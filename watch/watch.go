@@ -101,11 +101,14 @@ const (
 	OutcomeOK      Outcome = "ok"      // changes were applied
 	OutcomeNoop    Outcome = "noop"    // the bus was in sync
 	OutcomeInvalid Outcome = "invalid" // the description does not validate; nothing was applied
-	OutcomeRefused Outcome = "refused" // the plan holds data at stake or a conflict; nothing was applied
-	OutcomeError   Outcome = "error"   // the bus could not be reached or an apply failed; retried
+	OutcomeRefused Outcome = "refused" // the plan loses data or deletes most of the mesh; nothing was applied
+	// OutcomeConflict: objects meshctl does not own are in the way; everything else was
+	// applied, and they are reported again every cycle until someone resolves them.
+	OutcomeConflict Outcome = "conflict"
+	OutcomeError    Outcome = "error" // the bus could not be reached or an apply failed; retried
 )
 
-var outcomes = []Outcome{OutcomeOK, OutcomeNoop, OutcomeInvalid, OutcomeRefused, OutcomeError}
+var outcomes = []Outcome{OutcomeOK, OutcomeNoop, OutcomeInvalid, OutcomeRefused, OutcomeConflict, OutcomeError}
 
 // Trigger is what started a reconcile. Causes that arrive while one runs merge into the
 // next, so a Trigger can hold several.
@@ -421,6 +424,10 @@ func (l *loop) report(c Cycle, retryIn time.Duration) {
 		l.metrics.setHealth(false, fmt.Sprintf("the description is invalid (%d problem(s), the first: %s); the last good state stays live", len(probs), probs[0]))
 		l.log.Error("the description is invalid: nothing was applied and the last good state stays live",
 			append(attrs, "problems", probs)...)
+	case OutcomeConflict:
+		l.metrics.setHealth(false, "objects in conflict: "+c.Err.Error())
+		l.log.Error("objects meshctl does not own are in the way: they and what depends on them are left alone, everything else was applied; rename or remove them, or mark them deliberately",
+			append(attrs, "applied", c.Applied, "error", c.Err.Error())...)
 	case OutcomeRefused:
 		l.metrics.setHealth(false, "the plan is refused: "+c.Err.Error())
 		l.log.Error("the plan is refused: nothing was applied; review it with `meshctl diff`, resolve the conflict or apply the loss by hand if it is meant",

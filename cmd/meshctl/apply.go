@@ -16,16 +16,25 @@ func init() {
 }
 
 const applyHelp = `
-Usage: meshctl apply [-f DIR] [--state DIR] [--dry-run] [--allow-data-loss] [--wait] [-o text|json]
+Usage: meshctl apply [-f DIR] [--state DIR] [--dry-run] [--allow-data-loss] [--allow-mass-delete] [--wait] [-o text|json]
 
 Plans as 'meshctl diff' does, prints the plan, applies it and prints what was done:
 streams, then consumers, then the accounts config (written atomically, checked with
 the server's own parser, reloaded and verified; the previous file is restored if the
 server refuses it), then deletions. Only objects carrying meshctl's ownership marker are
-ever changed; a same-named object of someone else's is a conflict and stops the apply.
-A plan that would replace or delete anything holding messages or unacknowledged work is
-refused whole unless --allow-data-loss is given. A converged bus makes no change and
-no reload. Every apply is recorded in the state store's history.
+ever changed; a same-named object of someone else's is a conflict: it is left alone with
+what depends on it (a stream's consumers), everything else is applied, and apply exits 2
+naming it. A plan that would replace or delete anything holding messages or
+unacknowledged work is refused whole unless --allow-data-loss is given; one that deletes
+more than half of the streams and consumers or of the users meshctl owns (an emptied
+description, a wrong directory) is refused whole unless --allow-mass-delete is given.
+A converged bus makes no change and no reload. Every apply is recorded in the state
+store's history.
+
+After applying, what the plan touched is read back from the bus; what still differs is
+applied once more, and apply exits 0 only when the bus shows every change. A connection
+lost during the apply stops it: nothing more is sent, and unless the bus is back within
+seconds apply exits 2 with one line saying how many changes were made.
 
 Two applies never run at once: a second one refuses (or with --wait, waits).
 
@@ -45,6 +54,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	sf := f.stateFlags()
 	dryRun := f.Bool("dry-run", false, "plan and print, change nothing")
 	allowLoss := f.Bool("allow-data-loss", false, "allow replacing or deleting objects that hold messages or unacknowledged work")
+	allowMass := f.Bool("allow-mass-delete", false, "allow a plan that deletes more than half of the objects or users meshctl owns")
 	wait := f.Bool("wait", false, "wait for another apply to finish instead of refusing")
 	out := f.outputFlag("text", "json")
 	if _, done, code := f.parse(args); done {
@@ -65,7 +75,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	defer sess.Close()
 
 	if *dryRun {
-		p, err := sess.Plan(ctx, m, plan.Options{AllowDataLoss: *allowLoss})
+		p, err := sess.Plan(ctx, m, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass})
 		if err != nil {
 			e.errorf("%v", err)
 			return exitError
@@ -80,7 +90,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	started := time.Now()
 	total := 0
 	res, err := sess.Reconcile(ctx, m, reconcile.RunOptions{
-		AllowDataLoss: *allowLoss, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
+		AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
 		LockNotice: func(msg string) { fmt.Fprintln(e.stderr, msg) },
 		OnPlan: func(p *plan.Plan) {
 			total = len(p.Changes)
@@ -100,6 +110,10 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		return exitError
 	case errors.Is(err, state.ErrLocked):
 		e.errorf("%v (pass --wait to wait for it)", err)
+		return exitError
+	case errors.Is(err, reconcile.ErrBusLost), errors.Is(err, reconcile.ErrConflict):
+		// The error says what was and was not done, in one line.
+		e.errorf("%v", err)
 		return exitError
 	case err != nil:
 		e.errorf("%v", err)

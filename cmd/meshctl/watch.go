@@ -29,9 +29,11 @@ When inotify runs out of watches it polls DIR every --poll instead, and says so.
 
 A description that does not validate is reported with every file:line:col problem and
 nothing is applied: the last good state stays live until the tree is valid again. A
-plan that would lose data, or that meets an object meshctl does not own, is reported
-every cycle and never forced: resolve the conflict, or apply the loss by hand with
-'meshctl apply --allow-data-loss' if it is meant.
+plan that would lose data, or delete more than half of what meshctl owns, is reported
+every cycle and never forced: apply it by hand with 'meshctl apply --allow-data-loss'
+(or --allow-mass-delete) if it is meant. An object meshctl does not own in the way of
+one it derives is left alone with what depends on it, everything else is applied, and it
+is reported every cycle (and counted in meshctl_watch_conflicts) until it is resolved.
 A bus that is down is retried with a backoff of up to 30s.
 
 With no bus.url in the description, watch runs the embedded bus and keeps it up; other

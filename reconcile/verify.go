@@ -1,0 +1,96 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/meshbus/meshctl/plan"
+)
+
+// ErrNotConverged is returned (wrapped) when the bus, read again after an apply and a
+// second apply of what was still different, still differs from the description in what
+// the plan touched: meshctl does not claim what the server does not show.
+var ErrNotConverged = errors.New("the bus does not show what was applied")
+
+// touched names what a plan changes, by change ID, and the streams whose consumers it
+// changes (or which it creates, replaces or deletes): what a verification reads again.
+func touched(p *plan.Plan) (ids map[string]bool, streams map[string]bool) {
+	ids, streams = map[string]bool{}, map[string]bool{}
+	for _, c := range p.Changes {
+		if c.Action == plan.Conflict {
+			continue
+		}
+		ids[c.ID()] = true
+		switch c.Kind {
+		case plan.KindStream:
+			streams[c.Name] = true
+		case plan.KindConsumer:
+			streams[c.Stream] = true
+		}
+	}
+	return ids, streams
+}
+
+// stillDifferent re-reads what p touched — the stream list, the consumers of the streams it
+// changed, the accounts config in use — plans t against it, and returns the changes still
+// planned for the objects p touched. Only what the plan touched is compared: the other
+// streams' consumers are not listed, so the re-read of a small change costs a small read.
+func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options) (*plan.Plan, []plan.Change, error) {
+	ids, streams := touched(p)
+	live, err := readLive(ctx, s.API, s.Accounts.Path, nil, streams)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the bus at %s again to verify the apply: %w", s.Target.Address(), err)
+	}
+	again := plan.Compute(t, live, o)
+	var left []plan.Change
+	kept := again.Changes[:0:0]
+	for _, c := range again.Changes {
+		if ids[c.ID()] {
+			left = append(left, c)
+			kept = append(kept, c)
+		}
+	}
+	// What was not read (the consumers of untouched streams) is not planned again either.
+	again.Changes, again.Holders, again.MassDelete = kept, nil, nil
+	return again, left, nil
+}
+
+// verify proves an apply of p: what it touched is read again and must show no change left.
+// What still differs is applied once more (a call the server acknowledged and then lost, a
+// consumer created as the server went down) and read again; what differs after that is an
+// error wrapping ErrNotConverged, naming each object. It returns the changes made again.
+func (s *Session) verify(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options, progress Progress) (int, error) {
+	again, left, err := s.stillDifferent(ctx, t, p, o)
+	if err != nil || len(left) == 0 {
+		return 0, err
+	}
+	s.logf("the bus read again after the apply still differs in %d object(s) (%s); applying them once more", len(left), ids(left))
+	gate := watchBus(s.Conn.Conn, s.Target.Address())
+	n, err := apply(ctx, again, s.API, s.Accounts, progress, gate)
+	gate.stop()
+	if err != nil {
+		return n, err
+	}
+	if _, left, err = s.stillDifferent(ctx, t, p, o); err != nil || len(left) == 0 {
+		return n, err
+	}
+	return n, fmt.Errorf("%w: %s still differ(s) after applying twice: %s", ErrNotConverged, ids(left), reasons(left))
+}
+
+func ids(cs []plan.Change) string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.ID()
+	}
+	return strings.Join(out, ", ")
+}
+
+func reasons(cs []plan.Change) string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.ID() + " (" + string(c.Action) + ": " + c.Reason + ")"
+	}
+	return strings.Join(out, "; ")
+}
