@@ -502,7 +502,7 @@ func enrolment(ctx context.Context, node string, ident, c *host.Host, identErr, 
 	askCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		m, err := ident.Enrol(askCtx, node)
+		m, err := ident.Enrol(askCtx, node, nil)
 		asked <- result{m, err}
 	}()
 	for {
