@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -104,11 +106,24 @@ func (w *world) wait(what string, cond func() bool) {
 	}
 }
 
-func startWorld(t *testing.T) *world {
+func startWorld(t *testing.T, description string) *world {
 	t.Helper()
 	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedBuffer{}, more: make(chan struct{})}
-	w.write(mesh)
+	w.write(description)
+	stop := w.startWatch()
+	t.Cleanup(stop)
+	return w
+}
+
+// startWatch runs watch on the world's directories until stop is called, and waits for its first
+// reconcile to apply or find the bus in sync.
+func (w *world) startWatch() (stop func()) {
+	t := w.t
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w.mu.Lock()
+	from := len(w.cycles)
+	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -122,14 +137,19 @@ func startWorld(t *testing.T) *world {
 				w.changed()
 			}})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("watch: %v", err)
-		}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("watch: %v", err)
+			}
+		})
+	}
+	w.wait("the first reconcile", func() bool {
+		return len(w.cycles) > from && (w.cycles[from].Outcome == watch.OutcomeOK || w.cycles[from].Outcome == watch.OutcomeNoop)
 	})
-	w.wait("the first reconcile", func() bool { return len(w.cycles) > 0 && w.cycles[0].Outcome == watch.OutcomeOK })
-	return w
+	return stop
 }
 
 func (w *world) write(description string) {
@@ -256,7 +276,7 @@ func join(t *testing.T, m host.Membership) *host.Host {
 // there, working). A replayed enrolment is refused. No password is in any log.
 func TestTwoNodesEnrolReceiveTheirModulesAndFollowAMove(t *testing.T) {
 	t.Parallel()
-	w := startWorld(t)
+	w := startWorld(t, mesh)
 	enrol := w.issueEnrolments("one", "two")
 	dirOne, dirTwo := w.runAgent(enrol["one"]), w.runAgent(enrol["two"])
 
@@ -364,4 +384,33 @@ func atDeclared(t *testing.T, stateDir string, nodes ...string) bool {
 		}
 	}
 	return true
+}
+
+// An agent outlives its bus: the control host restarts (watch and its embedded bus stop and start
+// again on the same store and port), and the agent reconnects, binds its declaration consumer
+// again and applies what was declared meanwhile.
+func TestAnAgentRejoinsAcrossABusRestart(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	description := strings.Replace(mesh, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(port), 1)
+	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedBuffer{}, more: make(chan struct{})}
+	w.write(description)
+	stop := w.startWatch()
+	enrol := w.issueEnrolments("one")
+	dir := w.runAgent(enrol["one"])
+	w.wait("node one writes the shop's membership", func() bool { return exists(filepath.Join(dir, "one.shop.json")) })
+
+	stop()
+	w.write(description + "  - name: audit\n    on: [one]\n    emits: [checked]\n")
+	t.Cleanup(w.startWatch())
+	w.wait("node one, reconnected, writes the new module's membership", func() bool { return exists(filepath.Join(dir, "one.audit.json")) })
+	join(t, w.membership(filepath.Join(dir, "one.audit.json")))
+	if !strings.Contains(w.logs.String(), "agent: reconnected to the bus") {
+		t.Errorf("the agent did not say it reconnected:\n%s", w.logs.String())
+	}
 }
