@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,15 +92,25 @@ func takeDeclaration(t *testing.T, h *host.Host, node string, after uint64) Decl
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	got := make(chan Declaration, 16)
-	cc, err := h.Declarations(ctx, node, func(m jetstream.Msg) {
-		var d Declaration
-		if json.Unmarshal(m.Data(), &d) == nil {
-			got <- d
+	// Bound again while refused: a reload the controller asked for can cut a request off, as
+	// the agent also finds, and it binds again too.
+	var cc jetstream.ConsumeContext
+	var err error
+	for {
+		cc, err = h.Declarations(ctx, node, func(m jetstream.Msg) {
+			var d Declaration
+			if json.Unmarshal(m.Data(), &d) == nil {
+				got <- d
+			}
+			_ = m.Ack()
+		})
+		if err == nil {
+			break
 		}
-		_ = m.Ack()
-	})
-	if err != nil {
-		t.Fatal(err)
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	defer cc.Stop()
 	for {

@@ -224,16 +224,24 @@ func (f *fixture) join(user string) *host.Host {
 	return f.joinAs(host.Membership{Address: f.bus.URL(), User: user, Password: f.passwords[user]})
 }
 
+// joinAs joins with m, trying again while the bus refuses: a credential goes live with a reload
+// the controller asked for a moment earlier, and a login during a reload can be cut off.
 func (f *fixture) joinAs(m host.Membership) *host.Host {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	h, err := host.Join(ctx, m)
-	if err != nil {
-		f.t.Fatalf("joining as %s: %v", m.User, err)
+	deadline := time.Now().Add(waitLimit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h, err := host.Join(ctx, m)
+		cancel()
+		if err == nil {
+			f.t.Cleanup(h.Close)
+			return h
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("joining as %s: %v", m.User, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	f.t.Cleanup(h.Close)
-	return h
 }
 
 // controlMessages is how many messages the CONTROL work queue holds.
