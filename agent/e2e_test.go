@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -355,7 +356,8 @@ func TestTwoNodesEnrolReceiveTheirModulesAndFollowAMove(t *testing.T) {
 	}
 }
 
-// atDeclared reports whether every node's last report is of the generation it was last declared.
+// atDeclared reports whether `meshctl status` shows every node at the generation it was last
+// declared: its report of it recorded, with nothing it could not apply.
 func atDeclared(t *testing.T, stateDir string, nodes ...string) bool {
 	t.Helper()
 	st, err := state.Open(stateDir)
@@ -363,27 +365,16 @@ func atDeclared(t *testing.T, stateDir string, nodes ...string) bool {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ctx := context.Background()
-	gens, err := st.Generations(ctx)
+	status, err := controller.Nodes(context.Background(), st, nodes)
 	if err != nil {
 		return false
 	}
-	reports, err := st.Reports(ctx)
-	if err != nil {
-		return false
-	}
-	reported := map[string]uint64{}
-	for _, r := range reports {
-		if len(r.Failed) == 0 {
-			reported[r.Node] = r.Generation
-		}
-	}
-	for _, n := range nodes {
-		if gens[n] == 0 || reported[n] != gens[n] {
+	for _, n := range status {
+		if !n.Converged() {
 			return false
 		}
 	}
-	return true
+	return len(status) == len(nodes)
 }
 
 // An agent outlives its bus: the control host restarts (watch and its embedded bus stop and start

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -61,6 +62,11 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	url, pid, running := bus.RunningEmbeddedProcess(st.Dir())
+	nodes, err := controller.Nodes(ctx, st, inv.Nodes)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
 
 	if *out == "json" {
 		type busStatus struct {
@@ -71,11 +77,12 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(struct {
-			EmbeddedBus   busStatus            `json:"embedded_bus"`
-			Inventory     state.Inventory      `json:"inventory"`
-			HolderChanges []state.HolderChange `json:"holder_changes"`
-			History       []state.ApplyRecord  `json:"history"`
-		}{busStatus{running, url, pid}, inv, changes, history})
+			EmbeddedBus   busStatus               `json:"embedded_bus"`
+			Inventory     state.Inventory         `json:"inventory"`
+			HolderChanges []state.HolderChange    `json:"holder_changes"`
+			History       []state.ApplyRecord     `json:"history"`
+			Nodes         []controller.NodeStatus `json:"nodes"`
+		}{busStatus{running, url, pid}, inv, changes, history, nodes})
 		return exitOK
 	}
 
@@ -94,6 +101,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		}
 		_ = w.Flush()
 	}
+	printNodes(e.stdout, nodes)
 	if len(changes) > 0 {
 		fmt.Fprintln(e.stdout, "\nHolder changes (newest first):")
 		for _, c := range changes {
