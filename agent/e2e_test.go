@@ -348,12 +348,60 @@ func TestTwoNodesEnrolReceiveTheirModulesAndFollowAMove(t *testing.T) {
 		t.Fatalf("a second enrolment with the spent credential: %v, want ErrEnrolment", err)
 	}
 
+	// No plaintext password in any log, in the store's files, or in the declarations kept on
+	// the bus: there, only sealed.
 	logs := w.logs.String()
+	kept := w.declarationsKept("one", "two")
+	var store []byte
+	for _, f := range []string{"meshctl.db", "meshctl.db-wal"} {
+		data, _ := os.ReadFile(filepath.Join(w.stateDir, f))
+		store = append(store, data...)
+	}
 	for _, m := range []host.Membership{shop, postman, moved, w.membership(filepath.Join(dirOne, "node.one.json"))} {
 		if strings.Contains(logs, m.Password) {
 			t.Errorf("%s's password is in the log", m.User)
 		}
+		if bytes.Contains(store, []byte(m.Password)) {
+			t.Errorf("%s's password is in the store", m.User)
+		}
+		if bytes.Contains(kept, []byte(m.Password)) {
+			t.Errorf("%s's password is in a declaration on the bus", m.User)
+		}
 	}
+}
+
+// declarationsKept is the last declaration NODES keeps for each node, read as the controller,
+// with each instance's membership field as it is carried.
+func (w *world) declarationsKept(nodes ...string) []byte {
+	w.t.Helper()
+	pw, err := os.ReadFile(filepath.Join(w.stateDir, "controller.password"))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	h := join(w.t, host.Membership{Address: w.busURL(), User: render.ControllerUser, Password: strings.TrimSpace(string(pw))})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := h.JetStream().Stream(ctx, render.StreamNodes)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var all []byte
+	for _, n := range nodes {
+		m, err := s.GetLastMsgForSubject(ctx, render.DeclareSubject(n))
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		var d controller.Declaration
+		if err := json.Unmarshal(m.Data, &d); err != nil || d.Node != n {
+			w.t.Fatalf("NODES keeps %q for node %s (%v)", m.Data, n, err)
+		}
+		// The memberships as they travel, not base64 of them: a plaintext one would show here.
+		all = append(all, m.Data...)
+		for _, in := range d.Instances {
+			all = append(all, in.Membership...)
+		}
+	}
+	return all
 }
 
 // atDeclared reports whether `meshctl status` shows every node at the generation it was last
