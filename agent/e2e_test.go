@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -75,6 +77,7 @@ type world struct {
 	stateDir string
 	hup      chan os.Signal
 	logs     *lockedBuffer
+	metrics  string // host:port of watch's metrics, when served
 
 	mu      sync.Mutex
 	cycles  []watch.Cycle
@@ -109,11 +112,38 @@ func (w *world) wait(what string, cond func() bool) {
 
 func startWorld(t *testing.T, description string) *world {
 	t.Helper()
-	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedBuffer{}, more: make(chan struct{})}
+	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedBuffer{},
+		more: make(chan struct{}), metrics: "127.0.0.1:" + strconv.Itoa(freePort(t))}
 	w.write(description)
 	stop := w.startWatch()
 	t.Cleanup(stop)
 	return w
+}
+
+// freePort is a port nothing listened on a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// scrape is watch's /metrics.
+func (w *world) scrape() string {
+	w.t.Helper()
+	resp, err := http.Get("http://" + w.metrics + "/metrics")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return string(body)
 }
 
 // startWatch runs watch on the world's directories until stop is called, and waits for its first
@@ -130,7 +160,7 @@ func (w *world) startWatch() (stop func()) {
 	go func() {
 		done <- watch.Run(ctx, watch.Config{Dir: w.dir, StateDir: w.stateDir, Cost: bcrypt.MinCost,
 			Debounce: 100 * time.Millisecond, Resync: time.Hour, RetryMin: 50 * time.Millisecond, RetryMax: 400 * time.Millisecond,
-			Logger: log, Hup: w.hup, ControllerRetry: 200 * time.Millisecond,
+			Logger: log, Hup: w.hup, ControllerRetry: 200 * time.Millisecond, MetricsAddr: w.metrics,
 			OnCycle: func(c watch.Cycle) {
 				w.mu.Lock()
 				defer w.mu.Unlock()
@@ -320,8 +350,16 @@ func TestTwoNodesEnrolReceiveTheirModulesAndFollowAMove(t *testing.T) {
 		}
 	}
 
-	// The store has both nodes reporting the generation they were declared.
+	// The store has both nodes reporting the generation they were declared, and the metrics
+	// have both nodes' heartbeats and the seat's worker at work.
 	w.wait("both nodes report their declared generation", func() bool { return atDeclared(t, w.stateDir, "one", "two") })
+	w.wait("the metrics show both nodes' heartbeats and the seat at work", func() bool {
+		m := w.scrape()
+		return strings.Contains(m, `meshctl_controller_node_last_heartbeat_timestamp_seconds{node="one"}`) &&
+			strings.Contains(m, `meshctl_controller_node_last_heartbeat_timestamp_seconds{node="two"}`) &&
+			strings.Contains(m, `meshctl_controller_seat_worker_bound{seat="mailer"} 1`) &&
+			strings.Contains(m, `meshctl_controller_seat_work_waiting{seat="mailer"} 0`)
+	})
 
 	// The shop moves to node two.
 	w.write(strings.Replace(mesh, "    on: [one]\n    emits", "    on: [two]\n    emits", 1))
@@ -430,12 +468,7 @@ func atDeclared(t *testing.T, stateDir string, nodes ...string) bool {
 // again and applies what was declared meanwhile.
 func TestAnAgentRejoinsAcrossABusRestart(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := freePort(t)
 	description := strings.Replace(mesh, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(port), 1)
 	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedBuffer{}, more: make(chan struct{})}
 	w.write(description)

@@ -94,6 +94,8 @@ type Controller struct {
 
 	mu    sync.Mutex
 	beats map[string]Seen
+	js    jetstream.JetStream // the loop's, once joined, for SeatWork
+	mesh  *model.Mesh         // the description the loop last took, for SeatWork
 
 	ready chan struct{} // closed once the loop hears deliveries and heartbeats
 }
@@ -155,6 +157,26 @@ func (c *Controller) Heartbeats() map[string]Seen {
 	return out
 }
 
+// SeatWork reads from the bus, on the controller's connection, the work queue and worker of each
+// seat of the description it last took; nothing before it has joined and taken one.
+func (c *Controller) SeatWork(ctx context.Context) ([]SeatWork, error) {
+	c.mu.Lock()
+	js, m := c.js, c.mesh
+	c.mu.Unlock()
+	if js == nil || m == nil {
+		return nil, nil
+	}
+	seats := make([]string, 0, len(m.Seats))
+	for _, s := range m.Seats {
+		seats = append(seats, s.Name)
+	}
+	holders := map[string]string{}
+	for _, h := range m.Holding {
+		holders[h.Seat] = render.InstanceUser(h.Holder)
+	}
+	return Seats(ctx, js, seats, holders)
+}
+
 // loop is the state Run's goroutine owns.
 type loop struct {
 	*Controller
@@ -198,6 +220,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.log.Info("controller: taking reports and enrolment requests, hearing heartbeats",
 		"bus", c.cfg.Target.Address(), "bound", c.cfg.Bound, "retry", c.cfg.Retry)
 
+	c.mu.Lock()
+	c.js = js
+	c.mu.Unlock()
 	l := &loop{Controller: c, conn: conn, js: js, window: Window{Bound: c.cfg.Bound, Retry: c.cfg.Retry}}
 	redeclare := time.NewTimer(time.Hour)
 	redeclare.Stop()
@@ -212,6 +237,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			l.heard(m)
 		case m := <-c.meshes:
 			l.mesh = m
+			c.mu.Lock()
+			c.mesh = m
+			c.mu.Unlock()
 			l.declarePass(ctx, redeclare)
 		case <-redeclare.C:
 			l.declarePass(ctx, redeclare)

@@ -106,9 +106,10 @@ func answerSyncs(waiters []chan error, c Cycle) {
 // heartbeats of the agent's default interval.
 const staleAfter = 30 * time.Second
 
-// heartbeatCollector exports what the controller heard, read at each scrape: the last heartbeat
-// of each node and how many nodes have gone silent. Heartbeats are kept in memory only, so these
-// say what this watch heard since it started.
+// heartbeatCollector exports what the controller knows of the live mesh, read at each scrape:
+// the last heartbeat of each node and how many nodes have gone silent (heartbeats are kept in
+// memory only, so these say what this watch heard since it started), and each seat's waiting
+// work and whether its worker is bound, read from the bus on the controller's connection.
 type heartbeatCollector struct{ m *metrics }
 
 var (
@@ -116,17 +117,38 @@ var (
 		"Unix time of the last heartbeat the controller heard from each node since watch started.", []string{"node"}, nil)
 	staleNodesDesc = prometheus.NewDesc("meshctl_controller_stale_nodes",
 		"Nodes heard since watch started whose last heartbeat is older than 30s (three of the agent's default interval).", nil, nil)
+	seatWaitingDesc = prometheus.NewDesc("meshctl_controller_seat_work_waiting",
+		"Work in each seat's queue: not yet delivered, or delivered and not yet acknowledged.", []string{"seat"}, nil)
+	seatBoundDesc = prometheus.NewDesc("meshctl_controller_seat_worker_bound",
+		"1 when a subscription takes the seat's worker deliveries (its holder is at work), else 0.", []string{"seat"}, nil)
 )
+
+// scrapeTimeout bounds reading the seats' queues from the bus at a scrape.
+const scrapeTimeout = 2 * time.Second
 
 func (c heartbeatCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lastHeartbeatDesc
 	ch <- staleNodesDesc
+	ch <- seatWaitingDesc
+	ch <- seatBoundDesc
 }
 
 func (c heartbeatCollector) Collect(ch chan<- prometheus.Metric) {
 	var beats map[string]controller.Seen
 	if ctrl := c.m.controller.Load(); ctrl != nil {
 		beats = ctrl.Heartbeats()
+		ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+		// A bus that does not answer leaves the seats out of this scrape rather than failing it.
+		seats, _ := ctrl.SeatWork(ctx)
+		cancel()
+		for _, s := range seats {
+			bound := 0.0
+			if s.Bound {
+				bound = 1
+			}
+			ch <- prometheus.MustNewConstMetric(seatWaitingDesc, prometheus.GaugeValue, float64(s.Waiting), s.Seat)
+			ch <- prometheus.MustNewConstMetric(seatBoundDesc, prometheus.GaugeValue, bound, s.Seat)
+		}
 	}
 	stale := 0
 	for node, s := range beats {

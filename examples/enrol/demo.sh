@@ -64,4 +64,4 @@ echo
 echo "== the controller's side of it"
 grep 'controller' "$work/watch.log" | sed 's/^/  /'
 echo
-"$BIN" status --state "$work/state" | sed -n '/^Nodes:/,/^$/p'
+"$BIN" status --state "$work/state" | sed -n '/^Nodes:/,/^Holder changes/p' | grep -v '^Holder changes'
