@@ -207,3 +207,33 @@ func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }
+
+// A credential minted again outside the controller (rotated) is declared afresh in a new
+// generation, and the old one stops working once the accounts config is reloaded.
+func TestARotatedCredentialIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
+	f := start(t, twoNodes)
+	f.ctrl.Mesh(f.mesh)
+	pub, priv, nm, _ := f.enrolled("one")
+	node := f.joinAs(nm)
+	d1 := takeDeclaration(t, node, "one", 0)
+	_, before := f.instance(d1, "one.shop", pub, priv)
+
+	ctx := context.Background()
+	if _, err := f.store.Mint(ctx, []string{"one.shop"}, 4, "credentials rotate"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.ctrl.Mesh(f.mesh)
+	d2 := takeDeclaration(t, node, "one", d1.Generation)
+	_, after := f.instance(d2, "one.shop", pub, priv)
+	if after.Password == before.Password {
+		t.Fatal("the rotated credential was declared with the old password")
+	}
+	f.joinAs(after)
+	if _, err := host.Join(ctx, before); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("the rotated-out credential still joins: %v", err)
+	}
+}
