@@ -429,11 +429,6 @@ func (l *loop) enrol(ctx context.Context, node string, m *nats.Msg) Settle {
 		// The credential is used: a redelivery would be refused as a second enrolment.
 		return Settle{Verb: Ack, Reason: fmt.Sprintf("enrolled node %s, but the answer could not be sent (%v): issue a fresh enrolment credential", node, answerErr)}
 	}
-	if l.declared != nil {
-		if _, ok := l.declared[node]; !ok {
-			l.declared[node] = 0
-		}
-	}
 	l.Mesh(l.mesh) // declared to next, on this goroutine: the pass owns its retry
 	return Settle{Verb: Ack, Reason: fmt.Sprintf("enrolled node %s and answered at the address its request carried", node)}
 }
