@@ -185,6 +185,8 @@ type loop struct {
 	mesh     *model.Mesh
 	window   Window
 	declared map[string]uint64 // the generation last declared to each node, once read
+	// failedPasses counts the declaration passes that failed in a row, for their backoff.
+	failedPasses int
 }
 
 // Run joins the bus as the controller and runs the loop until ctx ends. It returns an error only
@@ -453,12 +455,23 @@ func (l *loop) answer(reply string, a EnrolAnswer) error {
 	return l.conn.FlushTimeout(l.cfg.StoreTimeout)
 }
 
-// declarePass declares to the enrolled nodes, arming retry when a declaration failed.
+// maxRedeclare caps the backoff between attempts at a declaration that keeps failing: each
+// attempt may mint and ask for a reconcile, and a bus that refuses every plan (data at stake)
+// must not be asked every few seconds for as long as it does.
+const maxRedeclare = time.Minute
+
+// declarePass declares to the enrolled nodes, arming retry when a declaration failed: after
+// Retry, doubling with each failure in a row up to maxRedeclare.
 func (l *loop) declarePass(ctx context.Context, retry *time.Timer) {
 	published, err := l.declareAll(ctx)
 	if err != nil {
-		l.log.Error("controller: declaring to the nodes failed; trying again", "error", err, "retry_in", l.cfg.Retry)
-		retry.Reset(l.cfg.Retry)
+		wait := l.cfg.Retry << min(l.failedPasses, 10)
+		wait = min(wait, max(maxRedeclare, l.cfg.Retry))
+		l.failedPasses++
+		l.log.Error("controller: declaring to the nodes failed; trying again", "error", err, "retry_in", wait)
+		retry.Reset(wait)
+	} else {
+		l.failedPasses = 0
 	}
 	if l.cfg.Observe != nil {
 		l.cfg.Observe(Event{Declared: published, Err: err})
