@@ -237,3 +237,26 @@ func TestARotatedCredentialIsDeclaredAgain(t *testing.T) {
 		t.Fatalf("the rotated-out credential still joins: %v", err)
 	}
 }
+
+// A node that lost its disk enrols again with a freshly issued enrolment credential and a new
+// key: it is declared again, in a new generation sealed to the new key.
+func TestANodeEnrolsAgainWithAFreshCredential(t *testing.T) {
+	t.Parallel()
+	f := start(t, twoNodes)
+	f.ctrl.Mesh(f.mesh)
+	_, _, nm, _ := f.enrolled("one")
+	d1 := takeDeclaration(t, f.joinAs(nm), "one", 0)
+
+	ctx := context.Background()
+	fresh, err := f.store.Mint(ctx, []string{render.EnrolUser("one")}, 4, "credentials issue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.passwords[render.EnrolUser("one")] = fresh[render.EnrolUser("one")]
+	pub, priv, nm2, _ := f.enrolled("one")
+	d2 := takeDeclaration(t, f.joinAs(nm2), "one", d1.Generation)
+	f.instance(d2, "one.shop", pub, priv) // opens with the new key, or fails the test
+}
