@@ -7,7 +7,7 @@ STATE     ?= .meshctl/demo
 # Packages run in parallel; every live test starts its own bus on a random port.
 TESTFLAGS ?= -race -count=1 -timeout 8m
 
-.PHONY: build test vet fmt demo bench clean
+.PHONY: build test vet fmt demo demo-node bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meshctl
@@ -29,6 +29,11 @@ demo: build
 	./$(BIN) validate -f examples/quickstart
 	./$(BIN) apply -f examples/quickstart --state $(STATE)
 	./$(BIN) diff -f examples/quickstart --state $(STATE)
+
+# A node enrolling: watch on the quickstart mesh (its bus on 127.0.0.1:$(PORT)), one
+# enrolment credential issued, and `meshctl agent` receiving its modules' memberships.
+demo-node: build
+	PORT=$(or $(PORT),4333) BIN=./$(BIN) sh examples/enrol/demo.sh
 
 bench: build
 	$(GO) run ./bench -out docs/BENCHMARKS.md

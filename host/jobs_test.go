@@ -254,7 +254,7 @@ func jobs() []job {
 	add("two.builder", "report the seat's event", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
 		return emit(ctx, as, render.StreamEvents, built)
 	})
-	return js
+	return append(js, loopJobs()...)
 }
 
 // mine passes the principal's own errors on as they are; asHelper marks a counterpart's.
@@ -502,7 +502,7 @@ func enrolment(ctx context.Context, node string, ident, c *host.Host, identErr, 
 	askCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		m, err := ident.Enrol(askCtx, node)
+		m, err := ident.Enrol(askCtx, node, nil)
 		asked <- result{m, err}
 	}()
 	for {

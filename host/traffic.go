@@ -111,12 +111,15 @@ func (h *Host) Heartbeat(ctx context.Context, node string, data []byte) error {
 // enrolment identity's own inbox, the only thing it may hear.
 type EnrolRequest struct {
 	Reply string `json:"reply"`
+	// Key is the public key the node's membership is to be sealed to: the answer travels over a
+	// bus the controller and the enrolling node share with everyone, and only the node can open it.
+	Key []byte `json:"key,omitempty"`
 }
 
-// Enrol asks, as node's enrolment identity, to enrol, and returns the controller's answer. It
-// listens on a fresh address under its own inbox before it asks, so the answer cannot arrive
-// before anyone hears it, and waits until ctx ends.
-func (h *Host) Enrol(ctx context.Context, node string) (*nats.Msg, error) {
+// Enrol asks, as node's enrolment identity, to enrol with its public key, and returns the
+// controller's answer. It listens on a fresh address under its own inbox before it asks, so the
+// answer cannot arrive before anyone hears it, and waits until ctx ends.
+func (h *Host) Enrol(ctx context.Context, node string, key []byte) (*nats.Msg, error) {
 	inbox := h.conn.NewInbox()
 	answers := make(chan *nats.Msg, 1)
 	sub, err := h.Subscribe(ctx, inbox, func(m *nats.Msg) {
@@ -129,7 +132,7 @@ func (h *Host) Enrol(ctx context.Context, node string) (*nats.Msg, error) {
 		return nil, fmt.Errorf("enrolling %s: %w", node, err)
 	}
 	defer sub.Unsubscribe()
-	req, _ := json.Marshal(EnrolRequest{Reply: inbox})
+	req, _ := json.Marshal(EnrolRequest{Reply: inbox, Key: key})
 	if _, err := h.Publish(ctx, render.EnrolSubject(node), req); err != nil {
 		return nil, fmt.Errorf("enrolling %s: %w", node, err)
 	}

@@ -60,6 +60,37 @@ var migrations = []string{
 		CHECK ((from_node IS NULL) = (from_module IS NULL)),
 		CHECK ((to_node IS NULL) = (to_module IS NULL))
 	) STRICT;`,
+
+	// 3: what the controller knows of the live mesh: each enrolled node's public key, what it
+	// was last declared (the generation, the digest that says whether it changed, and for each
+	// instance the hash its sealed credential was minted with and the sealed copy — never the
+	// plaintext), and the last report each node filed.
+	`CREATE TABLE enrolments (
+		node        TEXT PRIMARY KEY NOT NULL,
+		public_key  BLOB NOT NULL,
+		enrolled_at TEXT NOT NULL
+	) STRICT;
+	CREATE TABLE declarations (
+		node        TEXT PRIMARY KEY NOT NULL REFERENCES enrolments (node),
+		generation  INTEGER NOT NULL,
+		digest      TEXT NOT NULL,
+		declared_at TEXT NOT NULL
+	) STRICT;
+	CREATE TABLE declared_credentials (
+		node      TEXT NOT NULL REFERENCES declarations (node),
+		principal TEXT NOT NULL,
+		hash      TEXT NOT NULL,
+		sealed    BLOB NOT NULL,
+		PRIMARY KEY (node, principal)
+	) STRICT;
+	CREATE TABLE reports (
+		node        TEXT PRIMARY KEY NOT NULL,
+		generation  INTEGER NOT NULL,
+		applied     TEXT NOT NULL,
+		failed      TEXT NOT NULL,
+		reported_at TEXT NOT NULL,
+		recorded_at TEXT NOT NULL
+	) STRICT;`,
 }
 
 // schemaVersion is the version this binary writes.

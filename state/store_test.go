@@ -76,7 +76,8 @@ func TestOpenMigratesEmptyDir(t *testing.T) {
 	if got := userVersion(t, s.db); got != len(migrations) {
 		t.Errorf("user_version = %d, want %d", got, len(migrations))
 	}
-	want := []string{"applies", "credentials", "holder_changes", "inventory_holders", "inventory_instances", "inventory_nodes", "inventory_seats"}
+	want := []string{"applies", "credentials", "declarations", "declared_credentials", "enrolments", "holder_changes",
+		"inventory_holders", "inventory_instances", "inventory_nodes", "inventory_seats", "reports"}
 	if got := tables(t, s.db); !slices.Equal(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}
@@ -119,8 +120,8 @@ func TestOpenMigratesVersion1(t *testing.T) {
 	}
 
 	s := openStore(t, dir)
-	if got := userVersion(t, s.db); got != 2 {
-		t.Fatalf("user_version after migrating = %d, want 2", got)
+	if got := userVersion(t, s.db); got != len(migrations) {
+		t.Fatalf("user_version after migrating = %d, want %d", got, len(migrations))
 	}
 	creds, err := s.Credentials(ctx)
 	if err != nil || len(creds) != 1 || creds[0].Principal != "node.one" || creds[0].Operation != "issue" {

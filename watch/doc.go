@@ -26,6 +26,11 @@
 // revoke) write its accounts file and send SIGHUP to watch's pid rather than start a
 // second server. So on SIGHUP watch reloads its embedded bus first, then reconciles.
 //
+// Beside the reconcile loop it runs the controller loop (package controller) on the bus the
+// reconcile connected to, handing it each description the bus was brought to; when the
+// controller minted or revoked a credential it asks for a reconcile, so the reconcile loop stays
+// the one writer of the accounts config.
+//
 // What it must not do: force a refused plan, apply a description that does not
 // validate, or log a password: logs carry plan summaries, object names and errors, which
 // the reconciler writes without credentials.

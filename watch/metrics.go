@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meshbus/meshctl/controller"
 )
 
 // metrics are watch's Prometheus metrics, in a registry of their own: the global one would
@@ -30,6 +32,8 @@ type metrics struct {
 	conflicts    prometheus.Gauge
 
 	health atomic.Pointer[health]
+	// controller is the controller loop watch runs, for what it heard; nil until it starts.
+	controller atomic.Pointer[controller.Controller]
 }
 
 // health is what /healthz answers: the last reconcile's outcome.
@@ -74,6 +78,7 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.reconciles, m.duration, m.applied, m.drift, m.invalidTrees, m.lastSuccess, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(heartbeatCollector{m})
 	// Every outcome from zero, so a rate over a counter that has not moved yet is 0, not absent.
 	for _, o := range outcomes {
 		m.reconciles.WithLabelValues(string(o))

@@ -23,6 +23,8 @@ var errBusLost = errors.New("the connection to the bus was lost")
 type connection struct {
 	sess *reconcile.Session
 	bus  model.Bus
+	// mesh is the description the last reconcile on this connection brought the bus to.
+	mesh *model.Mesh
 }
 
 // embeddedBus is the embedded bus this process serves, if any. The reconcile goroutine sets
@@ -115,6 +117,7 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 		}
 	}
 
+	conn.mesh = m
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	stopWatching := cancelOnDisconnect(conn.sess.Conn.Conn, cancelRun)
 	res, err := conn.sess.Reconcile(runCtx, m, reconcile.RunOptions{

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
@@ -61,6 +62,12 @@ type Config struct {
 	// OnCycle, when set, is told each reconcile's outcome, on the loop's goroutine: it must
 	// not block. Tests wait on it instead of on time.
 	OnCycle func(Cycle)
+
+	// ControllerBound and ControllerRetry are the controller's store window (controller.Config's
+	// Bound and Retry); zero takes the controller's defaults.
+	ControllerBound, ControllerRetry time.Duration
+	// OnController, when set, is told what the controller loop did, on its goroutine (tests).
+	OnController func(controller.Event)
 
 	// metricsReady is told the metrics server's address once it listens (tests).
 	metricsReady func(addr string)
@@ -131,7 +138,8 @@ const (
 var triggerNames = []struct {
 	t    Trigger
 	name string
-}{{TriggerStart, "start"}, {TriggerFiles, "files"}, {TriggerResync, "resync"}, {TriggerSignal, "sighup"}, {TriggerRetry, "retry"}}
+}{{TriggerStart, "start"}, {TriggerFiles, "files"}, {TriggerResync, "resync"}, {TriggerSignal, "sighup"}, {TriggerRetry, "retry"},
+	{TriggerController, "controller"}}
 
 // Has reports whether t holds any of u's causes.
 func (t Trigger) Has(u Trigger) bool { return t&u != 0 }
@@ -149,7 +157,7 @@ func (t Trigger) String() string {
 
 // drift reports whether changes planned under t are drift: made on the bus behind watch's
 // back, since neither a change of the description nor the first look at the bus caused them.
-func (t Trigger) drift() bool { return !t.Has(TriggerStart | TriggerFiles) }
+func (t Trigger) drift() bool { return !t.Has(TriggerStart | TriggerFiles | TriggerController) }
 
 // Cycle is one reconcile: why it ran and how it ended.
 type Cycle struct {
@@ -230,7 +238,7 @@ func Run(ctx context.Context, c Config) error {
 		<-treeDone
 	}()
 
-	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, changes: changes}
+	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, changes: changes, syncs: make(chan chan error)}
 	l.run(ctx)
 	c.Logger.Info("stopped")
 	return nil
@@ -249,6 +257,10 @@ type loop struct {
 	// conn belongs to the loop between reconciles and to the reconcile while one runs: it
 	// is handed over with the start of a reconcile and handed back with its result.
 	conn *connection
+
+	// The controller loop beside this one, and its requests for a reconcile (see controller.go).
+	ctl   *controllerSide
+	syncs chan chan error
 }
 
 type stepResult struct {
@@ -273,9 +285,13 @@ func (l *loop) run(ctx context.Context) {
 		owed     Trigger   // causes of failed reconciles, carried into the retry
 		failures int       // consecutive failed reconciles, for the backoff
 		burst    time.Time // first change of the burst the debounce timer waits out; zero when none
+		// The controller's requests for a reconcile: waiting for the next to start, and
+		// answered when the one in flight ends.
+		syncsWaiting, syncsInFlight []chan error
 	)
 	start := func(t Trigger) {
 		running = true
+		syncsInFlight, syncsWaiting = syncsWaiting, nil
 		conn := l.conn
 		l.conn = nil
 		go func() {
@@ -299,6 +315,10 @@ func (l *loop) run(ctx context.Context) {
 			} else {
 				l.report(r.cycle, 0)
 			}
+		}
+		answerSyncs(append(syncsInFlight, syncsWaiting...), Cycle{Outcome: OutcomeError, Err: errStopping})
+		if l.ctl != nil {
+			l.ctl.stop()
 		}
 		if l.conn != nil {
 			l.disconnect(l.conn)
@@ -348,6 +368,9 @@ func (l *loop) run(ctx context.Context) {
 			request(t)
 		case <-retry.C:
 			request(TriggerRetry | owed)
+		case reply := <-l.syncs:
+			syncsWaiting = append(syncsWaiting, reply)
+			request(TriggerController)
 		case r := <-results:
 			running = false
 			l.conn = r.conn
@@ -362,6 +385,9 @@ func (l *loop) run(ctx context.Context) {
 				retry.Stop()
 			}
 			l.report(r.cycle, retryIn)
+			answerSyncs(syncsInFlight, r.cycle)
+			syncsInFlight = nil
+			l.withController(ctx, r)
 			if queued != 0 {
 				start(queued)
 				queued = 0

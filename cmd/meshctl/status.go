@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -22,7 +23,12 @@ Reads the state store and shows, without touching the bus: whether an embedded b
 being served from the state directory (by 'meshctl watch'), the inventory of the last
 successful apply (nodes, module instances, seats and their holders), the latest holder
 changes, and the latest applies with who ran them, from which git commit, and how they
-ended.
+ended. Per node it shows whether the node enrolled, the generation the controller last
+declared to it and the one it last reported applying.
+
+While 'meshctl watch' serves the embedded bus, it also reads the bus, as the controller:
+each seat's holder, whether the holder's worker is bound, and the work waiting in its
+queue; and every consumer with work pending.
 
 Example:
   meshctl status
@@ -61,6 +67,18 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	url, pid, running := bus.RunningEmbeddedProcess(st.Dir())
+	nodes, err := controller.Nodes(ctx, st, inv.Nodes)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
+	var seats []controller.SeatWork
+	var backlogs []controller.Backlog
+	if running {
+		if seats, backlogs, err = liveWork(ctx, st, *sf.cost, url, inv); err != nil {
+			fmt.Fprintf(e.stderr, "the seats' queues could not be read from the bus at %s: %v\n", url, err)
+		}
+	}
 
 	if *out == "json" {
 		type busStatus struct {
@@ -71,11 +89,14 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(struct {
-			EmbeddedBus   busStatus            `json:"embedded_bus"`
-			Inventory     state.Inventory      `json:"inventory"`
-			HolderChanges []state.HolderChange `json:"holder_changes"`
-			History       []state.ApplyRecord  `json:"history"`
-		}{busStatus{running, url, pid}, inv, changes, history})
+			EmbeddedBus   busStatus               `json:"embedded_bus"`
+			Inventory     state.Inventory         `json:"inventory"`
+			HolderChanges []state.HolderChange    `json:"holder_changes"`
+			History       []state.ApplyRecord     `json:"history"`
+			Nodes         []controller.NodeStatus `json:"nodes"`
+			Seats         []controller.SeatWork   `json:"seats,omitempty"`
+			Backlogs      []controller.Backlog    `json:"backlogs,omitempty"`
+		}{busStatus{running, url, pid}, inv, changes, history, nodes, seats, backlogs})
 		return exitOK
 	}
 
@@ -94,6 +115,8 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		}
 		_ = w.Flush()
 	}
+	printNodes(e.stdout, nodes)
+	printWork(e.stdout, seats, backlogs)
 	if len(changes) > 0 {
 		fmt.Fprintln(e.stdout, "\nHolder changes (newest first):")
 		for _, c := range changes {

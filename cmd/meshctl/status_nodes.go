@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/controller"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+)
+
+// printNodes writes the live mesh's nodes as the controller recorded them: enrolled or not, the
+// generation declared and the one reported, and what the last report could not apply.
+func printNodes(out io.Writer, nodes []controller.NodeStatus) {
+	if len(nodes) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\nNodes:")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  NODE\tENROLLED\tDECLARED\tREPORTED\tLAST REPORT\tSTATE")
+	for _, n := range nodes {
+		enrolled, last, state := "no", "-", "not enrolled"
+		if n.Enrolled {
+			enrolled = n.EnrolledAt.Local().Format(time.DateTime)
+			state = "converging"
+		}
+		if !n.ReportedAt.IsZero() {
+			last = n.ReportedAt.Local().Format(time.DateTime)
+		}
+		switch {
+		case n.Converged():
+			state = "at the declared generation"
+		case len(n.Failed) > 0:
+			state = fmt.Sprintf("%d instance(s) not applied", len(n.Failed))
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\t%s\t%s\n", n.Node, enrolled, n.Declared, n.Reported, last, state)
+	}
+	_ = w.Flush()
+}
+
+// liveWork reads, from the embedded bus a running `meshctl watch` serves, each seat's queue and
+// worker and every consumer with work pending. It says why when it could not: with no embedded
+// bus running, status reads only the store.
+func liveWork(ctx context.Context, st *state.Store, cost int, url string, inv state.Inventory) ([]controller.SeatWork, []controller.Backlog, error) {
+	password, err := st.ControllerPassword(ctx, cost)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := bus.Dial(ctx, bus.Target{URL: url}, bus.Credential{User: render.ControllerUser, Password: password})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	js, err := jetstream.New(conn.Conn)
+	if err != nil {
+		return nil, nil, err
+	}
+	holders := map[string]string{}
+	for _, h := range inv.Holders {
+		holders[h.Seat] = render.InstanceUser(model.Instance{Node: h.Node, Module: h.Module})
+	}
+	seats, err := controller.Seats(ctx, js, inv.Seats, holders)
+	if err != nil {
+		return nil, nil, err
+	}
+	backlogs, err := controller.Backlogs(ctx, js)
+	return seats, backlogs, err
+}
+
+// printWork writes the seats' queues and the consumers with work pending.
+func printWork(out io.Writer, seats []controller.SeatWork, backlogs []controller.Backlog) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if len(seats) > 0 {
+		fmt.Fprintln(out, "\nSeats on the bus:")
+		fmt.Fprintln(w, "  SEAT\tHOLDER\tWORKER\tWAITING\tUNACKED")
+		for _, s := range seats {
+			bound := "not bound"
+			if s.Bound {
+				bound = "bound"
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\n", s.Seat, orDash(s.Holder), bound, s.Waiting, s.Unacknowledged)
+		}
+		_ = w.Flush()
+	}
+	if len(backlogs) > 0 {
+		fmt.Fprintln(out, "\nConsumers with work pending:")
+		fmt.Fprintln(w, "  STREAM\tCONSUMER\tPENDING\tUNACKED")
+		for _, b := range backlogs {
+			fmt.Fprintf(w, "  %s\t%s\t%d\t%d\n", b.Stream, b.Consumer, b.Pending, b.Unacknowledged)
+		}
+		_ = w.Flush()
+	}
+}

@@ -1,0 +1,590 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultBound        = 5 * time.Minute
+	DefaultRetry        = 5 * time.Second
+	DefaultStoreTimeout = 5 * time.Second
+)
+
+// deliveryBuffer is how many deliveries wait for the loop. It is above the CONTROL consumer's
+// max_ack_pending (the server's default, 1,000), so the server never pushes more than the
+// channel holds: a full channel would drop a delivery, and it would come back only after the
+// ack wait.
+const deliveryBuffer = 1024
+
+// heartbeatBuffer is how many heartbeats wait for the loop; one dropped is said again within an
+// interval, and nothing is lost with it.
+const heartbeatBuffer = 256
+
+// Config is what the controller needs.
+type Config struct {
+	// Target is the bus, and the address every membership the controller seals names.
+	Target bus.Target
+	// Password is the controller principal's password.
+	Password string
+	// Store is the state store: credentials, enrolments, declarations, reports.
+	Store *state.Store
+	// Cost is the bcrypt cost of the credentials the controller mints.
+	Cost int
+	// Sync makes the credentials in the store live on the bus and returns once they are: an
+	// enrolled node's, an enrolment identity locked again, an instance's minted for a
+	// declaration. Watch answers it with a reconcile.
+	Sync func(ctx context.Context) error
+	// Bound is how long the store may fail before a message it cannot take is let go.
+	Bound time.Duration
+	// Retry is the delay of a nak while the store fails, and of the next attempt at a
+	// declaration that failed.
+	Retry time.Duration
+	// StoreTimeout bounds one write to the store: a store whose write lock another process
+	// holds must not hold the loop for longer.
+	StoreTimeout time.Duration
+	// Logger receives what the controller did; nil discards it.
+	Logger *slog.Logger
+	// Observe, when set, is told each message the loop settled, on the loop's goroutine: it
+	// must not block. Tests wait on it instead of on time.
+	Observe func(Event)
+}
+
+// Event is one thing the loop did: a delivery from CONTROL settled, a heartbeat heard, or a
+// declaration pass over the enrolled nodes (Kind KindUnknown, Subject empty, Declared naming the
+// nodes it published to and Err what failed).
+type Event struct {
+	Kind     Kind
+	Node     string
+	Subject  string
+	Settle   Settle
+	Declared []string
+	Err      error
+}
+
+// Seen is the last heartbeat of a node: when it was heard, and the generation the node said it
+// had applied.
+type Seen struct {
+	At         time.Time
+	Generation uint64
+}
+
+// Controller is the controller loop. Run runs it; the other methods may be called from any
+// goroutine.
+type Controller struct {
+	cfg    Config
+	log    *slog.Logger
+	meshes chan *model.Mesh
+
+	mu    sync.Mutex
+	beats map[string]Seen
+	js    jetstream.JetStream // the loop's, once joined, for SeatWork
+	mesh  *model.Mesh         // the description the loop last took, for SeatWork
+
+	ready chan struct{} // closed once the loop hears deliveries and heartbeats
+}
+
+// Ready is closed once the controller has joined the bus and hears its deliveries and the
+// nodes' heartbeats: a heartbeat said before then is heard by nobody, as core NATS intends.
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
+
+// New makes a controller; Run starts it.
+func New(c Config) *Controller {
+	if c.Bound <= 0 {
+		c.Bound = DefaultBound
+	}
+	if c.Retry <= 0 {
+		c.Retry = DefaultRetry
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.Cost == 0 {
+		c.Cost = state.DefaultCost
+	}
+	if c.Sync == nil {
+		c.Sync = func(context.Context) error { return nil }
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Controller{cfg: c, log: log.With("part", "controller"), meshes: make(chan *model.Mesh, 1), beats: map[string]Seen{},
+		ready: make(chan struct{})}
+}
+
+// Mesh hands the controller the description the bus was last reconciled with. It never blocks:
+// a description not yet taken is replaced by the newer one.
+func (c *Controller) Mesh(m *model.Mesh) {
+	for {
+		select {
+		case c.meshes <- m:
+			return
+		default:
+		}
+		select {
+		case <-c.meshes:
+		default:
+		}
+	}
+}
+
+// Heartbeats is the last heartbeat heard from each node since the controller started. It is
+// kept in memory only: a heartbeat is news, not a record.
+func (c *Controller) Heartbeats() map[string]Seen {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]Seen, len(c.beats))
+	for n, s := range c.beats {
+		out[n] = s
+	}
+	return out
+}
+
+// SeatWork reads from the bus, on the controller's connection, the work queue and worker of each
+// seat of the description it last took; nothing before it has joined and taken one.
+func (c *Controller) SeatWork(ctx context.Context) ([]SeatWork, error) {
+	c.mu.Lock()
+	js, m := c.js, c.mesh
+	c.mu.Unlock()
+	if js == nil || m == nil {
+		return nil, nil
+	}
+	seats := make([]string, 0, len(m.Seats))
+	for _, s := range m.Seats {
+		seats = append(seats, s.Name)
+	}
+	holders := map[string]string{}
+	for _, h := range m.Holding {
+		holders[h.Seat] = render.InstanceUser(h.Holder)
+	}
+	return Seats(ctx, js, seats, holders)
+}
+
+// loop is the state Run's goroutine owns.
+type loop struct {
+	*Controller
+	conn     *bus.Conn
+	js       jetstream.JetStream
+	mesh     *model.Mesh
+	window   Window
+	declared map[string]uint64 // the generation last declared to each node, once read
+	// failedPasses counts the declaration passes that failed in a row, for their backoff.
+	failedPasses int
+}
+
+// Run joins the bus as the controller and runs the loop until ctx ends. It returns an error only
+// when it cannot start; a bus that is down at the start is dialled again until it answers.
+func (c *Controller) Run(ctx context.Context) error {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	js, err := jetstream.New(conn.Conn)
+	if err != nil {
+		return fmt.Errorf("the controller's JetStream: %w", err)
+	}
+	// Channels, not handlers: the library would run a handler on its own goroutine, and the
+	// loop's state (the window above all) is owned by this one alone.
+	deliveries := make(chan *nats.Msg, deliveryBuffer)
+	dsub, err := conn.ChanSubscribe(render.DeliverSubject(render.ControllerUser), deliveries)
+	if err != nil {
+		return fmt.Errorf("taking the controller's CONTROL deliveries: %w", err)
+	}
+	defer dsub.Unsubscribe()
+	beats := make(chan *nats.Msg, heartbeatBuffer)
+	hsub, err := conn.ChanSubscribe(render.HeartbeatSubject("*"), beats)
+	if err != nil {
+		return fmt.Errorf("hearing the nodes' heartbeats: %w", err)
+	}
+	defer hsub.Unsubscribe()
+	if err := conn.FlushTimeout(c.cfg.StoreTimeout); err != nil {
+		return fmt.Errorf("subscribing as the controller at %s: %w", c.cfg.Target.Address(), err)
+	}
+	close(c.ready)
+	c.log.Info("controller: taking reports and enrolment requests, hearing heartbeats",
+		"bus", c.cfg.Target.Address(), "bound", c.cfg.Bound, "retry", c.cfg.Retry)
+
+	c.mu.Lock()
+	c.js = js
+	c.mu.Unlock()
+	l := &loop{Controller: c, conn: conn, js: js, window: Window{Bound: c.cfg.Bound, Retry: c.cfg.Retry}}
+	redeclare := time.NewTimer(time.Hour)
+	redeclare.Stop()
+	defer redeclare.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-deliveries:
+			l.take(ctx, m)
+		case m := <-beats:
+			l.heard(m)
+		case m := <-c.meshes:
+			l.mesh = m
+			c.mu.Lock()
+			c.mesh = m
+			c.mu.Unlock()
+			l.declarePass(ctx, redeclare)
+		case <-redeclare.C:
+			l.declarePass(ctx, redeclare)
+		}
+	}
+}
+
+// dial joins the bus as the controller, trying again with a capped backoff until it answers or
+// ctx ends. The connection reconnects for as long as it takes, through refusals too: a bus
+// restarting or reloading must not leave the controller deaf.
+func (c *Controller) dial(ctx context.Context) (*bus.Conn, error) {
+	wait := 100 * time.Millisecond
+	for {
+		conn, err := bus.Dial(ctx, c.cfg.Target, bus.Credential{User: render.ControllerUser, Password: c.cfg.Password},
+			nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(), nats.ReconnectWait(250*time.Millisecond))
+		if err == nil {
+			return conn, nil
+		}
+		c.log.Warn("controller: the bus does not let the controller in yet; trying again", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the controller joining the bus: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// storeCtx bounds one store operation.
+func (l *loop) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, l.cfg.StoreTimeout)
+}
+
+// take settles one delivery from CONTROL.
+func (l *loop) take(ctx context.Context, m *nats.Msg) {
+	kind, node := Classify(m.Subject)
+	var s Settle
+	switch kind {
+	case KindReport:
+		s = l.report(ctx, node, m)
+	case KindEnrol:
+		s = l.enrol(ctx, node, m)
+	default:
+		s = Settle{Verb: Term, Reason: "not a subject the mesh derives for CONTROL"}
+	}
+	l.settle(m, s)
+	ev := Event{Kind: kind, Node: node, Subject: m.Subject, Settle: s}
+	attrs := []any{"subject", m.Subject, "settled", string(s.Verb), "why", s.Reason}
+	switch s.Verb {
+	case Term:
+		l.log.Warn("controller: let a message go", attrs...)
+	case Nak:
+		l.log.Warn("controller: holding a message the store did not take", append(attrs, "again_in", s.Delay)...)
+	default:
+		l.log.Info("controller: took a message", attrs...)
+	}
+	if l.cfg.Observe != nil {
+		l.cfg.Observe(ev)
+	}
+}
+
+// settle tells the server what became of a delivery. An ack waits for the server's word, so
+// that "recorded" means "left the work queue"; a failed one is delivered again and recorded
+// again, which a report's last-per-node row takes without harm.
+func (l *loop) settle(m *nats.Msg, s Settle) {
+	var err error
+	switch s.Verb {
+	case Ack:
+		err = m.AckSync(nats.AckWait(l.cfg.StoreTimeout))
+	case Nak:
+		err = m.NakWithDelay(s.Delay)
+	case Term:
+		err = m.Term()
+	}
+	if err != nil {
+		l.log.Error("controller: settling a message failed; the server delivers it again after the ack wait",
+			"subject", m.Subject, "settle", string(s.Verb), "error", err)
+	}
+}
+
+// published is when the bus took m, or now for a message without JetStream metadata.
+func published(m *nats.Msg) time.Time {
+	if meta, err := m.Metadata(); err == nil {
+		return meta.Timestamp
+	}
+	return time.Now()
+}
+
+// generation is the generation last declared to node, read from the store once.
+func (l *loop) generation(ctx context.Context, node string) (uint64, error) {
+	if l.declared == nil {
+		sctx, cancel := l.storeCtx(ctx)
+		defer cancel()
+		g, err := l.cfg.Store.Generations(sctx)
+		if err != nil {
+			return 0, err
+		}
+		l.declared = g
+	}
+	return l.declared[node], nil
+}
+
+func (l *loop) report(ctx context.Context, node string, m *nats.Msg) Settle {
+	declared, err := l.generation(ctx, node)
+	if err != nil {
+		return l.window.After(err, published(m), time.Now())
+	}
+	r, err := JudgeReport(m.Data, declared)
+	switch {
+	case errors.Is(err, ErrSuperseded):
+		// Settled, not acted on: what it says is about what the node no longer runs.
+		return Settle{Verb: Ack, Reason: err.Error()}
+	case err != nil:
+		return Settle{Verb: Term, Reason: err.Error()}
+	}
+	sctx, cancel := l.storeCtx(ctx)
+	defer cancel()
+	stored := l.cfg.Store.RecordReport(sctx, state.Report{Node: node, Generation: r.Generation, Applied: r.Applied,
+		Failed: r.Failed, ReportedAt: published(m)})
+	s := l.window.After(stored, published(m), time.Now())
+	if s.Verb == Ack {
+		s.Reason = fmt.Sprintf("recorded node %s's report of generation %d (%d applied, %d failed)", node, r.Generation, len(r.Applied), len(r.Failed))
+	}
+	return s
+}
+
+func (l *loop) heard(m *nats.Msg) {
+	kind, node := Classify(m.Subject)
+	if kind != KindHeartbeat {
+		return
+	}
+	var hb Heartbeat
+	_ = json.Unmarshal(m.Data, &hb) // a heartbeat that says nothing is still a heartbeat
+	l.mu.Lock()
+	l.beats[node] = Seen{At: time.Now(), Generation: hb.Generation}
+	l.mu.Unlock()
+	if l.cfg.Observe != nil {
+		l.cfg.Observe(Event{Kind: KindHeartbeat, Node: node, Subject: m.Subject, Settle: Settle{Reason: "heard"}})
+	}
+}
+
+// enrol answers an enrolment request at the address its payload carries.
+func (l *loop) enrol(ctx context.Context, node string, m *nats.Msg) Settle {
+	if l.mesh == nil {
+		// Which nodes exist is the description's to say, and none was handed over yet.
+		return Settle{Verb: Nak, Delay: l.cfg.Retry, Reason: "no description reconciled yet to check the node against"}
+	}
+	ask, err := JudgeEnrolment(l.mesh, m.Subject, m.Data)
+	if errors.Is(err, host.ErrNotEnrolment) {
+		// No address of the node's own to answer at: nothing can be said to anyone.
+		return Settle{Verb: Term, Reason: err.Error()}
+	}
+	if err != nil {
+		l.refuse(ask, err)
+		return Settle{Verb: Ack, Reason: err.Error()}
+	}
+	sctx, cancel := l.storeCtx(ctx)
+	password, err := l.cfg.Store.EnrolNode(sctx, state.NodeEnrolment{Node: node, EnrolPrincipal: render.EnrolUser(node),
+		NodePrincipal: render.NodeUser(node), PublicKey: ask.Key}, l.cfg.Cost)
+	cancel()
+	if errors.Is(err, state.ErrNoEnrolmentCredential) {
+		err = fmt.Errorf("%w: a replayed or second enrolment of node %s: its enrolment credential was used already "+
+			"or never issued; issue a fresh one with `meshctl credentials issue %s`", ErrRefused, node, render.EnrolUser(node))
+		l.refuse(ask, err)
+		return Settle{Verb: Ack, Reason: err.Error()}
+	}
+	if err != nil {
+		return l.window.After(err, published(m), time.Now())
+	}
+	l.window.After(nil, published(m), time.Now())
+	answer := EnrolAnswer{Node: node}
+	membership, _ := json.Marshal(host.Membership{Address: l.cfg.Target.URL, Fingerprint: l.cfg.Target.Fingerprint,
+		User: render.NodeUser(node), Password: password})
+	if answer.Membership, err = Seal(ask.Key, membership); err != nil {
+		return Settle{Verb: Term, Reason: err.Error()}
+	}
+	// Answered before the credentials change on the bus: the reload that makes the node's
+	// credential live also locks the enrolment identity out, and the server disconnects it,
+	// answer unheard, if the answer comes after. So the node joins moments after it is told,
+	// trying until its credential is live.
+	answerErr := l.answer(ask.Reply, answer)
+	if err := l.cfg.Sync(ctx); err != nil {
+		l.log.Error("controller: node enrolled, but its credential is not live yet; the next reconcile makes it so",
+			"node", node, "error", err)
+	}
+	if answerErr != nil {
+		// The credential is used: a redelivery would be refused as a second enrolment.
+		return Settle{Verb: Ack, Reason: fmt.Sprintf("enrolled node %s, but the answer could not be sent (%v): issue a fresh enrolment credential", node, answerErr)}
+	}
+	l.Mesh(l.mesh) // declared to next, on this goroutine: the pass owns its retry
+	return Settle{Verb: Ack, Reason: fmt.Sprintf("enrolled node %s and answered at the address its request carried", node)}
+}
+
+// refuse answers a refused enrolment, when there is an address to answer at, and logs it.
+func (l *loop) refuse(ask EnrolAsk, why error) {
+	l.log.Warn("controller: refused an enrolment", "node", ask.Node, "why", why.Error())
+	if ask.Reply == "" {
+		return
+	}
+	if err := l.answer(ask.Reply, EnrolAnswer{Node: ask.Node, Refused: why.Error()}); err != nil {
+		l.log.Error("controller: the refusal could not be sent", "node", ask.Node, "error", err)
+	}
+}
+
+// answer sends an enrolment answer on core NATS and waits for the server to have it.
+func (l *loop) answer(reply string, a EnrolAnswer) error {
+	data, _ := json.Marshal(a)
+	if err := l.conn.Publish(reply, data); err != nil {
+		return err
+	}
+	return l.conn.FlushTimeout(l.cfg.StoreTimeout)
+}
+
+// maxRedeclare caps the backoff between attempts at a declaration that keeps failing: each
+// attempt may mint and ask for a reconcile, and a bus that refuses every plan (data at stake)
+// must not be asked every few seconds for as long as it does.
+const maxRedeclare = time.Minute
+
+// declarePass declares to the enrolled nodes, arming retry when a declaration failed: after
+// Retry, doubling with each failure in a row up to maxRedeclare.
+func (l *loop) declarePass(ctx context.Context, retry *time.Timer) {
+	published, err := l.declareAll(ctx)
+	if err != nil {
+		wait := l.cfg.Retry << min(l.failedPasses, 10)
+		wait = min(wait, max(maxRedeclare, l.cfg.Retry))
+		l.failedPasses++
+		l.log.Error("controller: declaring to the nodes failed; trying again", "error", err, "retry_in", wait)
+		retry.Reset(wait)
+	} else {
+		l.failedPasses = 0
+	}
+	if l.cfg.Observe != nil {
+		l.cfg.Observe(Event{Declared: published, Err: err})
+	}
+}
+
+// declareAll declares to every enrolled node in the description what it runs, where that
+// changed, and returns the nodes it published to. A converged pass publishes nothing and mints
+// nothing.
+func (l *loop) declareAll(ctx context.Context) ([]string, error) {
+	if l.mesh == nil {
+		return nil, nil
+	}
+	sctx, cancel := l.storeCtx(ctx)
+	enrolled, err := l.cfg.Store.Enrolments(sctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	var published []string
+	for _, e := range enrolled {
+		if !slices.ContainsFunc(l.mesh.Nodes, func(n model.Node) bool { return n.Name == e.Node }) {
+			continue
+		}
+		did, err := l.declare(ctx, e)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("declaring to node %s: %w", e.Node, err))
+		}
+		if did {
+			published = append(published, e.Node)
+		}
+	}
+	return published, errors.Join(errs...)
+}
+
+// declare publishes node's declaration when it changed: a new generation carrying every
+// instance's membership sealed to the node's key — the sealed copy kept from last time where the
+// credential is unchanged, a fresh one minted where it is new or was minted again elsewhere.
+// Credentials are made live before the node hears of them; those of instances that left the
+// node are revoked.
+func (l *loop) declare(ctx context.Context, e state.Enrolment) (published bool, err error) {
+	d := DeclarationFor(l.mesh, e.Node)
+	prev, err := l.cfg.Store.Declared(ctx, e.Node)
+	if err != nil {
+		return false, err
+	}
+	hashes, err := l.cfg.Store.Hashes(ctx)
+	if err != nil {
+		return false, err
+	}
+	declaredHash := map[string]string{}
+	for u, c := range prev.Credentials {
+		declaredHash[u] = c.Hash
+	}
+	keep, mint := Credentials(d, declaredHash, hashes)
+	digest := d.Digest()
+	var departed []string
+	for u := range prev.Credentials {
+		if !slices.ContainsFunc(d.Instances, func(in Instance) bool { return in.User == u }) {
+			departed = append(departed, u)
+		}
+	}
+	if digest == prev.Digest && len(mint) == 0 && len(departed) == 0 {
+		return false, nil
+	}
+	passwords, err := l.cfg.Store.Mint(ctx, mint, l.cfg.Cost, "declare")
+	if err != nil {
+		return false, err
+	}
+	for _, u := range departed {
+		if _, err := l.cfg.Store.Revoke(ctx, u); err != nil {
+			return false, err
+		}
+	}
+	if hashes, err = l.cfg.Store.Hashes(ctx); err != nil {
+		return false, err
+	}
+	creds := map[string]state.DeclaredCredential{}
+	for i := range d.Instances {
+		in := &d.Instances[i]
+		if slices.Contains(keep, in.User) {
+			in.Membership = prev.Credentials[in.User].Sealed
+		} else {
+			membership, _ := json.Marshal(host.Membership{Address: l.cfg.Target.URL, Fingerprint: l.cfg.Target.Fingerprint,
+				User: in.User, Password: passwords[in.User]})
+			if in.Membership, err = Seal(e.PublicKey, membership); err != nil {
+				return false, err
+			}
+		}
+		creds[in.User] = state.DeclaredCredential{Hash: hashes[in.User], Sealed: in.Membership}
+	}
+	if len(mint) > 0 || len(departed) > 0 {
+		if err := l.cfg.Sync(ctx); err != nil {
+			return false, fmt.Errorf("making the node's credentials live: %w", err)
+		}
+	}
+	d.Generation = prev.Generation + 1
+	data, err := json.Marshal(d)
+	if err != nil {
+		return false, err
+	}
+	if _, err := l.js.Publish(ctx, render.DeclareSubject(e.Node), data); err != nil {
+		return false, fmt.Errorf("publishing generation %d: %w", d.Generation, err)
+	}
+	if err := l.cfg.Store.RecordDeclaration(ctx, e.Node, state.Declared{Generation: d.Generation, Digest: digest,
+		DeclaredAt: time.Now(), Credentials: creds}); err != nil {
+		return false, err
+	}
+	if l.declared != nil {
+		l.declared[e.Node] = d.Generation
+	}
+	l.log.Info("controller: declared to a node what it runs", "node", e.Node, "generation", d.Generation,
+		"instances", len(d.Instances), "minted", len(mint), "kept", len(keep), "departed", len(departed))
+	return true, nil
+}

@@ -1,0 +1,245 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+)
+
+// Kind is what a message on a node's control subjects is.
+type Kind int
+
+// The kinds of control traffic.
+const (
+	KindUnknown Kind = iota
+	KindReport
+	KindEnrol
+	KindHeartbeat
+)
+
+// Classify says what subject carries and for which node. It reads the node from the subject and
+// checks the whole subject against render's spelling, so a subject the mesh does not derive
+// (an extra token, another verb) is KindUnknown rather than a guess.
+func Classify(subject string) (Kind, string) {
+	tokens := strings.Split(subject, ".")
+	if len(tokens) != 4 {
+		return KindUnknown, ""
+	}
+	node := tokens[2]
+	switch subject {
+	case render.ReportSubject(node):
+		return KindReport, node
+	case render.EnrolSubject(node):
+		return KindEnrol, node
+	case render.HeartbeatSubject(node):
+		return KindHeartbeat, node
+	}
+	return KindUnknown, ""
+}
+
+// Verb is how a message taken from CONTROL is settled.
+type Verb string
+
+// The ways to settle a delivery.
+const (
+	Ack  Verb = "ack"  // taken: it leaves the work queue
+	Nak  Verb = "nak"  // not yet: delivered again after Delay, and it stays in the stream meanwhile
+	Term Verb = "term" // let go: never delivered again, and it leaves the work queue
+)
+
+// Settle is what to do with a delivery, and why.
+type Settle struct {
+	Verb   Verb
+	Delay  time.Duration // for Nak
+	Reason string
+}
+
+// Window is the store window of seed 002: how long a message the store cannot take is held
+// before it is let go. The message itself stays the server's, in the stream; all the window
+// keeps is when the store began failing.
+type Window struct {
+	// Bound is how long the store may fail before a message it cannot take is let go.
+	Bound time.Duration
+	// Retry is the delay of each nak while the store fails.
+	Retry time.Duration
+
+	opened time.Time // when the store began failing; zero while it takes what it is given
+}
+
+// Opened is when the store began failing, or zero while it works.
+func (w *Window) Opened() time.Time { return w.opened }
+
+// After decides, once the store was given a message published at published, what to do with the
+// message: ack it when the store took it (closing the window), nak it with the retry delay while
+// the window is within its bound, term it once the bound has passed. A message published after
+// the store began failing has its own bound from when it was published: a report filed a moment
+// ago is not let go because the store has been down for an hour.
+func (w *Window) After(stored error, published, now time.Time) Settle {
+	if stored == nil {
+		w.opened = time.Time{}
+		return Settle{Verb: Ack, Reason: "recorded"}
+	}
+	if w.opened.IsZero() {
+		w.opened = now
+	}
+	since := w.opened
+	if published.After(since) {
+		since = published
+	}
+	if held := now.Sub(since); held >= w.Bound {
+		return Settle{Verb: Term, Reason: fmt.Sprintf("the store has not taken it for %s, past the bound of %s: %v",
+			held.Round(time.Millisecond), w.Bound, stored)}
+	}
+	return Settle{Verb: Nak, Delay: w.Retry, Reason: fmt.Sprintf("the store did not take it: %v", stored)}
+}
+
+// ErrSuperseded is returned (wrapped) by JudgeReport for a report about a declaration that a
+// newer one replaced: what it says is no longer about what the node is meant to run.
+var ErrSuperseded = errors.New("the report is about a superseded declaration")
+
+// ErrNotReport is returned (wrapped) for a payload that is not a report.
+var ErrNotReport = errors.New("not a report")
+
+// JudgeReport reads a report's payload and decides whether it is to be recorded: a report about
+// a generation older than the one last declared to the node is superseded, and settled without
+// being acted on.
+func JudgeReport(payload []byte, declared uint64) (Report, error) {
+	var r Report
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return Report{}, fmt.Errorf("%w: %v", ErrNotReport, err)
+	}
+	if r.Generation < declared {
+		return r, fmt.Errorf("%w: it applied generation %d, and generation %d was declared since", ErrSuperseded, r.Generation, declared)
+	}
+	return r, nil
+}
+
+// ErrRefused is returned (wrapped) for an enrolment the controller refuses.
+var ErrRefused = errors.New("enrolment refused")
+
+// EnrolAsk is an enrolment request as the controller reads it: the node its subject names, where
+// the answer goes, and the key to seal it to.
+type EnrolAsk struct {
+	Node  string
+	Reply string
+	Key   []byte
+}
+
+// JudgeEnrolment reads an enrolment request and checks what can be checked without the store:
+// the answer's address lies under the node's own enrolment inbox (host.EnrolReply), the node is
+// in the description, and the key is an X25519 public key. Whether the node's enrolment
+// credential is unused is the store's to say, in the same transaction that uses it.
+func JudgeEnrolment(m *model.Mesh, subject string, payload []byte) (EnrolAsk, error) {
+	reply, err := host.EnrolReply(subject, payload)
+	if err != nil {
+		return EnrolAsk{}, err
+	}
+	_, node := Classify(subject)
+	var req host.EnrolRequest
+	_ = json.Unmarshal(payload, &req) // EnrolReply read it already
+	ask := EnrolAsk{Node: node, Reply: reply, Key: req.Key}
+	if !slices.ContainsFunc(m.Nodes, func(n model.Node) bool { return n.Name == node }) {
+		return ask, fmt.Errorf("%w: node %s is not in the mesh's description", ErrRefused, node)
+	}
+	if len(req.Key) != KeySize {
+		return ask, fmt.Errorf("%w: node %s sent a key of %d bytes, not an X25519 public key of %d", ErrRefused, node, len(req.Key), KeySize)
+	}
+	return ask, nil
+}
+
+// DeclarationFor is what node runs in the mesh m, without memberships and without a generation:
+// every instance on it, with the subjects it emits, follows, serves, sends to and calls, the
+// seats it holds and the consumers it binds, all spelled by render.
+func DeclarationFor(m *model.Mesh, node string) Declaration {
+	modules := make(map[string]*model.Module, len(m.Modules))
+	for i := range m.Modules {
+		modules[m.Modules[i].Name] = &m.Modules[i]
+	}
+	holds := map[string][]string{}
+	for _, h := range m.Holding {
+		if h.Holder.Node == node {
+			holds[h.Holder.Module] = append(holds[h.Holder.Module], h.Seat)
+		}
+	}
+	d := Declaration{Node: node, Instances: []Instance{}}
+	for _, inst := range m.Instances() {
+		if inst.Node != node {
+			continue
+		}
+		mod := modules[inst.Module]
+		in := Instance{User: render.InstanceUser(inst), Module: inst.Module}
+		for _, e := range mod.Emits {
+			in.Emits = append(in.Emits, render.ModuleEvent(mod.Name, e))
+		}
+		for _, f := range mod.Follows {
+			in.Follows = append(in.Follows, render.EventSubject(f))
+		}
+		for _, t := range mod.Serves {
+			in.Serves = append(in.Serves, render.ModuleTool(mod.Name, t))
+		}
+		for _, s := range mod.Sends {
+			in.Sends = append(in.Sends, render.AcceptSubject(s.Seat, s.Accept))
+		}
+		for _, t := range mod.Calls {
+			in.Calls = append(in.Calls, render.ToolSubject(t))
+		}
+		if len(mod.Follows) > 0 {
+			in.Consumers = append(in.Consumers, Consumer{Stream: render.StreamEvents, Name: render.InstanceConsumer(inst)})
+		}
+		seats := holds[inst.Module]
+		slices.Sort(seats)
+		for _, name := range seats {
+			in.Holds = append(in.Holds, name)
+			in.Consumers = append(in.Consumers, Consumer{Stream: render.SeatStreamName(name), Name: render.WorkerConsumer(name)})
+			if s, ok := m.Seat(name); ok {
+				for _, e := range s.Emits {
+					in.Emits = append(in.Emits, render.SeatEvent(name, e))
+				}
+				for _, t := range s.Serves {
+					in.Serves = append(in.Serves, render.SeatTool(name, t))
+				}
+			}
+		}
+		d.Instances = append(d.Instances, in)
+	}
+	slices.SortFunc(d.Instances, func(a, b Instance) int { return strings.Compare(a.User, b.User) })
+	return d
+}
+
+// Digest identifies what a declaration says, apart from its generation and its sealed
+// memberships: two declarations with one digest declare the same instances doing the same jobs.
+// The credentials are tracked beside it, by hash (see Changed).
+func (d Declaration) Digest() string {
+	bare := Declaration{Node: d.Node, Instances: make([]Instance, len(d.Instances))}
+	for i, in := range d.Instances {
+		in.Membership = nil
+		bare.Instances[i] = in
+	}
+	data, _ := json.Marshal(bare)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// Credentials says, for each instance of a declaration, whether the credential declared last
+// time can be declared again: it can when a sealed copy was kept and the store's hash for the
+// user is still the one that copy was minted with. Every other instance — new on the node,
+// minted again by an operator, or enrolled anew with another key — needs a fresh credential.
+func Credentials(d Declaration, declaredHash, currentHash map[string]string) (keep, mint []string) {
+	for _, in := range d.Instances {
+		if h, ok := declaredHash[in.User]; ok && h != "" && h == currentHash[in.User] {
+			keep = append(keep, in.User)
+		} else {
+			mint = append(mint, in.User)
+		}
+	}
+	return keep, mint
+}

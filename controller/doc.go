@@ -1,0 +1,33 @@
+// Package controller is the control host's side of the mesh's own traffic: it takes the nodes'
+// reports and enrolment requests from the CONTROL work queue, hears their heartbeats, enrols
+// nodes and declares to each enrolled node what it runs, with every instance's credential
+// sealed to that node's key.
+//
+// What it owns:
+//
+//   - What a message means, decided as values and tested without a server (decide.go): which
+//     node and what kind a CONTROL subject names, whether a report is about a superseded
+//     declaration, what an enrolment request may ask, what to declare to a node and whether
+//     that changed (a digest), and the store window — what to do with a message the store did
+//     not take.
+//   - The store window (seed 002): a report or enrolment the SQLite store cannot take is
+//     nak'd with a delay and stays the server's, in the stream; it is recorded when the store
+//     returns, and let go (term) and logged once the store has been failing for longer than
+//     the bound. What the loop keeps is the time the window opened, not the message.
+//   - The loop (Run): one goroutine, one message at a time. Deliveries, heartbeats and new
+//     descriptions arrive on channels and the loop selects on them; no library callback ever
+//     runs the controller's logic, because the window's bookkeeping is unlocked.
+//   - Sealing (Seal, Open, GenerateKey): NaCl anonymous boxes (X25519, XSalsa20-Poly1305) from
+//     golang.org/x/crypto/nacl/box. A membership crosses the bus only sealed to the key of the
+//     node it is for; the store keeps its hash and the sealed copy, never the plaintext.
+//
+// It joins the bus as the `controller` principal, with its derived grants and nothing more:
+// deliveries on `_DELIVER.controller` and their acks, heartbeats on `mesh.control.>`, the
+// declarations on `mesh.node.>`, and enrolment answers at the address the request carries in
+// its payload, under `_INBOX.enrol.<node>.>` — never a reply subject, which a work queue's
+// delivery does not carry from the requester.
+//
+// What it must not do: create or change streams, consumers or the accounts file (reconcile
+// does, through the watch loop, which Sync asks), act on a report of a superseded declaration,
+// or log, return or store a password: a minted password exists only in the sealed answer.
+package controller

@@ -1,0 +1,65 @@
+package controller
+
+import "time"
+
+// The messages between the controller and a node's agent, as JSON. A membership in any of them
+// is sealed (Seal) to the node's key: the streams and the wire carry no plaintext password.
+
+// EnrolAnswer is the controller's answer to an enrolment request, sent to the address the
+// request carried. Exactly one of Membership and Refused is set.
+type EnrolAnswer struct {
+	Node string `json:"node"`
+	// Membership is the node's own membership (host.Membership as JSON), sealed to the key the
+	// request carried.
+	Membership []byte `json:"membership,omitempty"`
+	// Refused says why the node was not enrolled.
+	Refused string `json:"refused,omitempty"`
+}
+
+// Declaration is what the controller declares a node runs: published to the node's declare
+// subject, kept in NODES (the latest per node) for the node's agent to take.
+type Declaration struct {
+	Node string `json:"node"`
+	// Generation counts the node's declarations; a report names the one it applied, so a
+	// report about an older one is known to be superseded.
+	Generation uint64     `json:"generation"`
+	Instances  []Instance `json:"instances"`
+}
+
+// Instance is one module instance a node runs: what it emits, follows, serves, sends and calls
+// (as subjects), the seats it holds, the consumers it binds, and its membership.
+type Instance struct {
+	User      string     `json:"user"`
+	Module    string     `json:"module"`
+	Emits     []string   `json:"emits,omitempty"`
+	Follows   []string   `json:"follows,omitempty"`
+	Serves    []string   `json:"serves,omitempty"`
+	Sends     []string   `json:"sends,omitempty"`
+	Calls     []string   `json:"calls,omitempty"`
+	Holds     []string   `json:"holds,omitempty"`
+	Consumers []Consumer `json:"consumers,omitempty"`
+	// Membership is the instance's membership (host.Membership as JSON) sealed to the node's
+	// key. It is left out of the digest: it is sealed afresh with a random ephemeral key each
+	// time, and what it opens to is tracked by the credential's hash instead.
+	Membership []byte `json:"membership,omitempty"`
+}
+
+// Consumer is a consumer an instance binds.
+type Consumer struct {
+	Stream string `json:"stream"`
+	Name   string `json:"name"`
+}
+
+// Report is what a node's agent files after applying a declaration: the generation it
+// applied, the users whose memberships it wrote, and those it could not, with why.
+type Report struct {
+	Generation uint64            `json:"generation"`
+	Applied    []string          `json:"applied,omitempty"`
+	Failed     map[string]string `json:"failed,omitempty"`
+}
+
+// Heartbeat is what a node's agent says every interval, on core NATS: nothing is stored.
+type Heartbeat struct {
+	At         time.Time `json:"at"`
+	Generation uint64    `json:"generation"`
+}
