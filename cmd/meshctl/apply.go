@@ -32,8 +32,6 @@ Two applies never run at once: a second one refuses (or with --wait, waits).
 With no bus.url in the description, apply uses the embedded bus: the one a running
 'meshctl watch' serves, or one it starts for the apply and stops afterwards.
 
-Exit 0 when the bus is in sync afterwards, 2 on error or refusal.
-
 Example:
   meshctl apply -f mesh/ --dry-run
   meshctl apply -f mesh/
@@ -42,24 +40,26 @@ Example:
 func runApply(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "apply", applyHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlags()
+	sf := f.stateFlag()
+	cost := f.costFlag()
 	dryRun := f.Bool("dry-run", false, "plan and print, change nothing")
 	allowLoss := f.Bool("allow-data-loss", false, "allow replacing or deleting objects that hold messages or unacknowledged work")
 	wait := f.Bool("wait", false, "wait for another apply to finish instead of refusing")
 	out := f.outputFlag("text", "json")
-	if _, done, code := f.parse(args); done {
+	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
 		return code
 	}
 	if !checkFormat(e, *out, "text", "json") {
 		return exitError
 	}
-	m, st, ok := sf.loadAndOpen(e, *dir)
-	if !ok {
-		return exitError
+	m, st, code := sf.loadAndOpen(ctx, e, *dir)
+	if code != exitOK {
+		return code
 	}
 	defer st.Close()
-	sess, ok := sf.connect(ctx, e, m, st)
-	if !ok {
+	sess, err := connect(ctx, e, m, st, reconcile.Options{Cost: *cost})
+	if err != nil {
+		e.errorf("%v", err)
 		return exitError
 	}
 	defer sess.Close()

@@ -50,7 +50,8 @@ Example:
 func runCredentials(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "credentials", credentialsHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlags()
+	sf := f.stateFlag()
+	cost := f.costFlag()
 	out := f.outputFlag("text", "json")
 	pos, done, code := f.parse(args)
 	if done {
@@ -67,9 +68,9 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		e.errorf("usage: meshctl credentials issue|revoke PRINCIPAL, or meshctl credentials list")
 		return exitError
 	}
-	m, st, ok := sf.loadAndOpen(e, *dir)
-	if !ok {
-		return exitError
+	m, st, code := sf.loadAndOpen(ctx, e, *dir)
+	if code != exitOK {
+		return code
 	}
 	defer st.Close()
 	users := render.Derive(m).Users()
@@ -147,7 +148,7 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	var password string
 	switch verb {
 	case "issue":
-		minted, err := st.Mint(ctx, []string{principal}, *sf.cost, "credentials issue")
+		minted, err := st.Mint(ctx, []string{principal}, *cost, "credentials issue")
 		if err != nil {
 			e.errorf("%v", err)
 			return exitError

@@ -52,14 +52,15 @@ Example:
 func runWatch(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "watch", watchHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlags()
+	sf := f.stateFlag()
+	cost := f.costFlag()
 	debounce := f.Duration("debounce", watch.DefaultDebounce, "how long the tree must stay quiet after a change before it is reconciled")
 	resync := f.Duration("resync", watch.DefaultResync, "how often to reconcile with no change in sight, healing drift")
 	poll := f.Duration("poll", watch.DefaultPoll, "how often to scan DIR when inotify runs out of watches")
 	logFormat := f.String("log-format", "text", "log format: text, json")
 	logLevel := f.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := f.String("metrics-addr", "", "serve Prometheus /metrics and /healthz on this host:port (off when empty)")
-	if _, done, code := f.parse(args); done {
+	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
 		return code
 	}
 	if *logFormat != "text" && *logFormat != "json" {
@@ -95,7 +96,7 @@ func runWatch(ctx context.Context, e *env, args []string) int {
 	err := watch.Run(ctx, watch.Config{
 		Dir:         *dir,
 		StateDir:    *sf.dir,
-		Cost:        *sf.cost,
+		Cost:        *cost,
 		Debounce:    *debounce,
 		Resync:      *resync,
 		Poll:        *poll,
