@@ -43,7 +43,9 @@ exits 0.
 
 It logs one line per reconcile (what changed, or why it failed) on stderr, as text or
 JSON. With --metrics-addr it serves Prometheus metrics at /metrics and /healthz, which
-answers 200 when the last reconcile succeeded and 503, with the reason, otherwise.
+answers 200 when the last reconcile succeeded and 503 otherwise, naming the state
+(invalid, refused, error) but never a problem's text: that quotes the description, and
+is in the log.
 
 Example:
   meshctl watch -f mesh/ --state /var/lib/meshctl --metrics-addr 127.0.0.1:9464
