@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
@@ -237,5 +238,5 @@ func busAddress(m *model.Mesh, stateDir string) string {
 	if url, _, ok := bus.RunningEmbeddedProcess(stateDir); ok {
 		return url
 	}
-	return "nats://" + strings.TrimPrefix(m.Bus.Listen, "nats://")
+	return redact.URL("nats://" + strings.TrimPrefix(m.Bus.Listen, "nats://"))
 }
