@@ -3,9 +3,10 @@ package model
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/meshbus/meshctl/internal/redact"
 )
 
 // Diagnostic is one problem with the description, at the place an operator fixes it.
@@ -41,14 +42,11 @@ func (e *LoadError) Unwrap() error { return ErrInvalid }
 type diagnostics []Diagnostic
 
 func (d *diagnostics) add(p Pos, format string, args ...any) {
-	msg := urlUserinfo.ReplaceAllString(fmt.Sprintf(format, args...), "${1}REDACTED@")
+	// Messages quote values back, and a URL written where it does not belong (`bus:
+	// nats://user:pw@host`) would otherwise put its password in the error.
+	msg := redact.Text(fmt.Sprintf(format, args...))
 	*d = append(*d, Diagnostic{Pos: p, Message: msg})
 }
-
-// urlUserinfo matches the userinfo (user:password@) of a URL. Messages quote values back, and a URL
-// written where it does not belong (`bus: nats://user:pw@host`) would otherwise put its
-// password in the error.
-var urlUserinfo = regexp.MustCompile(`(://)[^/?#@\s"]*@`)
 
 func (d diagnostics) err() error {
 	if len(d) == 0 {
