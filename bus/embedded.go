@@ -178,6 +178,9 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 	if msg := logs.fatal(); msg != "" {
 		srv.Shutdown()
 		srv.WaitForShutdown()
+		if holder := portHolder(listenOf(o)); holder != "" {
+			msg += "; " + holder + " (stop it, or give this mesh another bus.listen)"
+		}
 		return nil, fmt.Errorf("starting the embedded bus on %s: %s", listenOf(o), msg)
 	}
 	if !srv.ReadyForConnections(10 * time.Second) {
