@@ -17,6 +17,10 @@ import (
 type command struct {
 	summary string
 	run     func(ctx context.Context, env *env, args []string) int
+	// stopsCleanly marks the command whose normal end is a signal (watch): it exits 0 when
+	// it has stopped, however long stopping takes, instead of being abandoned after
+	// stopGrace.
+	stopsCleanly bool
 }
 
 // env is what every subcommand gets: where to write, and nothing global.

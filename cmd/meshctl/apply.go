@@ -59,6 +59,10 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	defer st.Close()
 	sess, err := connect(ctx, e, m, st, reconcile.Options{Cost: *cost})
 	if err != nil {
+		if ctx.Err() != nil {
+			e.errorf("interrupted before the bus was reached: nothing was changed")
+			return exitInterrupted
+		}
 		e.errorf("%v", err)
 		return exitError
 	}
@@ -94,6 +98,15 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		_ = res.Plan.JSON(e.stdout)
 	}
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// Stopped by a signal: the change in flight, if any, was abandoned; what was made
+		// is listed above and is on the bus, and the next apply plans from there.
+		if res.Applied == 0 {
+			e.errorf("interrupted: no change was made")
+		} else {
+			e.errorf("interrupted: %d of %d change(s) were made (listed above); the next apply continues from there", res.Applied, total)
+		}
+		return exitInterrupted
 	case errors.Is(err, reconcile.ErrNotLive):
 		fmt.Fprintf(e.stderr, "applied %d of %d change(s); the accounts config is written to %s but not live: reload the server, then run apply again to finish\n",
 			res.Applied, total, sess.Accounts.Path)
