@@ -52,6 +52,19 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	if !checkFormat(e, *out, "text", "json") {
 		return exitError
 	}
+	if *dryRun {
+		// A dry run is a diff: it writes nothing, the state directory included.
+		p, code := planBus(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss})
+		if p == nil {
+			return code
+		}
+		if err := writePlan(e, p, *out); err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		fmt.Fprintln(e.stderr, "dry run: nothing was changed")
+		return exitOK
+	}
 	m, st, code := sf.loadAndOpen(ctx, e, *dir)
 	if code != exitOK {
 		return code
@@ -68,19 +81,6 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	}
 	defer sess.Close()
 
-	if *dryRun {
-		p, err := sess.Plan(ctx, m, plan.Options{AllowDataLoss: *allowLoss})
-		if err != nil {
-			e.errorf("%v", err)
-			return exitError
-		}
-		if err := writePlan(e, p, *out); err != nil {
-			e.errorf("%v", err)
-			return exitError
-		}
-		fmt.Fprintln(e.stderr, "dry run: nothing was changed")
-		return exitOK
-	}
 	started := time.Now()
 	total := 0
 	res, err := sess.Reconcile(ctx, m, reconcile.RunOptions{

@@ -72,7 +72,7 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 	if *from != "" {
 		p, code = planDescriptions(ctx, e, *from, *dir)
 	} else {
-		p, code = planBus(ctx, e, sf, *dir)
+		p, code = planBus(ctx, e, sf, *dir, plan.Options{})
 	}
 	if p == nil {
 		return code
@@ -91,7 +91,7 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 // and returns nil with the exit code. It writes nothing: no store is created, no
 // credential minted, no accounts config installed (a fresh state directory is planned
 // against the empty bus it stands for).
-func planBus(ctx context.Context, e *env, sf stateFlag, dir string) (*plan.Plan, int) {
+func planBus(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Options) (*plan.Plan, int) {
 	m, code := loadDescription(ctx, e, dir)
 	if code != exitOK {
 		return nil, code
@@ -99,7 +99,7 @@ func planBus(ctx context.Context, e *env, sf stateFlag, dir string) (*plan.Plan,
 	st, err := sf.openExisting()
 	switch {
 	case errors.Is(err, errNoState):
-		return planUnapplied(e, m, *sf.dir, nil, err)
+		return planUnapplied(e, m, *sf.dir, nil, o, err)
 	case err != nil:
 		e.errorf("%v", err)
 		return nil, exitError
@@ -112,14 +112,14 @@ func planBus(ctx context.Context, e *env, sf stateFlag, dir string) (*plan.Plan,
 			e.errorf("%v", herr)
 			return nil, exitError
 		}
-		return planUnapplied(e, m, *sf.dir, hashes, err)
+		return planUnapplied(e, m, *sf.dir, hashes, o, err)
 	}
 	if err != nil {
 		e.errorf("%v", err)
 		return nil, exitError
 	}
 	defer sess.Close()
-	p, err := sess.Plan(ctx, m, plan.Options{})
+	p, err := sess.Plan(ctx, m, o)
 	if err != nil {
 		e.errorf("%v", err)
 		return nil, exitError
@@ -131,13 +131,13 @@ func planBus(ctx context.Context, e *env, sf stateFlag, dir string) (*plan.Plan,
 // that is known). The embedded bus keeps its store inside the state directory, so its bus
 // is empty: everything is to be created. An external bus cannot be read without the
 // controller's credential, which only an apply mints and installs.
-func planUnapplied(e *env, m *model.Mesh, stateDir string, hashes map[string]string, why error) (*plan.Plan, int) {
+func planUnapplied(e *env, m *model.Mesh, stateDir string, hashes map[string]string, o plan.Options, why error) (*plan.Plan, int) {
 	if !m.Bus.Embedded() {
 		e.errorf("%v: meshctl holds no credential for the bus at %s yet, and cannot read it; 'meshctl apply' mints one and installs it", why, m.Bus.URL)
 		return nil, exitError
 	}
 	fmt.Fprintf(e.stderr, "nothing has been applied from %s: its embedded bus is empty, and an apply would create everything below\n", stateDir)
-	return plan.Compute(plan.TargetOf(render.Derive(m), hashes), plan.Live{}, plan.Options{}), exitOK
+	return plan.Compute(plan.TargetOf(render.Derive(m), hashes), plan.Live{}, o), exitOK
 }
 
 // planDescriptions plans the description in newDir against the bus oldDir derives, as

@@ -146,8 +146,8 @@ func TestHelpListsOnlyTheFlagsACommandUses(t *testing.T) {
 	}
 }
 
-// diff, validate and render change nothing, the state directory included: a diff on a fresh
-// state directory wrote controller.password and bus/accounts.conf.
+// diff, validate, render and apply --dry-run change nothing, the state directory included:
+// a diff on a fresh state directory wrote controller.password and bus/accounts.conf.
 func TestReadingCommandsNeverWriteTheStateDirectory(t *testing.T) {
 	t.Parallel()
 	dir, _ := cliFixture(t)
@@ -159,6 +159,12 @@ func TestReadingCommandsNeverWriteTheStateDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Errorf("diff created the state directory: %v", err)
+	}
+	if code, _, stderr := meshctl(t, "apply", "--dry-run", "-f", dir, "--state", missing); code != exitOK || !strings.Contains(stderr, "nothing was changed") {
+		t.Errorf("apply --dry-run on a fresh state directory: exit %d %s", code, stderr)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("apply --dry-run created the state directory: %v", err)
 	}
 	if code, _, stderr := meshctl(t, "render", "-f", dir, "--state", missing); code != exitError || !strings.Contains(stderr, missing) {
 		t.Errorf("render of a missing state directory: exit %d %s", code, stderr)
