@@ -24,7 +24,10 @@ Reads the live bus, derives what the description in DIR asks for, and shows the
 difference: each stream and consumer to create, update, replace or delete, with the
 reason and, for a replacement or deletion, the messages at stake; the accounts config
 user by user, permission subject by permission subject; and the seats whose holder
-moves. It never shows a password or a hash, and it changes nothing.
+moves. It never shows a password or a hash, and it changes nothing: it mints no
+credential and creates no state directory. Before the first apply from a state directory
+there is nothing to read; its embedded bus is empty, and diff shows everything to create
+(an external bus cannot be read before apply has installed the controller's credential).
 
 With --from, it compares two descriptions instead, as a pull request's review needs:
 what applying NEW_DIR would change on a bus where OLD_DIR had been applied. It reads no
