@@ -11,9 +11,9 @@ import (
 )
 
 // stopGrace is how long a command has, after SIGINT or SIGTERM cancelled its context, to
-// stop at a safe point and say what it did. Loading, planning and applying check the
-// context; a command still running after this (a read blocked in the kernel, a call that
-// ignores its context) is abandoned, so that the process always exits within a second.
+// stop at a safe point and say what it did. A command still running after this (a read
+// blocked in the kernel, work that does not check its context) is abandoned, so that the
+// process always exits within a second.
 const stopGrace = 900 * time.Millisecond
 
 // runWithSignals runs the command in args with a context that SIGINT and SIGTERM cancel.
