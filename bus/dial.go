@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/meshbus/meshctl/internal/redact"
 )
 
 // Target is where the bus is and how to recognise it.
@@ -40,28 +42,9 @@ func (c Credential) String() string { return fmt.Sprintf("user %q (password reda
 // GoString is String for %#v, which would otherwise print every field.
 func (c Credential) GoString() string { return "bus.Credential{" + c.String() + "}" }
 
-// Address is the URL with any userinfo removed: the form every error and log line uses.
-func (t Target) Address() string {
-	u, err := url.Parse(t.URL)
-	if err == nil {
-		u.User = nil
-		return u.String()
-	}
-	// Unparseable: drop whatever sits between the scheme and the last '@' of the authority by
-	// hand, so even a malformed URL is never echoed with its password.
-	rest, scheme := t.URL, ""
-	if i := strings.Index(rest, "://"); i >= 0 {
-		scheme, rest = rest[:i+3], rest[i+3:]
-	}
-	authority, path := rest, ""
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority, path = rest[:i], rest[i:]
-	}
-	if i := strings.LastIndex(authority, "@"); i >= 0 {
-		authority = authority[i+1:]
-	}
-	return scheme + authority + path
-}
+// Address is the URL as every error and log line prints it: scheme://host:port, never its
+// userinfo, path or query, and only the scheme of a URL that does not parse (redact.URL).
+func (t Target) Address() string { return redact.URL(t.URL) }
 
 // userinfo is the raw "user:password" part of a URL, or "" when it has none; it is what must be
 // kept out of any message about that URL.
@@ -87,12 +70,9 @@ func (t Target) check() error {
 	}
 	u, err := url.Parse(t.URL)
 	if err != nil {
-		// url.Error repeats the URL it could not parse; use only its cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("bus URL %s is not a URL: %w", t.Address(), err)
+		// Not even the parser's cause: it quotes the part it stumbled on ("invalid port
+		// \":pa\""), which may be a piece of a password.
+		return fmt.Errorf("bus URL %s does not parse: write it as nats://host:port or tls://host:port", t.Address())
 	}
 	switch u.Scheme {
 	case "nats", "tls":

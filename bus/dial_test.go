@@ -198,8 +198,13 @@ func TestAURLWithAPasswordIsRefusedWithoutEchoingIt(t *testing.T) {
 	for _, tc := range []struct{ url, address string }{
 		{"nats://controller:" + secret + "@127.0.0.1:4222", "nats://127.0.0.1:4222"},
 		{"tls://controller:" + secret + "@bus.example:4443", "tls://bus.example:4443"},
-		{"nats://controller:" + secret + "@127.0.0.1:bad%", "nats://127.0.0.1:bad%"},
-		{"nats://u:" + secret + " x@host:4222/", "nats://host:4222/"},
+		{"nats://controller:" + secret + "@127.0.0.1:bad%", "nats://…"},
+		{"nats://u:" + secret + " x@host:4222/", "nats://…"},
+		{"nats://admin:p@" + secret + "@127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{`nats://admin:"` + secret + "@127.0.0.1:4222", "nats://…"},
+		// A '/' ends the authority: the parser then fails on the port, the rest of the
+		// password in hand.
+		{"nats://admin:" + secret[:4] + "/" + secret[4:] + "@127.0.0.1:4222", "nats://…"},
 	} {
 		tgt := Target{URL: tc.url}
 		if got := tgt.Address(); got != tc.address {

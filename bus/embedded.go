@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/internal/redact"
 )
 
 // File names under StateDir/bus.
@@ -187,6 +188,9 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 	if msg := logs.fatal(); msg != "" {
 		srv.Shutdown()
 		srv.WaitForShutdown()
+		if holder := portHolder(listenOf(o)); holder != "" {
+			msg += "; " + holder + " (stop it, or give this mesh another bus.listen)"
+		}
 		return nil, fmt.Errorf("starting the embedded bus on %s: %s", listenOf(o), msg)
 	}
 	if !srv.ReadyForConnections(10 * time.Second) {
@@ -217,13 +221,14 @@ func listenOf(o EmbeddedOptions) string {
 // serverConf renders server.conf. Port 0 is written as -1: nats-server reads a configured port 0
 // as "the default, 4222" (setBaselineOptions) and only -1 as "any free port".
 func serverConf(o EmbeddedOptions, dir string) (string, error) {
+	// The value is never quoted whole: written as a URL, it may carry a password.
 	host, port, err := net.SplitHostPort(listenOf(o))
-	if err != nil {
-		return "", fmt.Errorf("listen address %q: %w", o.Listen, err)
+	if err != nil || redact.URL(listenOf(o)) != listenOf(o) {
+		return "", fmt.Errorf("listen address %s is not host:port", redact.URL(listenOf(o)))
 	}
 	n, err := strconv.Atoi(port)
 	if err != nil || n < -1 || n > 65535 {
-		return "", fmt.Errorf("listen address %q: port must be a number from -1 to 65535", o.Listen)
+		return "", fmt.Errorf("listen address %s: port must be a number from -1 to 65535", redact.URL(listenOf(o)))
 	}
 	if n == 0 {
 		n = -1

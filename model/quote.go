@@ -1,6 +1,7 @@
 package model
 
 import (
+	"github.com/meshbus/meshctl/internal/redact"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -46,8 +47,8 @@ func redactUserinfo(s string) string {
 	if at < 0 {
 		return s
 	}
-	if i := strings.Index(s, "://"); i >= 0 && i+3 <= at {
-		return s[:i+3] + "REDACTED" + s[at:]
+	if strings.Contains(s, "://") {
+		return redact.Text(s)
 	}
 	if strings.Contains(s[:at], ":") {
 		return "REDACTED" + s[at:]

@@ -32,6 +32,10 @@ type Options struct {
 	// OwnEmbedded asks for the embedded bus to be started even when another meshctl
 	// process serves one: only `watch`, which must own the bus it keeps up, sets it.
 	OwnEmbedded bool
+	// ReadOnly connects without writing the state directory or the accounts config: no
+	// credential is minted and no accounts config installed; where one would be needed,
+	// Connect fails (ErrNeedsApply, or state.ErrNoController). diff sets it.
+	ReadOnly bool
 }
 
 // Session is a connection to the bus as the controller, and what an apply needs beside it:
@@ -49,6 +53,7 @@ type Session struct {
 
 	password string
 	logf     func(string, ...any)
+	readOnly bool
 }
 
 // Close disconnects and, when this process runs the embedded bus, stops it cleanly.
@@ -92,11 +97,11 @@ func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) 
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	password, err := store.ControllerPassword(ctx, o.Cost)
+	password, err := controllerPassword(ctx, store, o)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Store: store, password: password, logf: logf}
+	s := &Session{Store: store, password: password, logf: logf, readOnly: o.ReadOnly}
 	if m.Bus.Embedded() {
 		err = s.connectEmbedded(ctx, m, o)
 	} else {
@@ -137,6 +142,9 @@ func (s *Session) Redial(ctx context.Context, m *model.Mesh, cost int) error {
 func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
 	if s.controllerCanLogIn(s.Accounts.Path) {
 		return nil
+	}
+	if s.readOnly {
+		return s.refuseBootstrap(s.Accounts.Path)
 	}
 	s.logf("the accounts config at %s does not let the controller in; installing the rendered one first", s.Accounts.Path)
 	if err := s.bootstrap(ctx, m); err != nil {
@@ -230,6 +238,9 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 		return s.letControllerIn(ctx, m)
 	}
 	if !s.controllerCanLogIn(accountsPath) {
+		if o.ReadOnly {
+			return s.refuseBootstrap(accountsPath)
+		}
 		data, err := s.bootstrapAccounts(ctx, m, accountsPath)
 		if err != nil {
 			return err

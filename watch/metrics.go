@@ -36,10 +36,22 @@ type metrics struct {
 	controller atomic.Pointer[controller.Controller]
 }
 
-// health is what /healthz answers: the last reconcile's outcome.
+// health is what /healthz answers: the state the last reconcile left, never its problems'
+// text. Any local user can ask /healthz, and a problem quotes the description back — where a
+// file is a symlink to a secret, the secret. The problems go to the log.
 type health struct {
-	ok  bool
-	why string
+	ok    bool
+	state string
+}
+
+// healthStates are /healthz's answers, one per outcome: fixed sentences, nothing quoted.
+var healthStates = map[Outcome]string{
+	OutcomeOK:       "ok: the last reconcile applied its changes; the bus is in sync",
+	OutcomeNoop:     "ok: the bus is in sync",
+	OutcomeInvalid:  "invalid: the description does not validate; nothing was applied and the last good state stays live (the problems are in watch's log)",
+	OutcomeRefused:  "refused: the plan would lose data or delete most of the mesh; nothing was applied (the reason is in watch's log, and in meshctl diff)",
+	OutcomeConflict: "conflict: objects meshctl does not own are in the way; they and what depends on them are left alone, everything else was applied (they are named in watch's log, and in meshctl diff)",
+	OutcomeError:    "error: the last reconcile failed and is retried (the reason is in watch's log)",
 }
 
 func newMetrics() *metrics {
@@ -83,7 +95,7 @@ func newMetrics() *metrics {
 	for _, o := range outcomes {
 		m.reconciles.WithLabelValues(string(o))
 	}
-	m.setHealth(false, "no reconcile has finished yet")
+	m.health.Store(&health{state: "starting: no reconcile has finished yet"})
 	return m
 }
 
@@ -96,26 +108,25 @@ func (m *metrics) observe(c Cycle) {
 	if c.Outcome == OutcomeInvalid && c.Trigger.Has(TriggerStart|TriggerFiles) {
 		m.invalidTrees.Inc()
 	}
-	if c.Outcome == OutcomeOK || c.Outcome == OutcomeNoop {
+	ok := c.Outcome == OutcomeOK || c.Outcome == OutcomeNoop
+	if ok {
 		m.lastSuccess.SetToCurrentTime()
 	}
 	if c.Plan != nil {
 		m.conflicts.Set(float64(len(c.Plan.Conflicts())))
 	}
+	m.health.Store(&health{ok: ok, state: healthStates[c.Outcome]})
 }
 
-// setHealth sets what /healthz answers from now on.
-func (m *metrics) setHealth(ok bool, why string) { m.health.Store(&health{ok: ok, why: why}) }
-
 // healthz answers 200 when the last reconcile left the bus in sync and 503 otherwise, with
-// a line saying why, for a load balancer or an operator's curl.
+// a line saying which state it is in, for a load balancer or an operator's curl.
 func (m *metrics) healthz(w http.ResponseWriter, _ *http.Request) {
 	h := m.health.Load()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if !h.ok {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
-	fmt.Fprintln(w, h.why)
+	fmt.Fprintln(w, h.state)
 }
 
 // metricsServer serves /metrics and /healthz until stop.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 )
@@ -188,7 +189,7 @@ func sameBus(a, b model.Bus) bool {
 
 func describeBus(b model.Bus) string {
 	if b.Embedded() {
-		return "embedded bus on " + b.Listen
+		return "embedded bus on " + redact.URL(b.Listen)
 	}
 	return b.URL
 }

@@ -440,26 +440,20 @@ func (l *loop) report(c Cycle, retryIn time.Duration) {
 	}
 	switch c.Outcome {
 	case OutcomeOK:
-		l.metrics.setHealth(true, fmt.Sprintf("ok: the last reconcile (%s) applied %d change(s)", c.Trigger, c.Applied))
 		l.log.Info("reconciled: changes applied", append(attrs, "applied", c.Applied)...)
 	case OutcomeNoop:
-		l.metrics.setHealth(true, fmt.Sprintf("ok: the last reconcile (%s) found the bus in sync", c.Trigger))
 		l.log.Info("in sync: nothing to change", attrs...)
 	case OutcomeInvalid:
 		probs := problems(l.cfg.Dir, c.Err)
-		l.metrics.setHealth(false, fmt.Sprintf("the description is invalid (%d problem(s), the first: %s); the last good state stays live", len(probs), probs[0]))
 		l.log.Error("the description is invalid: nothing was applied and the last good state stays live",
 			append(attrs, "problems", probs)...)
 	case OutcomeConflict:
-		l.metrics.setHealth(false, "objects in conflict: "+c.Err.Error())
 		l.log.Error("objects meshctl does not own are in the way: they and what depends on them are left alone, everything else was applied; rename or remove them, or mark them deliberately",
 			append(attrs, "applied", c.Applied, "error", c.Err.Error())...)
 	case OutcomeRefused:
-		l.metrics.setHealth(false, "the plan is refused: "+c.Err.Error())
 		l.log.Error("the plan is refused: nothing was applied; review it with `meshctl diff`, resolve the conflict or apply the loss by hand if it is meant",
 			append(attrs, "error", c.Err.Error())...)
 	default:
-		l.metrics.setHealth(false, "the last reconcile failed: "+c.Err.Error())
 		attrs = append(attrs, "error", c.Err.Error())
 		if retryIn > 0 {
 			attrs = append(attrs, "retry_in", retryIn)

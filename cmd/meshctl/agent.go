@@ -41,7 +41,7 @@ func runAgent(ctx context.Context, e *env, args []string) int {
 	membership := f.String("membership", "", "the one-time enrolment membership (needed only until the node is enrolled)")
 	heartbeat := f.Duration("heartbeat", agent.DefaultHeartbeat, "how often to tell the controller the node is alive")
 	logFormat := f.String("log-format", "text", "log format: text, json")
-	if _, done, code := f.parse(args); done {
+	if done, code := f.parseNoArgs(args, "the node's directory", "--dir"); done {
 		return code
 	}
 	if *dir == "" {

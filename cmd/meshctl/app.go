@@ -13,18 +13,14 @@ import (
 	"github.com/meshbus/meshctl/model"
 )
 
-// Exit codes, as CI reads them. diff follows `kubectl diff`: 1 means "there are changes",
-// 2 means "meshctl could not tell".
-const (
-	exitOK      = 0
-	exitChanges = 1 // diff: changes pending; validate: the description is invalid
-	exitError   = 2
-)
-
 // command is one subcommand: its one-line summary for `meshctl help`, and its entry point.
 type command struct {
 	summary string
 	run     func(ctx context.Context, env *env, args []string) int
+	// stopsCleanly marks the command whose normal end is a signal (watch): it exits 0 when
+	// it has stopped, however long stopping takes, instead of being abandoned after
+	// stopGrace.
+	stopsCleanly bool
 }
 
 // env is what every subcommand gets: where to write, and nothing global.
@@ -90,8 +86,9 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Run 'meshctl <command> --help' for a command's flags and examples.
-Exit codes: 0 success (diff: in sync), 1 invalid description (diff: changes pending), 2 error.
+
 `)
+	fmt.Fprint(w, exitCodeTable())
 }
 
 func suggestCommand(name string) string {
@@ -146,12 +143,30 @@ func (f *flags) parse(args []string) (positional []string, done bool, code int) 
 	}
 }
 
+// parseNoArgs is parse for a command that takes no arguments. One given is refused, naming
+// the flag it was likely meant for (`validate mesh/` → -f mesh/): ignored, it would have the
+// command work on another tree, or another state directory, than the one the operator named.
+func (f *flags) parseNoArgs(args []string, what, flagName string) (done bool, code int) {
+	positional, done, code := f.parse(args)
+	if done {
+		return done, code
+	}
+	if len(positional) > 0 {
+		f.e.errorf("unexpected argument %q: give %s with %s %s", positional[0], what, flagName, positional[0])
+		fmt.Fprintf(f.e.stderr, "Run 'meshctl %s --help' for usage.\n", f.Name())
+		return true, exitError
+	}
+	return false, exitOK
+}
+
 func (f *flags) printHelp(w io.Writer) {
 	fmt.Fprintln(w, strings.TrimSpace(f.help))
 	fmt.Fprintln(w, "\nFlags:")
 	f.SetOutput(w)
 	f.PrintDefaults()
 	f.SetOutput(io.Discard)
+	fmt.Fprintln(w)
+	fmt.Fprint(w, exitCodeTable())
 }
 
 // dirFlag is -f: the directory holding the mesh description.

@@ -41,8 +41,6 @@ Two applies never run at once: a second one refuses (or with --wait, waits).
 With no bus.url in the description, apply uses the embedded bus: the one a running
 'meshctl watch' serves, or one it starts for the apply and stops afterwards.
 
-Exit 0 when the bus is in sync afterwards, 2 on error or refusal.
-
 Example:
   meshctl apply -f mesh/ --dry-run
   meshctl apply -f mesh/
@@ -51,34 +49,24 @@ Example:
 func runApply(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "apply", applyHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlags()
+	sf := f.stateFlag()
+	cost := f.costFlag()
 	dryRun := f.Bool("dry-run", false, "plan and print, change nothing")
 	allowLoss := f.Bool("allow-data-loss", false, "allow replacing or deleting objects that hold messages or unacknowledged work")
 	allowMass := f.Bool("allow-mass-delete", false, "allow a plan that deletes more than half of the objects or users meshctl owns")
 	wait := f.Bool("wait", false, "wait for another apply to finish instead of refusing")
 	out := f.outputFlag("text", "json")
-	if _, done, code := f.parse(args); done {
+	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
 		return code
 	}
 	if !checkFormat(e, *out, "text", "json") {
 		return exitError
 	}
-	m, st, ok := sf.loadAndOpen(e, *dir)
-	if !ok {
-		return exitError
-	}
-	defer st.Close()
-	sess, ok := sf.connect(ctx, e, m, st)
-	if !ok {
-		return exitError
-	}
-	defer sess.Close()
-
 	if *dryRun {
-		p, err := sess.Plan(ctx, m, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass})
-		if err != nil {
-			e.errorf("%v", err)
-			return exitError
+		// A dry run is a diff: it writes nothing, the state directory included.
+		p, code := planBus(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass})
+		if p == nil {
+			return code
 		}
 		if err := writePlan(e, p, *out); err != nil {
 			e.errorf("%v", err)
@@ -87,6 +75,22 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "dry run: nothing was changed")
 		return exitOK
 	}
+	m, st, code := sf.loadAndOpen(ctx, e, *dir)
+	if code != exitOK {
+		return code
+	}
+	defer st.Close()
+	sess, err := connect(ctx, e, m, st, reconcile.Options{Cost: *cost})
+	if err != nil {
+		if ctx.Err() != nil {
+			e.errorf("interrupted before the bus was reached: nothing was changed")
+			return exitInterrupted
+		}
+		e.errorf("%v", err)
+		return exitError
+	}
+	defer sess.Close()
+
 	started := time.Now()
 	total := 0
 	res, err := sess.Reconcile(ctx, m, reconcile.RunOptions{
@@ -104,6 +108,15 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		_ = res.Plan.JSON(e.stdout)
 	}
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// Stopped by a signal: the change in flight, if any, was abandoned; what was made
+		// is listed above and is on the bus, and the next apply plans from there.
+		if res.Applied == 0 {
+			e.errorf("interrupted: no change was made")
+		} else {
+			e.errorf("interrupted: %d of %d change(s) were made (listed above); the next apply continues from there", res.Applied, total)
+		}
+		return exitInterrupted
 	case errors.Is(err, reconcile.ErrNotLive):
 		fmt.Fprintf(e.stderr, "applied %d of %d change(s); the accounts config is written to %s but not live: reload the server, then run apply again to finish\n",
 			res.Applied, total, sess.Accounts.Path)

@@ -24,7 +24,7 @@ func TestApplyGuardsAgainstWipingTheMesh(t *testing.T) {
 		}
 	}
 	write("# everything commented out\n# nodes:\n#   - name: alpha\n")
-	if code, _, errOut := meshctl(t, append([]string{"apply"}, common...)...); code != exitError || !strings.Contains(errOut, "mesh.yaml:1:1: the description declares no nodes") {
+	if code, _, errOut := meshctl(t, append([]string{"apply"}, common...)...); code != exitInvalid || !strings.Contains(errOut, "mesh.yaml:1:1: the description declares no nodes") {
 		t.Fatalf("apply of a comments-only description: exit %d\n%s", code, errOut)
 	}
 	write("bus:\n  listen: \"127.0.0.1:-1\"\nnodes:\n  - name: omega\n")

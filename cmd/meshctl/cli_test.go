@@ -44,11 +44,11 @@ func cliFixture(t *testing.T) (dir, stateDir string) {
 func TestDiffApplyDiffExitCodes(t *testing.T) {
 	t.Parallel()
 	dir, st := cliFixture(t)
-	common := []string{"-f", dir, "--state", st, "--bcrypt-cost", "4"}
+	common := []string{"-f", dir, "--state", st}
 	if code, out, errOut := meshctl(t, append([]string{"diff"}, common...)...); code != exitChanges || !strings.Contains(out, "+ stream SEAT_MAILER") {
 		t.Fatalf("diff before apply: exit %d\n%s\n%s", code, out, errOut)
 	}
-	if code, out, errOut := meshctl(t, append([]string{"apply"}, common...)...); code != exitOK {
+	if code, out, errOut := meshctl(t, append([]string{"apply", "--bcrypt-cost", "4"}, common...)...); code != exitOK {
 		t.Fatalf("apply: exit %d\n%s\n%s", code, out, errOut)
 	}
 	code, out, _ := meshctl(t, append([]string{"diff", "-o", "json"}, common...)...)

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
@@ -20,7 +21,7 @@ func init() {
 
 const credentialsHelp = `
 Usage:
-  meshctl credentials issue  PRINCIPAL [-f DIR] [--state DIR]
+  meshctl credentials issue  PRINCIPAL [-f DIR] [--state DIR] [-o FILE [--force]]
   meshctl credentials list   [-f DIR] [--state DIR] [-o text|json]
   meshctl credentials revoke PRINCIPAL [-f DIR] [--state DIR]
 
@@ -31,7 +32,10 @@ locked entry that no password opens.
 issue   mints a new password (replacing any previous one) and prints the membership
         once, on stdout, as one JSON line — address (never with credentials in it),
         certificate fingerprint, user, password — so it can be piped to the machine
-        unread. Every other message goes to stderr.
+        unread. Every other message goes to stderr. With -o FILE it writes the line to
+        FILE instead, readable by its owner only (0600): a shell's '> FILE' would leave
+        the password readable by every user. An existing FILE is refused before anything
+        is minted, unless --force replaces it.
 list    shows each principal the mesh derives, when its credential was minted, and
         which have none. Never a hash or a password.
 revoke  deletes the hash: the principal is locked out at the next reload.
@@ -44,14 +48,17 @@ The controller's own credential is meshctl's, kept in STATE/controller.password 
 minted on first use; revoking "controller" makes meshctl mint a new one next time.
 
 Example:
-  meshctl credentials issue node.one -f mesh/ | ssh one 'cat > /etc/mesh/membership.json'
+  meshctl credentials issue node.one -f mesh/ | ssh one 'umask 077; cat > /etc/mesh/membership.json'
+  meshctl credentials issue alpha.audit -f mesh/ -o /tmp/audit.json
 `
 
 func runCredentials(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "credentials", credentialsHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlags()
-	out := f.outputFlag("text", "json")
+	sf := f.stateFlag()
+	cost := f.costFlag()
+	out := f.String("o", "", "list: output format, text (the default) or json; issue: write the membership to this file (0600) instead of stdout")
+	force := f.Bool("force", false, "issue -o: replace FILE if it exists")
 	pos, done, code := f.parse(args)
 	if done {
 		return code
@@ -67,9 +74,24 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		e.errorf("usage: meshctl credentials issue|revoke PRINCIPAL, or meshctl credentials list")
 		return exitError
 	}
-	m, st, ok := sf.loadAndOpen(e, *dir)
-	if !ok {
+	format := "text"
+	if verb == "list" && *out != "" {
+		format = *out
+	}
+	if !checkFormat(e, format, "text", "json") {
 		return exitError
+	}
+	if verb == "issue" && (*out == "text" || *out == "json") {
+		e.errorf("credentials issue prints its membership as JSON; -o names a file to write it to (./%s for a file of that name)", *out)
+		return exitError
+	}
+	if verb == "revoke" && *out != "" {
+		e.errorf("credentials revoke writes nothing; -o is for issue (a file) and list (a format)")
+		return exitError
+	}
+	m, st, code := sf.loadAndOpen(ctx, e, *dir)
+	if code != exitOK {
+		return code
 	}
 	defer st.Close()
 	users := render.Derive(m).Users()
@@ -108,7 +130,7 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 				missing++
 			}
 		}
-		if *out == "json" {
+		if format == "json" {
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")
 			_ = enc.Encode(rows)
@@ -145,10 +167,21 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	var password string
+	var file *membershipFile
 	switch verb {
 	case "issue":
-		minted, err := st.Mint(ctx, []string{principal}, *sf.cost, "credentials issue")
+		if *out != "" {
+			var err error
+			if file, err = claimMembershipFile(*out, *force); err != nil {
+				e.errorf("%v", err)
+				return exitError
+			}
+		}
+		minted, err := st.Mint(ctx, []string{principal}, *cost, "credentials issue")
 		if err != nil {
+			if file != nil {
+				file.abandon()
+			}
 			e.errorf("%v", err)
 			return exitError
 		}
@@ -181,8 +214,17 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	membership, _ := json.Marshal(map[string]string{
 		"address": busAddress(m, st.Dir()), "fingerprint": m.Bus.Fingerprint, "user": principal, "password": password,
 	})
+	membership = append(membership, '\n')
+	if file != nil {
+		if err := file.write(membership); err != nil {
+			e.errorf("%s's credential is minted, but its membership could not be written to %s: %v; issue it again", principal, *out, err)
+			return exitError
+		}
+		fmt.Fprintf(e.stderr, "%s's credential is minted; its membership, the only copy of its password, is in %s (0600)\n", principal, *out)
+		return exitOK
+	}
 	fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its password\n", principal)
-	fmt.Fprintln(e.stdout, string(membership))
+	_, _ = e.stdout.Write(membership)
 	return exitOK
 }
 
@@ -196,5 +238,5 @@ func busAddress(m *model.Mesh, stateDir string) string {
 	if url, _, ok := bus.RunningEmbeddedProcess(stateDir); ok {
 		return url
 	}
-	return "nats://" + strings.TrimPrefix(m.Bus.Listen, "nats://")
+	return redact.URL("nats://" + strings.TrimPrefix(m.Bus.Listen, "nats://"))
 }

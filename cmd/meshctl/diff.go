@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
 )
 
 func init() {
@@ -20,7 +24,10 @@ Reads the live bus, derives what the description in DIR asks for, and shows the
 difference: each stream and consumer to create, update, replace or delete, with the
 reason and, for a replacement or deletion, the messages at stake; the accounts config
 user by user, permission subject by permission subject; and the seats whose holder
-moves. It never shows a password or a hash, and it changes nothing.
+moves. It never shows a password or a hash, and it changes nothing: it mints no
+credential and creates no state directory. Before the first apply from a state directory
+there is nothing to read; its embedded bus is empty, and diff shows everything to create
+(an external bus cannot be read before apply has installed the controller's credential).
 
 With --from, it compares two descriptions instead, as a pull request's review needs:
 what applying NEW_DIR would change on a bus where OLD_DIR had been applied. It reads no
@@ -29,8 +36,8 @@ with nothing but the two checkouts. Without a bus nothing queued can be counted:
 replacement or deletion is marked disruptive, none is refused, and 'meshctl diff'
 against the live bus counts the messages at stake before an apply.
 
-Exit codes, as kubectl diff: 0 nothing would change, 1 there are changes, 2 error (an
-invalid description is reported problem by problem, as file:line:col: message).
+As kubectl diff, it exits 1 when anything would change: a pipeline tells "the merge
+changes the bus" from "meshctl could not tell" by the exit codes below.
 
 With no bus.url in the description, diff uses the embedded bus: the one a running
 'meshctl watch' serves from the same state directory, or one it starts and stops.
@@ -53,29 +60,25 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "diff", diffHelp)
 	dir := f.dirFlag()
 	from := f.String("from", "", "compare with the description in this directory instead of the live bus: no bus, no state")
-	sf := f.stateFlags()
+	sf := f.stateFlag()
 	out := f.outputFlag(planFormats...)
-	positional, done, code := f.parse(args)
-	if done {
+	// `diff --from base/mesh mesh` (no -f) would otherwise compare with the current
+	// directory and report a plan for the wrong tree.
+	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
 		return code
-	}
-	if len(positional) > 0 {
-		// `diff --from base/mesh mesh` (no -f) would otherwise compare with the current
-		// directory and report a plan for the wrong tree.
-		e.errorf("diff takes no arguments, got %q; name the description with -f DIR", positional)
-		return exitError
 	}
 	if !checkFormat(e, *out, planFormats...) {
 		return exitError
 	}
 	var p *plan.Plan
+	var code int
 	if *from != "" {
-		p = planDescriptions(e, *from, *dir)
+		p, code = planDescriptions(ctx, e, *from, *dir)
 	} else {
-		p = planBus(ctx, e, sf, *dir)
+		p, code = planBus(ctx, e, sf, *dir, plan.Options{})
 	}
 	if p == nil {
-		return exitError
+		return code
 	}
 	if err := writePlan(e, p, *out); err != nil {
 		e.errorf("%v", err)
@@ -88,46 +91,79 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 }
 
 // planBus plans the description in dir against the live bus, or reports why it cannot
-// and returns nil.
-func planBus(ctx context.Context, e *env, sf stateFlags, dir string) *plan.Plan {
-	m, st, ok := sf.loadAndOpen(e, dir)
-	if !ok {
-		return nil
+// and returns nil with the exit code. It writes nothing: no store is created, no
+// credential minted, no accounts config installed (a fresh state directory is planned
+// against the empty bus it stands for).
+func planBus(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Options) (*plan.Plan, int) {
+	m, code := loadDescription(ctx, e, dir)
+	if code != exitOK {
+		return nil, code
+	}
+	st, err := sf.openExisting()
+	switch {
+	case errors.Is(err, errNoState):
+		return planUnapplied(e, m, *sf.dir, nil, o, err)
+	case err != nil:
+		e.errorf("%v", err)
+		return nil, exitError
 	}
 	defer st.Close()
-	sess, ok := sf.connect(ctx, e, m, st)
-	if !ok {
-		return nil
+	sess, err := connect(ctx, e, m, st, reconcile.Options{ReadOnly: true})
+	if errors.Is(err, state.ErrNoController) {
+		hashes, herr := st.Hashes(ctx)
+		if herr != nil {
+			e.errorf("%v", herr)
+			return nil, exitError
+		}
+		return planUnapplied(e, m, *sf.dir, hashes, o, err)
 	}
-	defer sess.Close()
-	p, err := sess.Plan(ctx, m, plan.Options{})
 	if err != nil {
 		e.errorf("%v", err)
-		return nil
+		return nil, exitError
 	}
-	return p
+	defer sess.Close()
+	p, err := sess.Plan(ctx, m, o)
+	if err != nil {
+		e.errorf("%v", err)
+		return nil, exitError
+	}
+	return p, exitOK
+}
+
+// planUnapplied plans m for a state directory nothing was ever applied from (why says how
+// that is known). The embedded bus keeps its store inside the state directory, so its bus
+// is empty: everything is to be created. An external bus cannot be read without the
+// controller's credential, which only an apply mints and installs.
+func planUnapplied(e *env, m *model.Mesh, stateDir string, hashes map[string]string, o plan.Options, why error) (*plan.Plan, int) {
+	if !m.Bus.Embedded() {
+		e.errorf("%v: meshctl holds no credential for the bus at %s yet, and cannot read it; 'meshctl apply' mints one and installs it", why, m.Bus.URL)
+		return nil, exitError
+	}
+	fmt.Fprintf(e.stderr, "nothing has been applied from %s: its embedded bus is empty, and an apply would create everything below\n", stateDir)
+	return plan.Compute(plan.TargetOf(render.Derive(m), hashes), plan.Live{}, o), exitOK
 }
 
 // planDescriptions plans the description in newDir against the bus oldDir derives, as
 // though oldDir had been applied, or reports why it cannot and returns nil. It opens no
 // store and dials nothing: CI has neither, and a review must not depend on them. Both
 // are rendered without hashes, so no credential shows up as a change.
-func planDescriptions(e *env, oldDir, newDir string) *plan.Plan {
+func planDescriptions(ctx context.Context, e *env, oldDir, newDir string) (*plan.Plan, int) {
 	// Both trees are loaded before either is reported, so one run lists every problem.
-	oldMesh, oldErr := model.Load(oldDir)
-	newMesh, newErr := model.Load(newDir)
+	oldMesh, oldErr := loadMesh(ctx, oldDir)
+	newMesh, newErr := loadMesh(ctx, newDir)
+	code := exitOK
 	if oldErr != nil {
-		reportLoadError(e, oldDir, oldErr)
+		code = max(code, reportLoadError(e, oldDir, oldErr))
 	}
 	if newErr != nil {
-		reportLoadError(e, newDir, newErr)
+		code = max(code, reportLoadError(e, newDir, newErr))
 	}
-	if oldErr != nil || newErr != nil {
-		return nil
+	if code != exitOK {
+		return nil, code
 	}
 	old := plan.TargetOf(render.Derive(oldMesh), nil)
 	target := plan.TargetOf(render.Derive(newMesh), nil)
-	return plan.Compute(target, plan.LiveOf(old), plan.Options{})
+	return plan.Compute(target, plan.LiveOf(old), plan.Options{}), exitOK
 }
 
 // writePlan prints a plan in the asked format on stdout.

@@ -125,27 +125,28 @@ func TestDiffFromReportsInvalidDescriptions(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		args     []string
+		code     int
 		stderr   []string
 		noStdout bool
 	}{
-		{"the new tree invalid", []string{"--from", valid, "-f", invalid},
+		{"the new tree invalid", []string{"--from", valid, "-f", invalid}, exitInvalid,
 			[]string{"meshctl: " + invalid + "/mesh.yaml:5:10: module \"shop\" runs on unknown node \"two\"", "the description in " + invalid + " is invalid"}, true},
-		{"the old tree invalid", []string{"--from", invalid, "-f", valid},
+		{"the old tree invalid", []string{"--from", invalid, "-f", valid}, exitInvalid,
 			[]string{invalid + "/mesh.yaml:5:10:"}, true},
-		{"both invalid, both reported", []string{"--from", invalid, "-f", invalidToo},
+		{"both invalid, both reported", []string{"--from", invalid, "-f", invalidToo}, exitInvalid,
 			[]string{invalid + "/mesh.yaml:5:10:", invalidToo + "/mesh.yaml:5:10:"}, true},
-		{"a missing directory", []string{"--from", filepath.Join(t.TempDir(), "gone"), "-f", valid},
+		{"a missing directory", []string{"--from", filepath.Join(t.TempDir(), "gone"), "-f", valid}, exitError,
 			[]string{"no such file or directory"}, true},
-		{"a directory without -f", []string{"--from", valid, valid},
-			[]string{"diff takes no arguments", "-f DIR"}, true},
-		{"an unknown format", []string{"--from", valid, "-f", valid, "-o", "html"},
+		{"a directory without -f", []string{"--from", valid, valid}, exitError,
+			[]string{`unexpected argument "` + valid + `": give the description with -f ` + valid}, true},
+		{"an unknown format", []string{"--from", valid, "-f", valid, "-o", "html"}, exitError,
 			[]string{`unknown output format "html"`}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			code, stdout, stderr := meshctl(t, append([]string{"diff"}, tc.args...)...)
-			if code != exitError {
-				t.Errorf("exit %d, want %d", code, exitError)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d", code, tc.code)
 			}
 			for _, want := range tc.stderr {
 				if !strings.Contains(stderr, want) {

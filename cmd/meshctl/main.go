@@ -1,16 +1,8 @@
 // Command meshctl reconciles a NATS JetStream bus with a mesh described in YAML.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "os"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	os.Exit(runWithSignals(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
-	"github.com/meshbus/meshctl/state"
 )
 
 func init() {
@@ -33,15 +33,15 @@ func runRender(ctx context.Context, e *env, args []string) int {
 	dir := f.dirFlag()
 	out := f.outputFlag("conf", "json")
 	stateDir := f.String("state", "", "state directory whose stored hashes to render (default: none, every entry locked)")
-	if _, done, code := f.parse(args); done {
+	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
 		return code
 	}
 	if !checkFormat(e, *out, "conf", "json") {
 		return exitError
 	}
-	m, err := model.Load(*dir)
-	if err != nil {
-		return reportLoadError(e, *dir, err)
+	m, code := loadDescription(ctx, e, *dir)
+	if code != exitOK {
+		return code
 	}
 	d := render.Derive(m)
 	if *out == "json" {
@@ -55,7 +55,8 @@ func runRender(ctx context.Context, e *env, args []string) int {
 	}
 	var hashes map[string]string
 	if *stateDir != "" {
-		st, err := state.Open(*stateDir)
+		// Only read: rendering a mistyped directory must not leave a new store behind.
+		st, err := stateFlag{dir: stateDir}.openExisting()
 		if err != nil {
 			e.errorf("%v", err)
 			return exitError
@@ -70,10 +71,11 @@ func runRender(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
-// reportLoadError prints a load failure: every diagnostic of an invalid description (exit
-// 2 for commands other than validate: they could not do their job), or the I/O error.
+// reportLoadError prints a load failure and returns its exit code: every diagnostic of an
+// invalid description (exitInvalid), or the I/O error (exitError).
 func reportLoadError(e *env, dir string, err error) int {
-	if le, ok := err.(*model.LoadError); ok {
+	var le *model.LoadError
+	if errors.As(err, &le) {
 		for _, d := range le.Diagnostics {
 			e.errorf("%s", joinPos(dir, d))
 		}
@@ -81,7 +83,7 @@ func reportLoadError(e *env, dir string, err error) int {
 			e.errorf("… and %d more problem(s)", more)
 		}
 		e.errorf("the description in %s is invalid (%d problem(s)); nothing was changed", dir, le.Total)
-		return exitError
+		return exitInvalid
 	}
 	e.errorf("%v", err)
 	return exitError

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -10,55 +11,82 @@ import (
 	"github.com/meshbus/meshctl/state"
 )
 
-// stateFlags are the flags of every command that uses the state directory.
-type stateFlags struct {
-	dir  *string
-	cost *int
-}
+// stateFlag is --state: the state directory of every command that uses one.
+type stateFlag struct{ dir *string }
 
-func (f *flags) stateFlags() stateFlags {
+func (f *flags) stateFlag() stateFlag {
 	def := os.Getenv("MESHCTL_STATE")
 	if def == "" {
 		def = ".meshctl"
 	}
-	return stateFlags{
-		dir:  f.String("state", def, "state directory: the store of password hashes, inventory and history, and the embedded bus; $MESHCTL_STATE"),
-		cost: f.Int("bcrypt-cost", state.DefaultCost, "bcrypt cost of newly minted credentials"),
-	}
+	return stateFlag{dir: f.String("state", def, "state directory: the store of password hashes, inventory and history, and the embedded bus; $MESHCTL_STATE")}
 }
 
-func (s stateFlags) open(e *env) (*state.Store, bool) {
+// costFlag is --bcrypt-cost, for the commands that mint credentials (apply and watch mint
+// the controller's on first use, credentials issue a principal's) and for no other.
+func (f *flags) costFlag() *int {
+	return f.Int("bcrypt-cost", state.DefaultCost, "bcrypt cost of newly minted credentials")
+}
+
+// open opens the store, creating the state directory when it does not exist yet: for the
+// commands that write it (apply, credentials, watch).
+func (s stateFlag) open(e *env) (*state.Store, int) {
 	st, err := state.Open(*s.dir)
 	if err != nil {
 		e.errorf("%v", err)
-		return nil, false
+		return nil, exitError
 	}
-	return st, true
+	return st, exitOK
+}
+
+// errNoState is a state directory that holds no store. Commands that only read it refuse
+// rather than create one: a mistyped --state would otherwise report an empty history, or
+// an empty bus, as though it were the truth.
+var errNoState = errors.New("no meshctl state store there")
+
+// openExisting opens the store of a state directory that exists, creating nothing; a
+// directory holding none is errNoState.
+func (s stateFlag) openExisting() (*state.Store, error) {
+	ok, err := state.Exists(*s.dir)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("state directory %s: %w (give the one apply used with --state, or $MESHCTL_STATE)", *s.dir, errNoState)
+	}
+	return state.Open(*s.dir)
+}
+
+// loadMesh loads the description in dir: the one place every command reads one.
+func loadMesh(ctx context.Context, dir string) (*model.Mesh, error) {
+	return model.LoadContext(ctx, dir)
+}
+
+// loadDescription loads the description in dir, reporting why it cannot; the code is
+// exitOK when m is usable.
+func loadDescription(ctx context.Context, e *env, dir string) (*model.Mesh, int) {
+	m, err := loadMesh(ctx, dir)
+	if err != nil {
+		return nil, reportLoadError(e, dir, err)
+	}
+	return m, exitOK
 }
 
 // loadAndOpen loads the description in dir and opens the state store: what every command
 // that works on a mesh and its credentials starts with. On failure it has reported why.
-func (s stateFlags) loadAndOpen(e *env, dir string) (*model.Mesh, *state.Store, bool) {
-	m, err := model.Load(dir)
-	if err != nil {
-		reportLoadError(e, dir, err)
-		return nil, nil, false
+func (s stateFlag) loadAndOpen(ctx context.Context, e *env, dir string) (*model.Mesh, *state.Store, int) {
+	m, code := loadDescription(ctx, e, dir)
+	if code != exitOK {
+		return nil, nil, code
 	}
-	st, ok := s.open(e)
-	return m, st, ok
+	st, code := s.open(e)
+	return m, st, code
 }
 
-// connect loads nothing: it reaches the bus m names as the controller.
-func (s stateFlags) connect(ctx context.Context, e *env, m *model.Mesh, st *state.Store) (*reconcile.Session, bool) {
-	sess, err := reconcile.Connect(ctx, m, st, reconcile.Options{
-		Cost: *s.cost,
-		Logf: func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) },
-	})
-	if err != nil {
-		e.errorf("%v", err)
-		return nil, false
-	}
-	return sess, true
+// connect loads nothing: it reaches the bus m names as the controller. o.Logf is set here.
+func connect(ctx context.Context, e *env, m *model.Mesh, st *state.Store, o reconcile.Options) (*reconcile.Session, error) {
+	o.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }
+	return reconcile.Connect(ctx, m, st, o)
 }
 
 // isTerminal reports whether w is a terminal, where colour helps; elsewhere it is noise.

@@ -37,17 +37,18 @@ Example:
 
 func runStatus(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "status", statusHelp)
-	sf := f.stateFlags()
+	sf := f.stateFlag()
 	n := f.Int("n", 10, "how many holder changes and applies to show")
 	out := f.outputFlag("text", "json")
-	if _, done, code := f.parse(args); done {
+	if done, code := f.parseNoArgs(args, "the state directory", "--state"); done {
 		return code
 	}
 	if !checkFormat(e, *out, "text", "json") {
 		return exitError
 	}
-	st, ok := sf.open(e)
-	if !ok {
+	st, err := sf.openExisting()
+	if err != nil {
+		e.errorf("%v", err)
 		return exitError
 	}
 	defer st.Close()
@@ -75,7 +76,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	var seats []controller.SeatWork
 	var backlogs []controller.Backlog
 	if running {
-		if seats, backlogs, err = liveWork(ctx, st, *sf.cost, url, inv); err != nil {
+		if seats, backlogs, err = liveWork(ctx, st, url, inv); err != nil {
 			fmt.Fprintf(e.stderr, "the seats' queues could not be read from the bus at %s: %v\n", url, err)
 		}
 	}

@@ -48,8 +48,9 @@ func printNodes(out io.Writer, nodes []controller.NodeStatus) {
 // liveWork reads, from the embedded bus a running `meshctl watch` serves, each seat's queue and
 // worker and every consumer with work pending. It says why when it could not: with no embedded
 // bus running, status reads only the store.
-func liveWork(ctx context.Context, st *state.Store, cost int, url string, inv state.Inventory) ([]controller.SeatWork, []controller.Backlog, error) {
-	password, err := st.ControllerPassword(ctx, cost)
+func liveWork(ctx context.Context, st *state.Store, url string, inv state.Inventory) ([]controller.SeatWork, []controller.Backlog, error) {
+	// The stored credential only: status changes nothing, a missing credential included.
+	password, err := st.StoredControllerPassword(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

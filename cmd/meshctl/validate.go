@@ -21,8 +21,6 @@ Loads every *.yaml and *.yml file under DIR and checks the description: its shap
 name rule and every reference. It reports every problem at once, each as
 file:line:col: message, and changes nothing anywhere.
 
-Exit 0 when the description is valid, 1 when it is not, 2 when DIR cannot be read.
-
   -o text     file:line:col: message lines, which editors and CI logs link
   -o json     {"valid": bool, "diagnostics": [{"pos": {...}, "message": ...}], "total": N}
               (the first 100 problems are listed; total counts them all)
@@ -36,13 +34,13 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "validate", validateHelp)
 	dir := f.dirFlag()
 	out := f.outputFlag("text", "json", "github")
-	if _, done, code := f.parse(args); done {
+	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
 		return code
 	}
 	if !checkFormat(e, *out, "text", "json", "github") {
 		return exitError
 	}
-	m, err := model.Load(*dir)
+	m, err := loadMesh(ctx, *dir)
 	var diags []model.Diagnostic
 	var lerr *model.LoadError
 	total := 0 // problems found; diags holds the first model.MaxDiagnostics of them
@@ -63,8 +61,7 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 		_ = enc.Encode(map[string]any{"valid": len(diags) == 0, "diagnostics": diags, "total": total})
 	case "github":
 		for _, d := range diags {
-			fmt.Fprintf(e.stdout, "::error file=%s,line=%d,col=%d::%s\n",
-				githubPath(*dir, d.Pos.File), d.Pos.Line, d.Pos.Col, githubEscape(d.Message))
+			writeAnnotation(e.stdout, *dir, d)
 		}
 	default:
 		for _, d := range diags {
@@ -76,7 +73,7 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 	}
 	if len(diags) > 0 {
 		fmt.Fprintf(e.stderr, "%d problem(s) in the description in %s\n", total, *dir)
-		return exitChanges
+		return exitInvalid
 	}
 	fmt.Fprintf(e.stderr, "the description in %s is valid: %d node(s), %d seat(s), %d module instance(s)\n",
 		*dir, len(m.Nodes), len(m.Seats), len(m.Instances()))
@@ -84,9 +81,10 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 }
 
 // joinPos prints a diagnostic with its file relative to the current directory, so an
-// editor or terminal can open it as printed.
+// editor or terminal can open it as printed, on one line whatever the file is named.
 func joinPos(dir string, d model.Diagnostic) string {
-	d.Pos.File = githubPath(dir, d.Pos.File)
+	d.Pos.File = printable(githubPath(dir, d.Pos.File))
+	d.Message = printable(d.Message)
 	return d.String()
 }
 
@@ -98,11 +96,4 @@ func githubPath(dir, file string) string {
 		return file
 	}
 	return strings.TrimSuffix(dir, "/") + "/" + file
-}
-
-// githubEscape escapes a message for a workflow command, as the runner's toolkit does.
-func githubEscape(s string) string {
-	s = strings.ReplaceAll(s, "%", "%25")
-	s = strings.ReplaceAll(s, "\r", "%0D")
-	return strings.ReplaceAll(s, "\n", "%0A")
 }

@@ -46,8 +46,8 @@ func TestValidateOutputs(t *testing.T) {
 	t.Run("text", func(t *testing.T) {
 		t.Parallel()
 		code, stdout, stderr := meshctl(t, "validate", "-f", dir)
-		if code != exitChanges {
-			t.Fatalf("exit %d, want %d", code, exitChanges)
+		if code != exitInvalid {
+			t.Fatalf("exit %d, want %d", code, exitInvalid)
 		}
 		lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 		if len(lines) != len(messages) {
@@ -66,8 +66,8 @@ func TestValidateOutputs(t *testing.T) {
 	t.Run("github", func(t *testing.T) {
 		t.Parallel()
 		code, stdout, _ := meshctl(t, "validate", "-f", dir, "-o", "github")
-		if code != exitChanges {
-			t.Fatalf("exit %d, want %d", code, exitChanges)
+		if code != exitInvalid {
+			t.Fatalf("exit %d, want %d", code, exitInvalid)
 		}
 		lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 		if len(lines) != len(messages) {
@@ -86,8 +86,8 @@ func TestValidateOutputs(t *testing.T) {
 	t.Run("json", func(t *testing.T) {
 		t.Parallel()
 		code, stdout, _ := meshctl(t, "validate", "-f", dir, "-o", "json")
-		if code != exitChanges {
-			t.Fatalf("exit %d, want %d", code, exitChanges)
+		if code != exitInvalid {
+			t.Fatalf("exit %d, want %d", code, exitInvalid)
 		}
 		var got struct {
 			Valid       bool               `json:"valid"`
@@ -128,12 +128,5 @@ func TestValidateAnUnreadableDirectory(t *testing.T) {
 	code, stdout, stderr := meshctl(t, "validate", "-f", filepath.Join(t.TempDir(), "gone"))
 	if code != exitError || stdout != "" || !strings.Contains(stderr, "no such file or directory") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
-	}
-}
-
-func TestGithubEscape(t *testing.T) {
-	t.Parallel()
-	if got := githubEscape("100% done\r\nnext"); got != "100%25 done%0D%0Anext" {
-		t.Errorf("got %q", got)
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("watch", command{summary: "keep the bus equal to the description: reconcile on every change and every minute", run: runWatch})
+	register("watch", command{summary: "keep the bus equal to the description: reconcile on every change and every minute", run: runWatch, stopsCleanly: true})
 }
 
 const watchHelp = `
@@ -45,7 +45,9 @@ exits 0.
 
 It logs one line per reconcile (what changed, or why it failed) on stderr, as text or
 JSON. With --metrics-addr it serves Prometheus metrics at /metrics and /healthz, which
-answers 200 when the last reconcile succeeded and 503, with the reason, otherwise.
+answers 200 when the last reconcile succeeded and 503 otherwise, naming the state
+(invalid, refused, error) but never a problem's text: that quotes the description, and
+is in the log.
 
 Example:
   meshctl watch -f mesh/ --state /var/lib/meshctl --metrics-addr 127.0.0.1:9464
@@ -54,14 +56,15 @@ Example:
 func runWatch(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "watch", watchHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlags()
+	sf := f.stateFlag()
+	cost := f.costFlag()
 	debounce := f.Duration("debounce", watch.DefaultDebounce, "how long the tree must stay quiet after a change before it is reconciled")
 	resync := f.Duration("resync", watch.DefaultResync, "how often to reconcile with no change in sight, healing drift")
 	poll := f.Duration("poll", watch.DefaultPoll, "how often to scan DIR when inotify runs out of watches")
 	logFormat := f.String("log-format", "text", "log format: text, json")
 	logLevel := f.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := f.String("metrics-addr", "", "serve Prometheus /metrics and /healthz on this host:port (off when empty)")
-	if _, done, code := f.parse(args); done {
+	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
 		return code
 	}
 	if *logFormat != "text" && *logFormat != "json" {
@@ -97,7 +100,7 @@ func runWatch(ctx context.Context, e *env, args []string) int {
 	err := watch.Run(ctx, watch.Config{
 		Dir:         *dir,
 		StateDir:    *sf.dir,
-		Cost:        *sf.cost,
+		Cost:        *cost,
 		Debounce:    *debounce,
 		Resync:      *resync,
 		Poll:        *poll,

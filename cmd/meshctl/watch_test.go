@@ -73,7 +73,7 @@ func TestWatchKeepsTheBusInSyncForOtherCommandsUntilStopped(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, ok := bus.RunningEmbedded(stateDir); ok {
-			if code, _, _ := meshctl(t, "diff", "-f", dir, "--state", stateDir, "--bcrypt-cost", "4"); code == exitOK {
+			if code, _, _ := meshctl(t, "diff", "-f", dir, "--state", stateDir); code == exitOK {
 				break
 			}
 		}

@@ -4,7 +4,7 @@
 // work in hand finish, then leaves. With -publish it publishes one message as the module instead
 // (an event it emits, work it sends) and exits.
 //
-//	meshctl credentials issue beta.postman -f examples/quickstart > /tmp/m.json
+//	meshctl credentials issue beta.postman -f examples/quickstart -o /tmp/m.json
 //	go run ./examples/host -membership /tmp/m.json -seat mailer -emit sent
 //
 // See README.md beside it.
