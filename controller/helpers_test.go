@@ -90,6 +90,15 @@ func (l *lockedBuffer) String() string {
 // controller on it until the test ends.
 func start(t *testing.T, description string, opts ...func(*Config)) *fixture {
 	t.Helper()
+	f := startStopped(t, description, opts...)
+	f.run()
+	return f
+}
+
+// startStopped is start without running the controller: what the nodes publish meanwhile waits
+// in CONTROL, undelivered, until the test calls run.
+func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	f := &fixture{t: t, dir: t.TempDir(), logs: &lockedBuffer{}, more: make(chan struct{})}
 	f.write(description)
@@ -138,7 +147,14 @@ func start(t *testing.T, description string, opts ...func(*Config)) *fixture {
 		o(&cfg)
 	}
 	f.ctrl = New(cfg)
-	runCtx, cancel := context.WithCancel(ctx)
+	return f
+}
+
+// run runs the controller until the test ends, and waits for it to be ready.
+func (f *fixture) run() {
+	t := f.t
+	t.Helper()
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.ctrl.Run(runCtx) }()
 	t.Cleanup(func() {
@@ -154,7 +170,6 @@ func start(t *testing.T, description string, opts ...func(*Config)) *fixture {
 	case <-time.After(waitLimit):
 		t.Fatalf("the controller did not start within %s", waitLimit)
 	}
-	return f
 }
 
 // write replaces the description and loads it.

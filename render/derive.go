@@ -302,6 +302,10 @@ func owned(description string) (string, map[string]string) {
 	return description, map[string]string{OwnerKey: OwnerValue}
 }
 
+// ControlPerSubject is how many messages CONTROL keeps on one subject — one node's reports, or
+// its enrolment requests — before the oldest is dropped.
+const ControlPerSubject = 16
+
 // streamsAndConsumers derives the streams and consumers; modules indexes m.Modules by name,
 // so a mesh of thousands of instances is derived in one pass rather than a search each.
 func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instances []model.Instance) ([]jetstream.StreamConfig, []Consumer) {
@@ -351,11 +355,18 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 	}
 
 	desc, meta := owned("meshctl: nodes' reports and enrolment requests, until the controller takes them")
+	// CONTROL is bounded per subject, so per node and kind: a node's reports while the
+	// controller cannot take them (the store down, watch stopped) keep at most
+	// ControlPerSubject, and at the bound the oldest is dropped (DiscardOld), since only a
+	// node's latest report matters and a refused publish would leave the node retrying. One
+	// node cannot crowd out another's, and its reports never its own enrolment request, which
+	// has a subject of its own. Both fields update in place (NATS-FACTS: max_* and discard).
 	streams := []jetstream.StreamConfig{
 		{
 			Name: StreamControl, Description: desc, Metadata: meta,
 			Subjects:  []string{"mesh.control.*.enrol", "mesh.control.*.report"},
 			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+			MaxMsgsPerSubject: ControlPerSubject, Discard: jetstream.DiscardOld,
 		},
 	}
 	desc, meta = owned("meshctl: module and seat events")
