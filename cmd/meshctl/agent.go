@@ -16,9 +16,9 @@ Usage: meshctl agent --dir DIR [--membership enrol.json] [--heartbeat 10s]
                      [--log-format text|json]
 
 Runs on a node. The first time, DIR holds nothing: the agent makes the node's key pair
-(DIR/node.key, 0600), joins with the one-time enrolment credential in --membership
-(what 'meshctl credentials issue enrol.<node> > enrol.json' wrote on the control host)
-and asks the controller to enrol the node with its public key. The controller answers
+(DIR/node.key, 0600), joins with the one-time enrolment credential in --membership (the
+file 'meshctl credentials issue enrol.<node> -o enrol.json' wrote, 0600, on the control
+host) and asks the controller to enrol the node with its public key. The controller answers
 with the node's own membership sealed to that key, kept in DIR/node.<node>.json (0600),
 and locks the enrolment credential: it enrols once.
 

@@ -45,7 +45,7 @@ watch_pid=$!
 await grep -q 'reconciled: changes applied' "$work/watch.log"
 
 echo "== the operator issues node alpha one enrolment credential, and carries that file over"
-"$BIN" credentials issue enrol.alpha -f "$work/mesh" --state "$work/state" --bcrypt-cost 4 >"$work/enrol.json"
+"$BIN" credentials issue enrol.alpha -f "$work/mesh" --state "$work/state" --bcrypt-cost 4 -o "$work/enrol.json"
 
 echo "== the node: meshctl agent --membership enrol.json --dir alpha"
 "$BIN" agent --membership "$work/enrol.json" --dir "$work/alpha" --heartbeat 1s 2>"$work/agent.log" &
