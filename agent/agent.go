@@ -87,11 +87,14 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	node, m, err := nodeMembership(ctx, c, k, log)
+	node, m, enrolled, err := nodeMembership(ctx, c, k, log)
 	if err != nil {
 		return err
 	}
 	a := &agent{cfg: c, log: log.With("node", node), node: node, key: k}
+	if enrolled {
+		a.enrolledAt = time.Now()
+	}
 	return a.run(ctx, m)
 }
 
@@ -144,49 +147,49 @@ func readMembership(path string) (host.Membership, error) {
 }
 
 // nodeMembership is the node's own membership: the one in the directory, or the one enrolment
-// brings.
-func nodeMembership(ctx context.Context, c Config, k key, log *slog.Logger) (string, host.Membership, error) {
+// brings (enrolled then says so).
+func nodeMembership(ctx context.Context, c Config, k key, log *slog.Logger) (string, host.Membership, bool, error) {
 	have, err := filepath.Glob(filepath.Join(c.Dir, render.NodeUser("*")+".json"))
 	if err != nil {
-		return "", host.Membership{}, err
+		return "", host.Membership{}, false, err
 	}
 	switch len(have) {
 	case 0:
 	case 1:
 		m, err := readMembership(have[0])
 		if err != nil {
-			return "", host.Membership{}, err
+			return "", host.Membership{}, false, err
 		}
 		node := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(have[0]), render.NodeUser("")), ".json")
 		if m.User != render.NodeUser(node) {
-			return "", host.Membership{}, fmt.Errorf("%s holds %s's membership, not node %s's", have[0], m.User, node)
+			return "", host.Membership{}, false, fmt.Errorf("%s holds %s's membership, not node %s's", have[0], m.User, node)
 		}
-		return node, m, nil
+		return node, m, false, nil
 	default:
-		return "", host.Membership{}, fmt.Errorf("%s holds the memberships of %d nodes; an agent runs one", c.Dir, len(have))
+		return "", host.Membership{}, false, fmt.Errorf("%s holds the memberships of %d nodes; an agent runs one", c.Dir, len(have))
 	}
 	if c.Enrolment == "" {
-		return "", host.Membership{}, fmt.Errorf("%s holds no node membership yet: enrol with --membership, the file `meshctl credentials issue enrol.<node>` wrote", c.Dir)
+		return "", host.Membership{}, false, fmt.Errorf("%s holds no node membership yet: enrol with --membership, the file `meshctl credentials issue enrol.<node>` wrote", c.Dir)
 	}
 	em, err := readMembership(c.Enrolment)
 	if err != nil {
-		return "", host.Membership{}, err
+		return "", host.Membership{}, false, err
 	}
 	node, ok := strings.CutPrefix(em.User, render.EnrolUser(""))
 	if !ok || node == "" {
-		return "", host.Membership{}, fmt.Errorf("%s is %s's membership, not a node's enrolment identity (enrol.<node>)", c.Enrolment, em.User)
+		return "", host.Membership{}, false, fmt.Errorf("%s is %s's membership, not a node's enrolment identity (enrol.<node>)", c.Enrolment, em.User)
 	}
 	m, err := enrol(ctx, c, node, em, k)
 	if err != nil {
-		return "", host.Membership{}, err
+		return "", host.Membership{}, false, err
 	}
 	path := filepath.Join(c.Dir, m.User+".json")
 	data, _ := json.Marshal(m)
 	if err := atomicfile.Write(path, data); err != nil {
-		return "", host.Membership{}, fmt.Errorf("keeping the node's membership: %w", err)
+		return "", host.Membership{}, false, fmt.Errorf("keeping the node's membership: %w", err)
 	}
 	log.Info("enrolled: the node's membership is kept", "node", node, "file", path)
-	return node, m, nil
+	return node, m, true, nil
 }
 
 // enrol asks the controller to enrol node, as its enrolment identity, and opens the answer.
@@ -235,6 +238,8 @@ type agent struct {
 	key        key
 	h          *host.Host
 	generation uint64
+	// enrolledAt is when this run enrolled the node; zero when it was enrolled before.
+	enrolledAt time.Time
 }
 
 // run joins as the node and runs the loop until ctx ends.
@@ -284,6 +289,11 @@ func (a *agent) run(ctx context.Context, m host.Membership) error {
 	}
 }
 
+// reloadGrace is how long after enrolling a refused login is the expected wait for the
+// controller's reload rather than a problem: the controller waits that long for the reload,
+// and past it the refusal is a warning again.
+const reloadGrace = controller.DefaultSyncTimeout
+
 // join joins as the node, reconnecting for as long as it takes: right after enrolment the
 // node's credential goes live a moment after the answer, and later the bus restarts and reloads.
 func (a *agent) join(ctx context.Context, m host.Membership) (*host.Host, error) {
@@ -301,7 +311,13 @@ func (a *agent) join(ctx context.Context, m host.Membership) (*host.Host, error)
 		if err == nil {
 			return h, nil
 		}
-		a.log.Warn("agent: the bus does not let the node in yet; trying again", "error", err, "retry_in", wait)
+		if errors.Is(err, nats.ErrAuthorization) && !a.enrolledAt.IsZero() && time.Since(a.enrolledAt) < reloadGrace {
+			// Expected: the controller answered first and makes the credential live with the
+			// reload that follows (answering after it would cut the enrolment identity off).
+			a.log.Info("agent: waiting for the controller's reload to make the node's credential live", "retry_in", wait)
+		} else {
+			a.log.Warn("agent: the bus does not let the node in yet; trying again", "error", err, "retry_in", wait)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -25,6 +25,7 @@ const (
 	DefaultBound        = 5 * time.Minute
 	DefaultRetry        = 5 * time.Second
 	DefaultStoreTimeout = 5 * time.Second
+	DefaultSyncTimeout  = time.Minute
 )
 
 // deliveryBuffer is how many deliveries wait for the loop. It is above the CONTROL consumer's
@@ -51,6 +52,11 @@ type Config struct {
 	// enrolled node's, an enrolment identity locked again, an instance's minted for a
 	// declaration. Watch answers it with a reconcile.
 	Sync func(ctx context.Context) error
+	// SyncTimeout bounds the wait for Sync: the loop takes nothing else meanwhile, so a
+	// reconcile held up (the store's lock, a bus not answering) must not keep it from the
+	// nodes' reports and heartbeats for long. What is not live by then is made so by the next
+	// reconcile, and a declaration that waited on it is tried again.
+	SyncTimeout time.Duration
 	// Bound is how long the store may fail before a message it cannot take is let go.
 	Bound time.Duration
 	// Retry is the delay of a nak while the store fails, and of the next attempt at a
@@ -114,6 +120,9 @@ func New(c Config) *Controller {
 	}
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.SyncTimeout <= 0 {
+		c.SyncTimeout = DefaultSyncTimeout
 	}
 	if c.Cost == 0 {
 		c.Cost = state.DefaultCost
@@ -270,6 +279,19 @@ func (c *Controller) dial(ctx context.Context) (*bus.Conn, error) {
 	}
 }
 
+// sync asks for the credentials in the store to be made live, waiting at most SyncTimeout.
+func (l *loop) sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.SyncTimeout)
+	defer cancel()
+	if err := l.cfg.Sync(ctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("the reconcile did not finish within %s: %w", l.cfg.SyncTimeout, err)
+		}
+		return err
+	}
+	return nil
+}
+
 // storeCtx bounds one store operation.
 func (l *loop) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, l.cfg.StoreTimeout)
@@ -423,7 +445,7 @@ func (l *loop) enrol(ctx context.Context, node string, m *nats.Msg) Settle {
 	// answer unheard, if the answer comes after. So the node joins moments after it is told,
 	// trying until its credential is live.
 	answerErr := l.answer(ask.Reply, answer)
-	if err := l.cfg.Sync(ctx); err != nil {
+	if err := l.sync(ctx); err != nil {
 		l.log.Error("controller: node enrolled, but its credential is not live yet; the next reconcile makes it so",
 			"node", node, "error", err)
 	}
@@ -565,7 +587,7 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment) (published bool, 
 		creds[in.User] = state.DeclaredCredential{Hash: hashes[in.User], Sealed: in.Membership}
 	}
 	if len(mint) > 0 || len(departed) > 0 {
-		if err := l.cfg.Sync(ctx); err != nil {
+		if err := l.sync(ctx); err != nil {
 			return false, fmt.Errorf("making the node's credentials live: %w", err)
 		}
 	}
