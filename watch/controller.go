@@ -20,10 +20,11 @@ const TriggerController = triggerReload << 1
 // reconcile loop connected to. It is started once a reconcile has connected, and started anew
 // when the bus it was on changed.
 type controllerSide struct {
-	ctrl   *controller.Controller
-	target bus.Target
-	cancel context.CancelFunc
-	done   chan struct{}
+	ctrl     *controller.Controller
+	target   bus.Target
+	password string
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 func (c *controllerSide) stop() {
@@ -42,6 +43,16 @@ func (l *loop) withController(ctx context.Context, r stepResult) {
 		l.ctl.stop()
 		l.ctl = nil
 	}
+	if l.ctl != nil && r.conn.dialled {
+		// The session logged in afresh: with a credential minted since (revoked in another
+		// terminal), the controller would knock with the old one for as long as it runs.
+		if password, err := l.store.StoredControllerPassword(ctx); err == nil && password != l.ctl.password {
+			l.log.Info("the controller's credential was minted anew: restarting the controller loop with it")
+			l.ctl.stop()
+			l.ctl = nil
+		}
+	}
+	r.conn.dialled = false
 	if l.ctl == nil {
 		password, err := l.store.ControllerPassword(ctx, l.cfg.Cost)
 		if err != nil {
@@ -53,7 +64,7 @@ func (l *loop) withController(ctx context.Context, r stepResult) {
 			Bound: l.cfg.ControllerBound, Retry: l.cfg.ControllerRetry, Logger: l.log, Observe: l.cfg.OnController,
 		})
 		cctx, cancel := context.WithCancel(ctx)
-		side := &controllerSide{ctrl: c, target: target, cancel: cancel, done: make(chan struct{})}
+		side := &controllerSide{ctrl: c, target: target, password: password, cancel: cancel, done: make(chan struct{})}
 		go func() {
 			defer close(side.done)
 			if err := c.Run(cctx); err != nil && cctx.Err() == nil {

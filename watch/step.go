@@ -26,6 +26,9 @@ type connection struct {
 	bus  model.Bus
 	// mesh is the description the last reconcile on this connection brought the bus to.
 	mesh *model.Mesh
+	// dialled is set when the session logged in afresh, perhaps with a controller credential
+	// minted since: the controller loop beside it may be knocking with the old one.
+	dialled bool
 }
 
 // embeddedBus is the embedded bus this process serves, if any. The reconcile goroutine sets
@@ -99,6 +102,7 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 			return done(OutcomeError, fmt.Errorf("connecting to the embedded bus again: %w", err))
 		} else {
 			l.log.Info("connected to the embedded bus again with the controller's current credential")
+			conn.dialled = true
 		}
 	}
 	if conn == nil {
@@ -110,7 +114,7 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 		if err != nil {
 			return done(OutcomeError, err)
 		}
-		conn = &connection{sess: sess, bus: m.Bus}
+		conn = &connection{sess: sess, bus: m.Bus, dialled: true}
 		l.embedded.set(sess.Embedded)
 	} else if t.Has(triggerReload) && conn.sess.Embedded != nil {
 		if err := conn.sess.Embedded.Reload(); err != nil {
