@@ -87,8 +87,8 @@ type Event struct {
 // Seen is the last heartbeat of a node: when it was heard, and the generation the node said it
 // had applied.
 type Seen struct {
-	At         time.Time
-	Generation uint64
+	At         time.Time `json:"at"`
+	Generation uint64    `json:"generation"`
 }
 
 // Controller is the controller loop. Run runs it; the other methods may be called from any

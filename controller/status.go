@@ -20,6 +20,10 @@ type NodeStatus struct {
 	ReportedAt time.Time `json:"reported_at,omitzero"`
 	// Failed are the instances the node's last report said it could not apply, with why.
 	Failed map[string]string `json:"failed,omitempty"`
+	// Heartbeat is the last heartbeat watch heard from the node, as it last recorded it, and
+	// Silent whether the node had gone quiet by then (nil and false when none was heard).
+	Heartbeat *Seen `json:"last_heartbeat,omitempty"`
+	Silent    bool  `json:"silent,omitempty"`
 }
 
 // Converged is whether the node reported applying, without failures, what it was last declared.

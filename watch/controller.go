@@ -113,9 +113,9 @@ func answerSyncs(waiters []chan error, c Cycle) {
 	}
 }
 
-// staleAfter is how long a node may stay silent before the metrics count it stale: three
-// heartbeats of the agent's default interval.
-const staleAfter = 30 * time.Second
+// StaleAfter is how long a node may stay silent before it counts as stale, in the metrics and
+// in `meshctl status`: three heartbeats of the agent's default interval.
+const StaleAfter = 30 * time.Second
 
 // heartbeatCollector exports what the controller knows of the live mesh, read at each scrape:
 // the last heartbeat of each node and how many nodes have gone silent (heartbeats are kept in
@@ -164,7 +164,7 @@ func (c heartbeatCollector) Collect(ch chan<- prometheus.Metric) {
 	stale := 0
 	for node, s := range beats {
 		ch <- prometheus.MustNewConstMetric(lastHeartbeatDesc, prometheus.GaugeValue, float64(s.At.UnixNano())/1e9, node)
-		if time.Since(s.At) > staleAfter {
+		if time.Since(s.At) > StaleAfter {
 			stale++
 		}
 	}

@@ -69,6 +69,9 @@ type Config struct {
 	// OnController, when set, is told what the controller loop did, on its goroutine (tests).
 	OnController func(controller.Event)
 
+	// heartbeatEvery and heartbeatTick are the heartbeat file's rate (HeartbeatRecordEvery and
+	// its tick unless a test shortens them).
+	heartbeatEvery, heartbeatTick time.Duration
 	// metricsReady is told the metrics server's address once it listens (tests).
 	metricsReady func(addr string)
 	// addWatch adds an inotify watch; tests replace it to run out of watches.
@@ -87,6 +90,8 @@ func (c Config) withDefaults() Config {
 	def(&c.RetryMin, DefaultRetryMin)
 	def(&c.RetryMax, DefaultRetryMax)
 	def(&c.Timeout, DefaultTimeout)
+	def(&c.heartbeatEvery, HeartbeatRecordEvery)
+	def(&c.heartbeatTick, heartbeatTick)
 	c.RetryMax = max(c.RetryMax, c.RetryMin)
 	if c.Cost == 0 {
 		c.Cost = state.DefaultCost
@@ -236,6 +241,19 @@ func Run(ctx context.Context, c Config) error {
 	defer func() {
 		stopTree()
 		<-treeDone
+	}()
+
+	// Stopped after the loop too, so it never looks for a controller the loop is stopping.
+	beatsCtx, stopBeats := context.WithCancel(context.Background())
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		recordHeartbeats(beatsCtx, c.StateDir, c.heartbeatEvery, c.heartbeatTick, m.controller.Load,
+			func(format string, args ...any) { c.Logger.Warn(fmt.Sprintf(format, args...)) })
+	}()
+	defer func() {
+		stopBeats()
+		<-beatsDone
 	}()
 
 	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, changes: changes, syncs: make(chan chan error)}

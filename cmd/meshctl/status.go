@@ -24,7 +24,9 @@ being served from the state directory (by 'meshctl watch'), the inventory of the
 successful apply (nodes, module instances, seats and their holders), the latest holder
 changes, and the latest applies with who ran them, from which git commit, and how they
 ended. Per node it shows whether the node enrolled, the generation the controller last
-declared to it and the one it last reported applying.
+declared to it and the one it last reported applying, and the last heartbeat watch
+heard from it: watch records them in STATE/heartbeats.json when a node is first heard,
+goes silent (30s without one) or comes back, and otherwise once a minute.
 
 While 'meshctl watch' serves the embedded bus, it also reads the bus, as the controller:
 each seat's holder, whether the holder's worker is bound, and the work waiting in its
@@ -73,6 +75,10 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		e.errorf("%v", err)
 		return exitError
 	}
+	beats, err := withHeartbeats(nodes, st.Dir(), time.Now())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "the nodes' heartbeats are left out: %v\n", err)
+	}
 	var seats []controller.SeatWork
 	var backlogs []controller.Backlog
 	if running {
@@ -95,9 +101,10 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 			HolderChanges []state.HolderChange    `json:"holder_changes"`
 			History       []state.ApplyRecord     `json:"history"`
 			Nodes         []controller.NodeStatus `json:"nodes"`
+			Heartbeats    heartbeatsSeen          `json:"heartbeats"`
 			Seats         []controller.SeatWork   `json:"seats,omitempty"`
 			Backlogs      []controller.Backlog    `json:"backlogs,omitempty"`
-		}{busStatus{running, url, pid}, inv, changes, history, nodes, seats, backlogs})
+		}{busStatus{running, url, pid}, inv, changes, history, nodes, beats, seats, backlogs})
 		return exitOK
 	}
 
@@ -116,7 +123,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		}
 		_ = w.Flush()
 	}
-	printNodes(e.stdout, nodes)
+	printNodes(e.stdout, nodes, beats)
 	printWork(e.stdout, seats, backlogs)
 	if len(changes) > 0 {
 		fmt.Fprintln(e.stdout, "\nHolder changes (newest first):")

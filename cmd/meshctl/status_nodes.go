@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"text/tabwriter"
 	"time"
 
@@ -14,18 +16,60 @@ import (
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/watch"
 )
 
+// heartbeatsSeen is what status says of the heartbeats watch recorded: when, whether a watch is
+// still recording them, and nothing at all when none was.
+type heartbeatsSeen struct {
+	RecordedAt time.Time `json:"recorded_at,omitzero"`
+	// Current is whether a running watch keeps them: false, they are what a watch that
+	// stopped left behind.
+	Current bool `json:"current"`
+}
+
+// withHeartbeats adds to nodes the last heartbeat of each that watch recorded in the state
+// directory (watch.HeartbeatsFileName). No file is no heartbeats: no watch ran a controller here.
+func withHeartbeats(nodes []controller.NodeStatus, stateDir string, now time.Time) (heartbeatsSeen, error) {
+	h, err := watch.ReadHeartbeats(stateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return heartbeatsSeen{}, nil
+	}
+	if err != nil {
+		return heartbeatsSeen{}, err
+	}
+	for i := range nodes {
+		if s, ok := h.Nodes[nodes[i].Node]; ok {
+			nodes[i].Heartbeat, nodes[i].Silent = &s, h.Stale(nodes[i].Node)
+		}
+	}
+	return heartbeatsSeen{RecordedAt: h.WrittenAt, Current: h.Current(now)}, nil
+}
+
 // printNodes writes the live mesh's nodes as the controller recorded them: enrolled or not, the
-// generation declared and the one reported, and what the last report could not apply.
-func printNodes(out io.Writer, nodes []controller.NodeStatus) {
+// generation declared and the one reported, what the last report could not apply, and the last
+// heartbeat watch heard.
+func printNodes(out io.Writer, nodes []controller.NodeStatus, beats heartbeatsSeen) {
 	if len(nodes) == 0 {
 		return
 	}
 	fmt.Fprintln(out, "\nNodes:")
+	switch {
+	case beats.RecordedAt.IsZero():
+		fmt.Fprintln(out, "  (no heartbeats recorded: watch records them while it runs)")
+	case !beats.Current:
+		fmt.Fprintf(out, "  (heartbeats as watch recorded them at %s; no watch records them now)\n", beats.RecordedAt.Local().Format(time.DateTime))
+	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "  NODE\tENROLLED\tDECLARED\tREPORTED\tLAST REPORT\tSTATE")
+	fmt.Fprintln(w, "  NODE\tENROLLED\tDECLARED\tREPORTED\tLAST REPORT\tLAST HEARTBEAT\tSTATE")
 	for _, n := range nodes {
+		beat := "-"
+		if n.Heartbeat != nil {
+			beat = n.Heartbeat.At.Local().Format(time.DateTime)
+			if n.Silent {
+				beat += " (silent)"
+			}
+		}
 		enrolled, last, state := "no", "-", "not enrolled"
 		if n.Enrolled {
 			enrolled = n.EnrolledAt.Local().Format(time.DateTime)
@@ -40,7 +84,7 @@ func printNodes(out io.Writer, nodes []controller.NodeStatus) {
 		case len(n.Failed) > 0:
 			state = fmt.Sprintf("%d instance(s) not applied", len(n.Failed))
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\t%s\t%s\n", n.Node, enrolled, n.Declared, n.Reported, last, state)
+		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Node, enrolled, n.Declared, n.Reported, last, beat, state)
 	}
 	_ = w.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/watch"
 )
 
 // Status shows each node of the live mesh: enrolled or not, the generation declared and the one
@@ -85,4 +88,70 @@ func lineHolds(text string, words ...string) bool {
 		}
 	}
 	return false
+}
+
+// Status shows the last heartbeat watch recorded for each node, marks a node that had gone
+// silent, and says when the heartbeats are what a watch that stopped left behind.
+func TestStatusShowsTheHeartbeatsWatchRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	st, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"one", "two"} {
+		if err := st.RecordReport(ctx, state.Report{Node: n, ReportedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	now := time.Now().Truncate(time.Second)
+	write := func(h watch.Heartbeats) {
+		t.Helper()
+		data, _ := json.Marshal(h)
+		if err := os.WriteFile(filepath.Join(dir, watch.HeartbeatsFileName), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(watch.Heartbeats{WrittenAt: now, Nodes: map[string]controller.Seen{
+		"one": {At: now.Add(-5 * time.Second), Generation: 2},
+		"two": {At: now.Add(-time.Minute)},
+	}})
+
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"status", "--state", dir}, &out, &errOut); code != exitOK {
+		t.Fatalf("status exited %d: %s", code, errOut.String())
+	}
+	text := out.String()
+	one := now.Add(-5 * time.Second).Local().Format(time.DateTime)
+	two := now.Add(-time.Minute).Local().Format(time.DateTime)
+	if !lineHolds(text, "LAST HEARTBEAT") || !lineHolds(text, "one", one) || lineHolds(text, "one", one+" (silent)") ||
+		!lineHolds(text, "two", two+" (silent)") || strings.Contains(text, "no watch records them now") {
+		t.Errorf("status does not show the heartbeats:\n%s", text)
+	}
+	out.Reset()
+	if code := run(ctx, []string{"status", "--state", dir, "-o", "json"}, &out, &errOut); code != exitOK {
+		t.Fatalf("status -o json exited %d: %s", code, errOut.String())
+	}
+	var got struct {
+		Nodes []controller.NodeStatus `json:"nodes"`
+		Beats struct {
+			Current bool `json:"current"`
+		} `json:"heartbeats"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Nodes) != 2 || got.Nodes[0].Heartbeat == nil ||
+		got.Nodes[0].Heartbeat.Generation != 2 || got.Nodes[0].Silent || !got.Nodes[1].Silent || !got.Beats.Current {
+		t.Errorf("status -o json = %s (%v)", out.String(), err)
+	}
+
+	// Left behind by a watch that stopped an hour ago.
+	write(watch.Heartbeats{WrittenAt: now.Add(-time.Hour), Nodes: map[string]controller.Seen{"one": {At: now.Add(-time.Hour)}}})
+	out.Reset()
+	if code := run(ctx, []string{"status", "--state", dir}, &out, &errOut); code != exitOK {
+		t.Fatalf("status exited %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "no watch records them now") {
+		t.Errorf("status does not say the heartbeats are old:\n%s", out.String())
+	}
 }
