@@ -22,6 +22,7 @@ func init() {
 const credentialsHelp = `
 Usage:
   meshctl credentials issue  PRINCIPAL [-f DIR] [--state DIR] [-o FILE [--force]]
+  meshctl credentials rotate PRINCIPAL [-f DIR] [--state DIR] [-o FILE [--force]]
   meshctl credentials list   [-f DIR] [--state DIR] [-o text|json]
   meshctl credentials revoke PRINCIPAL [-f DIR] [--state DIR]
 
@@ -36,6 +37,13 @@ issue   mints a new password (replacing any previous one) and prints the members
         FILE instead, readable by its owner only (0600): a shell's '> FILE' would leave
         the password readable by every user. An existing FILE is refused before anything
         is minted, unless --force replaces it.
+rotate  replaces a principal's password. For a module instance on a node that enrolled,
+        the controller hands the credential out: rotate revokes the old one (it stops
+        working at once), and waits up to 30s for the controller inside 'meshctl watch'
+        to mint the new one, seal it to the node's key and declare it in a new
+        generation, which the node's agent writes; no password is printed. issue
+        refuses such an instance, since the controller would replace what it printed.
+        For every other principal rotate is issue: the new membership, printed once.
 list    shows each principal the mesh derives, when its credential was minted, and
         which have none. Never a hash or a password.
 revoke  deletes the hash: the principal is locked out at the next reload.
@@ -68,11 +76,17 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	verb, rest := pos[0], pos[1:]
-	want := map[string]int{"issue": 1, "revoke": 1, "list": 0}
+	want := map[string]int{"issue": 1, "rotate": 1, "revoke": 1, "list": 0}
 	n, known := want[verb]
 	if !known || len(rest) != n {
-		e.errorf("usage: meshctl credentials issue|revoke PRINCIPAL, or meshctl credentials list")
+		e.errorf("usage: meshctl credentials issue|rotate|revoke PRINCIPAL, or meshctl credentials list")
 		return exitError
+	}
+	// Rotating is issuing, but for a credential the controller hands out (below).
+	operation := "credentials " + verb
+	rotate := verb == "rotate"
+	if rotate {
+		verb = "issue"
 	}
 	format := "text"
 	if verb == "list" && *out != "" {
@@ -170,6 +184,20 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	var file *membershipFile
 	switch verb {
 	case "issue":
+		node, declared, code := declaredNode(ctx, e, st, m, principal)
+		switch {
+		case code != exitOK:
+			return code
+		case declared && !rotate:
+			e.errorf("%s runs on node %s, which enrolled: the controller hands out its credential, sealed to the node, and would replace a password issued here at once; use 'meshctl credentials rotate %s'",
+				principal, node, principal)
+			return exitError
+		case declared && *out != "":
+			e.errorf("%s's new credential goes to node %s sealed, never printed; -o writes nothing for it", principal, node)
+			return exitError
+		case declared:
+			return rotateDeclared(ctx, e, st, m, principal, node)
+		}
 		if *out != "" {
 			var err error
 			if file, err = claimMembershipFile(*out, *force); err != nil {
@@ -177,7 +205,7 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 				return exitError
 			}
 		}
-		minted, err := st.Mint(ctx, []string{principal}, *cost, "credentials issue")
+		minted, err := st.Mint(ctx, []string{principal}, *cost, operation)
 		if err != nil {
 			if file != nil {
 				file.abandon()

@@ -1,0 +1,42 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+)
+
+// Distributes reports whether the controller hands user's credential out — user is a module
+// instance's principal on a node that enrolled — and which node it goes to. Such a credential
+// has no other carrier: the controller mints it, seals it to the node's key and declares it,
+// and a password minted beside it (`credentials issue`) would be replaced at the controller's
+// next pass, because its hash is no longer the one declared.
+func Distributes(ctx context.Context, st *state.Store, m *model.Mesh, user string) (node string, ok bool, err error) {
+	instances := m.Instances()
+	i := slices.IndexFunc(instances, func(in model.Instance) bool { return render.InstanceUser(in) == user })
+	if i < 0 {
+		return "", false, nil
+	}
+	node = instances[i].Node
+	enrolled, err := st.Enrolments(ctx)
+	if err != nil {
+		return "", false, fmt.Errorf("reading which nodes enrolled: %w", err)
+	}
+	return node, slices.ContainsFunc(enrolled, func(e state.Enrolment) bool { return e.Node == node }), nil
+}
+
+// Redeclared reports whether node's declaration after generation carries a credential for user
+// other than the one hashed oldHash, and the generation that does: a rotation the controller
+// carried out, as the store records it.
+func Redeclared(ctx context.Context, st *state.Store, node, user, oldHash string, generation uint64) (uint64, bool, error) {
+	d, err := st.Declared(ctx, node)
+	if err != nil {
+		return 0, false, err
+	}
+	c, ok := d.Credentials[user]
+	return d.Generation, ok && d.Generation > generation && c.Hash != "" && c.Hash != oldHash, nil
+}
