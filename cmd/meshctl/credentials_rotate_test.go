@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,22 +59,10 @@ func joins(m host.Membership) error {
 // writes the new one, which joins, and no password is printed.
 func TestRotatingAnInstanceOnAnEnrolledNodeGoesThroughTheController(t *testing.T) {
 	t.Parallel()
-	dir := writeMesh(t, map[string]string{"mesh.yaml": rotateMesh})
-	stateDir := filepath.Join(t.TempDir(), "state")
-	common := []string{"-f", dir, "--state", stateDir, "--bcrypt-cost", "4"}
-	w := startMeshctl(t, append([]string{"watch", "--resync", "1h"}, common...)...)
-	w.until(t, "the first reconcile", 30*time.Second, func() bool { return strings.Contains(w.stderr.String(), "reconciled: changes applied") })
-
-	enrol := filepath.Join(t.TempDir(), "enrol.json")
-	if code, _, errOut := meshctl(t, append([]string{"credentials", "issue", "enrol.one", "-o", enrol}, common...)...); code != exitOK {
-		t.Fatalf("issue enrol.one: %s", errOut)
-	}
-	agentDir := filepath.Join(t.TempDir(), "agent")
-	a := startMeshctl(t, "agent", "--membership", enrol, "--dir", agentDir, "--heartbeat", "200ms")
-	file := filepath.Join(agentDir, "one.shop.json")
-	a.until(t, "one.shop's membership", 30*time.Second, func() bool { _, err := os.Stat(file); return err == nil })
-	before := readMembershipFile(t, file)
-	w.until(t, "one.shop's credential live", 30*time.Second, func() bool { return joins(before) == nil })
+	n := startNode(t, rotateMesh)
+	common, w, a := n.common, n.watch, n.agent
+	file := filepath.Join(n.dir, "one.shop.json")
+	before := n.membership(t, "one.shop")
 
 	code, out, errOut := meshctl(t, append([]string{"credentials", "issue", "one.shop"}, common...)...)
 	if code != exitError || out != "" || !strings.Contains(errOut, "meshctl credentials rotate one.shop") {
@@ -102,7 +92,7 @@ func TestRotatingAnInstanceOnAnEnrolledNodeGoesThroughTheController(t *testing.T
 			t.Error("a password appears in rotate's, watch's or the agent's output")
 		}
 	}
-	if _, ok := bus.RunningEmbedded(stateDir); !ok {
+	if _, ok := bus.RunningEmbedded(n.stateDir); !ok {
 		t.Error("the embedded bus stopped")
 	}
 
@@ -110,5 +100,115 @@ func TestRotatingAnInstanceOnAnEnrolledNodeGoesThroughTheController(t *testing.T
 	code, out, errOut = meshctl(t, append([]string{"credentials", "rotate", "enrol.one"}, common...)...)
 	if code != exitOK || !strings.Contains(out, `"user":"enrol.one"`) || !strings.Contains(out, `"password":"`) {
 		t.Errorf("rotate enrol.one: exit %d, stdout %q, stderr %s", code, out, errOut)
+	}
+}
+
+// node is a control host and one node, each a real meshctl process: watch serving the embedded
+// bus, and an agent that enrolled with only the enrolment credential `credentials issue -o`
+// wrote.
+type node struct {
+	common        []string // -f, --state and the cost, for the commands run on the control host
+	stateDir, dir string   // the control host's state; the agent's directory
+	watch, agent  *process
+}
+
+func startNode(t *testing.T, description string) *node {
+	t.Helper()
+	mesh := writeMesh(t, map[string]string{"mesh.yaml": description})
+	n := &node{stateDir: filepath.Join(t.TempDir(), "state"), dir: filepath.Join(t.TempDir(), "agent")}
+	n.common = []string{"-f", mesh, "--state", n.stateDir, "--bcrypt-cost", "4"}
+	n.watch = startMeshctl(t, append([]string{"watch", "--resync", "1h"}, n.common...)...)
+	n.watch.until(t, "the first reconcile", 30*time.Second, func() bool {
+		return strings.Contains(n.watch.stderr.String(), "reconciled: changes applied")
+	})
+	enrol := filepath.Join(t.TempDir(), "enrol.json")
+	if code, _, errOut := meshctl(t, append([]string{"credentials", "issue", "enrol.one", "-o", enrol}, n.common...)...); code != exitOK {
+		t.Fatalf("issue enrol.one: %s", errOut)
+	}
+	n.agent = startMeshctl(t, "agent", "--membership", enrol, "--dir", n.dir, "--heartbeat", "200ms")
+	return n
+}
+
+// membership waits for the agent to write user's membership and for it to join, and returns it.
+func (n *node) membership(t *testing.T, user string) host.Membership {
+	t.Helper()
+	file := filepath.Join(n.dir, user+".json")
+	n.agent.until(t, user+"'s membership", 30*time.Second, func() bool { _, err := os.Stat(file); return err == nil })
+	m := readMembershipFile(t, file)
+	n.watch.until(t, user+"'s credential live", 30*time.Second, func() bool { return joins(m) == nil })
+	return m
+}
+
+var (
+	hostOnce  sync.Once
+	hostBin   string
+	hostError error
+)
+
+// builtHost builds examples/host, the smallest module host, once per test run.
+func builtHost(t *testing.T) string {
+	t.Helper()
+	hostOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "meshctl-host-")
+		if err != nil {
+			hostError = err
+			return
+		}
+		hostBin = filepath.Join(dir, "host")
+		if out, err := exec.Command("go", "build", "-o", hostBin, "../../examples/host").CombinedOutput(); err != nil {
+			hostError = errors.New(string(out))
+		}
+	})
+	if hostError != nil {
+		t.Fatalf("building examples/host: %v", hostError)
+	}
+	return hostBin
+}
+
+const hostMesh = `bus:
+  listen: 127.0.0.1:0
+nodes:
+  - name: one
+seats:
+  - name: mailer
+    accepts: [send]
+    emits: [sent]
+modules:
+  - name: shop
+    on: [one]
+    emits: [order.placed]
+    sends: [mailer/send]
+  - name: postman
+    on: [one]
+    claims: [mailer]
+    follows: [shop/order.placed]
+`
+
+// The example host, the real binary, joins with the memberships the agent wrote — no
+// `credentials issue` anywhere but the node's one enrolment credential — and does its jobs: the
+// shop's host places an order and sends mail, and the postman's follows the order and takes the
+// mail as the mailer seat's holder.
+func TestTheExampleHostJoinsWithTheFilesTheAgentWrote(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, hostMesh)
+	n.membership(t, "one.shop")
+	n.membership(t, "one.postman")
+	bin := builtHost(t)
+
+	postman := startProgram(t, bin, "-membership", filepath.Join(n.dir, "one.postman.json"), "-seat", "mailer", "-emit", "sent")
+	postman.until(t, "the postman holding its seat", 30*time.Second, func() bool { return strings.Contains(postman.stderr.String(), "holding seat mailer") })
+
+	for subject, message := range map[string]string{"mesh.mod.shop.event.order.placed": "order-17", "mesh.seat.mailer.accept.send": "mail-17"} {
+		out, err := exec.Command(bin, "-membership", filepath.Join(n.dir, "one.shop.json"), "-publish", subject, "-message", message).CombinedOutput()
+		if err != nil {
+			t.Fatalf("the shop publishing to %s with the agent's file: %v\n%s", subject, err, out)
+		}
+	}
+	postman.until(t, "the postman following the order and taking the mail", 30*time.Second, func() bool {
+		out := postman.stdout.String()
+		return strings.Contains(out, "event mesh.mod.shop.event.order.placed order-17") && strings.Contains(out, "work mesh.seat.mailer.accept.send mail-17")
+	})
+	if code, _ := postman.signal(t, os.Interrupt); code != 0 {
+		t.Errorf("the postman's host left with exit %d:\n%s", code, postman.stderr)
 	}
 }

@@ -81,7 +81,13 @@ type process struct {
 
 func startMeshctl(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(builtMeshctl(t), args...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan error, 1)}
+	return startProgram(t, builtMeshctl(t), args...)
+}
+
+// startProgram starts the program bin in the background, killed at the end of the test.
+func startProgram(t *testing.T, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin, args...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
