@@ -169,9 +169,11 @@ func TestDeclarationsCarrySealedMembershipsAndFollowChange(t *testing.T) {
 
 	// Converged: the same description declares nothing.
 	seq := f.streamInfo(render.StreamNodes).State.LastSeq
-	f.mu.Lock()
-	from := len(f.events)
-	f.mu.Unlock()
+	// After the pass that declared generation 1 is told: the node may hear its declaration
+	// before the loop reports the pass.
+	_, from := f.waitEvent(0, func(e Event) bool {
+		return e.Kind == KindUnknown && e.Subject == "" && slices.Contains(e.Declared, "one")
+	})
 	f.ctrl.Mesh(f.mesh)
 	e, _ := f.waitEvent(from, func(e Event) bool { return e.Subject == "" && e.Kind == KindUnknown })
 	if len(e.Declared) != 0 || e.Err != nil || f.streamInfo(render.StreamNodes).State.LastSeq != seq {
