@@ -27,9 +27,10 @@ const (
 	// HeartbeatRecordEvery is how often the file is rewritten while nodes keep beating: the
 	// times in it are at most this old, for a node whose state did not change.
 	HeartbeatRecordEvery = time.Minute
-	// heartbeatTick is how often the recorder looks at what the controller heard: a node first
-	// heard, gone silent or back is in the file within it.
-	heartbeatTick = 5 * time.Second
+	// heartbeatTick is how often the recorder looks at what the controller heard (in memory, a
+	// map of one entry per node): a node first heard, gone silent or back is in the file
+	// within it.
+	heartbeatTick = time.Second
 )
 
 // Heartbeats is the heartbeat file: when watch wrote it, and the last heartbeat of each node it

@@ -53,6 +53,7 @@ agent_pid=$!
 await test -f "$work/alpha/alpha.shop.json"
 await grep -q 'agent: applied a declaration' "$work/agent.log"
 await grep -q "recorded node alpha's report" "$work/watch.log"
+await grep -q '"alpha"' "$work/state/heartbeats.json"
 
 echo
 echo "== what the agent keeps (every file 0600; passwords only inside them)"
