@@ -18,7 +18,8 @@ const TriggerController = triggerReload << 1
 
 // controllerSide is the controller loop watch runs beside the reconcile loop, on the bus the
 // reconcile loop connected to. It is started once a reconcile has connected, and started anew
-// when the bus it was on changed.
+// when the bus it was on changed or the session came back with a controller credential minted
+// since.
 type controllerSide struct {
 	ctrl     *controller.Controller
 	target   bus.Target
