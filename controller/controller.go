@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +28,9 @@ const (
 	DefaultRetry        = 5 * time.Second
 	DefaultStoreTimeout = 5 * time.Second
 	DefaultSyncTimeout  = time.Minute
+	// DefaultCredentialPoll reads a few thousand hashes every two seconds: milliseconds of a
+	// read that takes no write lock, for a rotation declared within moments.
+	DefaultCredentialPoll = 2 * time.Second
 )
 
 // deliveryBuffer is how many deliveries wait for the loop. It is above the CONTROL consumer's
@@ -57,6 +62,9 @@ type Config struct {
 	// nodes' reports and heartbeats for long. What is not live by then is made so by the next
 	// reconcile, and a declaration that waited on it is tried again.
 	SyncTimeout time.Duration
+	// CredentialPoll is how often the loop reads the store's credential hashes to notice one
+	// changed by another process (see credentialsChanged).
+	CredentialPoll time.Duration
 	// Bound is how long the store may fail before a message it cannot take is let go.
 	Bound time.Duration
 	// Retry is the delay of a nak while the store fails, and of the next attempt at a
@@ -123,6 +131,9 @@ func New(c Config) *Controller {
 	}
 	if c.SyncTimeout <= 0 {
 		c.SyncTimeout = DefaultSyncTimeout
+	}
+	if c.CredentialPoll <= 0 {
+		c.CredentialPoll = DefaultCredentialPoll
 	}
 	if c.Cost == 0 {
 		c.Cost = state.DefaultCost
@@ -196,6 +207,9 @@ type loop struct {
 	declared map[string]uint64 // the generation last declared to each node, once read
 	// failedPasses counts the declaration passes that failed in a row, for their backoff.
 	failedPasses int
+	// credentials is the digest of the store's credential hashes as the last declaration
+	// pass left them; empty until one ran.
+	credentials string
 }
 
 // Run joins the bus as the controller and runs the loop until ctx ends. It returns an error only
@@ -238,6 +252,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	redeclare := time.NewTimer(time.Hour)
 	redeclare.Stop()
 	defer redeclare.Stop()
+	poll := time.NewTicker(c.cfg.CredentialPoll)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -254,6 +270,10 @@ func (c *Controller) Run(ctx context.Context) error {
 			l.declarePass(ctx, redeclare)
 		case <-redeclare.C:
 			l.declarePass(ctx, redeclare)
+		case <-poll.C:
+			if l.credentialsChanged(ctx) {
+				l.declarePass(ctx, redeclare)
+			}
 		}
 	}
 }
@@ -486,6 +506,12 @@ const maxRedeclare = time.Minute
 // Retry, doubling with each failure in a row up to maxRedeclare.
 func (l *loop) declarePass(ctx context.Context, retry *time.Timer) {
 	published, err := l.declareAll(ctx)
+	if l.mesh != nil {
+		// What this pass minted and revoked is its own doing, not a change to act on.
+		if d, derr := l.credentialDigest(ctx); derr == nil {
+			l.credentials = d
+		}
+	}
 	if err != nil {
 		wait := l.cfg.Retry << min(l.failedPasses, 10)
 		wait = min(wait, max(maxRedeclare, l.cfg.Retry))
@@ -498,6 +524,40 @@ func (l *loop) declarePass(ctx context.Context, retry *time.Timer) {
 	if l.cfg.Observe != nil {
 		l.cfg.Observe(Event{Declared: published, Err: err})
 	}
+}
+
+// credentialsChanged reports whether the store's credentials changed since the last declaration
+// pass. Another process changes them without a word to this one — `credentials rotate` revokes
+// an instance's credential and has the bus reloaded through its control socket — and the
+// controller, the only carrier of an enrolled node's credentials, must declare the new one then,
+// not at watch's next resync. A store it cannot read says nothing changed: the next poll asks
+// again.
+func (l *loop) credentialsChanged(ctx context.Context) bool {
+	if l.mesh == nil || l.credentials == "" {
+		return false
+	}
+	d, err := l.credentialDigest(ctx)
+	return err == nil && d != l.credentials
+}
+
+// credentialDigest identifies every principal's hash in the store.
+func (l *loop) credentialDigest(ctx context.Context) (string, error) {
+	sctx, cancel := l.storeCtx(ctx)
+	defer cancel()
+	hashes, err := l.cfg.Store.Hashes(sctx)
+	if err != nil {
+		return "", err
+	}
+	users := make([]string, 0, len(hashes))
+	for u := range hashes {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	sum := sha256.New()
+	for _, u := range users {
+		fmt.Fprintf(sum, "%s\x00%s\x00", u, hashes[u])
+	}
+	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // declareAll declares to every enrolled node in the description what it runs, where that

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -39,5 +42,36 @@ func TestASyncThatNeverEndsHoldsTheLoopOnlyUntilTheTimeout(t *testing.T) {
 	e, _ := f.waitEvent(0, func(e Event) bool { return e.Kind == KindUnknown && e.Err != nil })
 	if !errors.Is(e.Err, context.DeadlineExceeded) {
 		t.Errorf("the declaration pass failed with %v, want the sync timeout", e.Err)
+	}
+}
+
+// A credential revoked in the store by another process (`credentials rotate`, which reloads the
+// bus through its control socket and tells watch nothing) is noticed by the controller on its
+// own: it declares a new one in a new generation without being handed a description again, and
+// the old one no longer joins.
+func TestARevokedCredentialIsDeclaredAgainWithoutAReconcile(t *testing.T) {
+	t.Parallel()
+	f := start(t, twoNodes, func(c *Config) { c.CredentialPoll = 50 * time.Millisecond })
+	f.ctrl.Mesh(f.mesh)
+	pub, priv, nm, _ := f.enrolled("one")
+	node := f.joinAs(nm)
+	d1 := takeDeclaration(t, node, "one", 0)
+	_, before := f.instance(d1, "one.shop", pub, priv)
+
+	ctx := context.Background()
+	if _, err := f.store.Revoke(ctx, "one.shop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d2 := takeDeclaration(t, node, "one", d1.Generation)
+	_, after := f.instance(d2, "one.shop", pub, priv)
+	if after.Password == before.Password {
+		t.Fatal("declared again with the revoked password")
+	}
+	f.joinAs(after)
+	if _, err := host.Join(ctx, before); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("the revoked credential still joins: %v", err)
 	}
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // rotateWait bounds how long `credentials rotate` waits for the controller to declare the new
-// credential of an instance on an enrolled node: with watch serving the bus it is a matter of a
-// reconcile or two; longer means no controller is running, and the command says so.
+// credential of an instance on an enrolled node: a running controller notices the revoked one
+// within seconds (controller.DefaultCredentialPoll) and declares in a reconcile; longer means
+// no controller runs, and the command says so.
 const rotateWait = 30 * time.Second
 
 // declaredNode says whether the controller hands out principal's credential (an instance on an
@@ -71,10 +72,10 @@ func rotateDeclared(ctx context.Context, e *env, st *state.Store, m *model.Mesh,
 		}
 		select {
 		case <-ctx.Done():
-			e.errorf("interrupted: %s's old credential is revoked; the controller declares the new one to node %s at watch's next reconcile", principal, node)
+			e.errorf("interrupted: %s's old credential is revoked; the controller declares the new one to node %s once it notices", principal, node)
 			return exitInterrupted
 		case <-wctx.Done():
-			e.errorf("the controller did not declare %s's new credential within %s: is 'meshctl watch' running? %s stays locked until it declares it to node %s (at watch's next reconcile; SIGHUP makes that now)",
+			e.errorf("the controller did not declare %s's new credential within %s: is 'meshctl watch' running, and its log free of errors? %s stays locked until the controller declares it to node %s",
 				principal, rotateWait, principal, node)
 			return exitError
 		case <-time.After(100 * time.Millisecond):
