@@ -57,7 +57,16 @@ func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 			progress(done, total, c, err)
 		}
 	}
-	for _, phase := range phases {
+	for i, phase := range phases {
+		if i == 2 {
+			// Before the reload takes holders' grants away, the queues whose work moves stop
+			// handing it out (drain.go).
+			resume, err := quiesce(ctx, api, phases[4], p.AllowDataLoss)
+			defer resume()
+			if err != nil {
+				return done, err
+			}
+		}
 		if err := runPhase(ctx, phase, func(ctx context.Context, c plan.Change) error {
 			err := applyOne(ctx, c, p, api, accounts)
 			report(c, err)
@@ -102,12 +111,8 @@ func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, account
 			err = api.CreateStream(ctx, *c.After.(*jetstream.StreamConfig))
 		case plan.Update:
 			err = api.UpdateStream(ctx, *c.After.(*jetstream.StreamConfig))
-		case plan.Replace:
-			if err = api.DeleteStream(ctx, c.Name); err == nil {
-				err = api.CreateStream(ctx, *c.After.(*jetstream.StreamConfig))
-			}
-		case plan.Delete:
-			err = api.DeleteStream(ctx, c.Name)
+		case plan.Replace, plan.Delete:
+			err = drain(ctx, api, c, p.AllowDataLoss)
 		}
 	case plan.KindConsumer:
 		switch c.Action {
