@@ -225,7 +225,8 @@ func (d *drainer) do(ctx context.Context, step drainStep) error {
 		}
 		d.away = true
 	case moveAndDelete:
-		return d.move(ctx, true)
+		// A stream sealed by a move cut short refuses deletes: its copies are told apart by id.
+		return d.move(ctx, !d.sealed)
 	case seal:
 		info, err := d.info(ctx)
 		if err != nil || d.gone {
