@@ -25,6 +25,10 @@ type Progress func(done, total int, c plan.Change, err error)
 // deletions, then stream deletions. Within a phase calls run concurrently; a phase starts
 // only when the one before it has succeeded, so a failure leaves a bus the next apply
 // converges. It returns how many changes were done.
+//
+// What a plan counted in a stream is history by the time the stream goes: a deletion or a
+// replacement runs as drain.go decides, and a renamed seat's queue stops handing out work
+// before the accounts config is reloaded.
 func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress) (int, error) {
 	if p.Blocked() {
 		return 0, fmt.Errorf("%w: %s; nothing was changed", ErrBlocked, p.Summary())

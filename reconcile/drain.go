@@ -18,16 +18,16 @@ package reconcile
 //     after it. The update stops every later publish ("no response from stream") [seen]; only
 //     the seal shuts the door exactly. An update with no subjects leaves the stream its own name
 //     as its one subject [seen], which nobody is granted.
-//   - consumer.go (PauseUntil; the delivery loop skips a paused consumer): a paused consumer
-//     delivers nothing, redeliveries included, and still takes acknowledgements [seen]; the pause
-//     ends by itself at its deadline.
+//   - consumer.go loopAndGatherMsgs skips a consumer while it is paused (PauseUntil), new
+//     deliveries and redeliveries alike: a paused consumer delivers nothing and still takes
+//     acknowledgements [seen], and the pause ends by itself at its deadline.
 //   - jetstream_api.go jsMsgGetRequest with next_by_subj ">" answers the first message at or
 //     after a sequence, 10037 when there is none [seen]; a stream's Nats-Msg-Id duplicate window
 //     (2 minutes by default) answers a repeated id with PubAck.Duplicate and stores nothing [seen].
 //   - Sourcing the old queue into the new one was considered and not used: a source's internal
 //     consumer is ack-none (stream.go setupSourceConsumer: AckNone, MaxDeliver 1), so a work
-//     queue forgets a message once it is sent (consumer.go: "ack none and mset is interest only"),
-//     before the sourcing stream stored it, and a failed store retries at a sequence the origin
+//     queue forgets a message once it is sent (consumer.go deliverMsg: "ack none and mset is
+//     interest only"), before the sourcing stream stored it, and a failed store retries at a sequence the origin
 //     may no longer have; and the source's lag is set before the message is stored (stream.go
 //     processInboundSourceMsg), so nothing says when all of it has arrived. A subject transform on
 //     the new stream would readdress only what is published from then on, not what is queued.
@@ -196,6 +196,9 @@ func (d *drainer) do(ctx context.Context, step drainStep) error {
 	name := d.c.Name
 	switch step {
 	case pauseConsumers:
+		if _, err := d.info(ctx); err != nil || d.gone {
+			return err
+		}
 		consumers, err := d.api.ListConsumers(ctx, name)
 		if err != nil {
 			return err
@@ -225,7 +228,8 @@ func (d *drainer) do(ctx context.Context, step drainStep) error {
 		}
 		d.away = true
 	case moveAndDelete:
-		// A stream sealed by a move cut short refuses deletes: its copies are told apart by id.
+		// A stream sealed by a move cut short refuses deletes: what that move copied is copied
+		// again, and the new queue drops the repeat by its id.
 		return d.move(ctx, !d.sealed)
 	case seal:
 		info, err := d.info(ctx)
@@ -285,7 +289,6 @@ func (d *drainer) awaitAcks(ctx context.Context) error {
 		if !handedOut(consumers) || time.Now().After(deadline) {
 			return nil
 		}
-
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -346,7 +349,7 @@ func (d *drainer) move(ctx context.Context, deleteEach bool) error {
 	}
 }
 
-// copyOf is the message a move publishes for msg, message seq of stream (created at created):
+// copyOf is the message a move publishes for msg, a message of stream (created at created):
 // readdressed to the seat's new name, with msg's headers and data. Its Nats-Msg-Id is the
 // sender's own when it set one — a sender that also published it under the new name is then
 // not served twice — and otherwise names where it came from, so a copy repeated after a move
@@ -384,7 +387,8 @@ func (d *drainer) notEmpty(ctx context.Context, n uint64) error {
 	}
 	held := fmt.Sprintf("%s holds %s now%s: %s it would lose them", d.c.Name, messages(n), counted, doing)
 	if d.sealed {
-		return fmt.Errorf("%w: %s; they came in as it stopped taking messages, and it is sealed now (pass --allow-data-loss to delete it anyway)", ErrNotEmpty, held)
+		// Sealing is final: what came in before the seal stays, and the stream takes no more.
+		return fmt.Errorf("%w: %s; it is sealed and takes no more messages (pass --allow-data-loss to do it anyway)", ErrNotEmpty, held)
 	}
 	if d.away {
 		if err := d.api.UpdateStream(ctx, d.found); err != nil {
