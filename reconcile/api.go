@@ -379,6 +379,7 @@ func (a *jsAPI) PauseConsumer(ctx context.Context, stream, consumer string, unti
 
 // The drain's calls, counted: reading a stream's state or a message is a read; deleting a
 // message, publishing one and pausing a consumer mutate.
+
 func (c *Counting) StreamInfo(ctx context.Context, s string) (*jetstream.StreamInfo, error) {
 	c.Reads.Add(1)
 	return c.API.StreamInfo(ctx, s)
