@@ -146,8 +146,6 @@ func yamlErrorText(err error) string {
 	return msg
 }
 
-var topKeys = []string{"bus", "controller", "nodes", "seats", "modules", "holders"}
-
 func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
@@ -158,7 +156,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 		d.errorf(n, "the top level of a mesh file must be a mapping (key: value), not %s", kindWord(n))
 		return
 	}
-	fields := d.fields(n, "the top level of a mesh file", topKeys)
+	fields := d.section(n, topSection)
 	if v, ok := fields["bus"]; ok {
 		if raw.bus != nil {
 			d.errorf(v.key, "bus is declared twice: first at %s", raw.bus.pos)
@@ -175,7 +173,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 	}
 	if v, ok := fields["nodes"]; ok {
 		for _, item := range d.seq(v.val, "nodes") {
-			f := d.fields(item, "a node", []string{"name"})
+			f := d.section(item, nodeSection)
 			raw.nodes = append(raw.nodes, rawNode{name: d.requiredName(item, f, "node"), pos: d.pos(item)})
 		}
 	}
@@ -191,7 +189,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 	}
 	if v, ok := fields["holders"]; ok {
 		for _, item := range d.seq(v.val, "holders") {
-			f := d.fields(item, "a holder", []string{"seat", "node", "module"})
+			f := d.section(item, holderSection)
 			raw.holders = append(raw.holders, rawHolder{
 				seat:   d.required(item, f, "seat", "holder"),
 				node:   d.required(item, f, "node", "holder"),
@@ -204,7 +202,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 
 func (d *decoder) bus(n *yaml.Node) *rawBus {
 	b := &rawBus{pos: d.pos(n)}
-	f := d.fields(n, "bus", []string{"url", "fingerprint", "accounts_file", "listen", "allow_plaintext_listen", "replicas", "reload", "events_max_age"})
+	f := d.section(n, busSection)
 	b.url, _ = d.optional(f, "url")
 	b.fingerprint, _ = d.optional(f, "fingerprint")
 	b.accountsFile, _ = d.optional(f, "accounts_file")
@@ -237,7 +235,7 @@ func (d *decoder) reload(n *yaml.Node) *rawReload {
 		r.manual = true
 		return r
 	}
-	f := d.fields(n, "bus.reload", []string{"pid_file", "command"})
+	f := d.section(n, reloadSection)
 	r.pidFile, _ = d.optional(f, "pid_file")
 	if v, ok := f["command"]; ok {
 		r.command = d.strings(v.val, "bus.reload.command")
@@ -256,7 +254,7 @@ func (d *decoder) reload(n *yaml.Node) *rawReload {
 
 func (d *decoder) controller(n *yaml.Node) *rawController {
 	c := &rawController{pos: d.pos(n)}
-	f := d.fields(n, "controller", []string{"follows", "sends", "calls"})
+	f := d.section(n, controllerSection)
 	c.follows = d.names(f, "follows", "controller.follows")
 	c.sends = d.names(f, "sends", "controller.sends")
 	c.calls = d.names(f, "calls", "controller.calls")
@@ -264,7 +262,7 @@ func (d *decoder) controller(n *yaml.Node) *rawController {
 }
 
 func (d *decoder) seat(n *yaml.Node) rawSeat {
-	f := d.fields(n, "a seat", []string{"name", "scope", "accepts", "emits", "serves", "formerly"})
+	f := d.section(n, seatSection)
 	s := rawSeat{name: d.requiredName(n, f, "seat"), pos: d.pos(n)}
 	s.scope, _ = d.optional(f, "scope")
 	s.accepts = d.names(f, "accepts", "seat.accepts")
@@ -275,7 +273,7 @@ func (d *decoder) seat(n *yaml.Node) rawSeat {
 }
 
 func (d *decoder) module(n *yaml.Node) rawModule {
-	f := d.fields(n, "a module", []string{"name", "on", "claims", "emits", "serves", "follows", "sends", "calls"})
+	f := d.section(n, moduleSection)
 	m := rawModule{name: d.requiredName(n, f, "module"), pos: d.pos(n)}
 	m.on = d.names(f, "on", "module.on")
 	if v, ok := f["on"]; !ok {
@@ -290,6 +288,12 @@ func (d *decoder) module(n *yaml.Node) rawModule {
 	m.sends = d.names(f, "sends", "module.sends")
 	m.calls = d.names(f, "calls", "module.calls")
 	return m
+}
+
+// section reads a mapping of one section of the description, whose keys are the ones its table
+// in schema.go lists: the same table the schema is written from.
+func (d *decoder) section(n *yaml.Node, s *section) map[string]field {
+	return d.fields(n, s.what, s.names())
 }
 
 // field is a mapping entry with both nodes, so errors can point at the key or the value.
