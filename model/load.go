@@ -293,7 +293,7 @@ func (d *decoder) module(n *yaml.Node) rawModule {
 // section reads a mapping of one section of the description, whose keys are the ones its table
 // in schema.go lists: the same table the schema is written from.
 func (d *decoder) section(n *yaml.Node, s *section) map[string]field {
-	return d.fields(n, s.what, s.names())
+	return d.fields(n, s.what, s.names)
 }
 
 // field is a mapping entry with both nodes, so errors can point at the key or the value.

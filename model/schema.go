@@ -43,25 +43,25 @@ type key struct {
 
 // section is one mapping of a description: the top level of a file, bus, a seat, and so on.
 type section struct {
-	what string // how the loader's errors name it: "bus", "a seat"
-	keys []key
+	what  string // how the loader's errors name it: "bus", "a seat"
+	keys  []key
+	names []string // the keys' names in the order declared, as the loader lists them
 }
 
-// names lists the section's keys in the order declared.
-func (s *section) names() []string {
-	out := make([]string, len(s.keys))
-	for i, k := range s.keys {
-		out[i] = k.name
+func newSection(what string, keys []key) *section {
+	s := &section{what: what, keys: keys}
+	for _, k := range keys {
+		s.names = append(s.names, k.name)
 	}
-	return out
+	return s
 }
 
 var (
-	reloadSection = &section{what: "bus.reload", keys: []key{
+	reloadSection = newSection("bus.reload", []key{
 		{name: "pid_file", kind: scalarValue, doc: "Send SIGHUP to the process whose pid this file holds."},
 		{name: "command", kind: namesValue, doc: "Run this command (program and arguments) to reload the server."},
-	}}
-	busSection = &section{what: "bus", keys: []key{
+	})
+	busSection = newSection("bus", []key{
 		{name: "url", kind: scalarValue, doc: "An external server's URL (nats:// or tls://), without user or password. Without it meshctl runs an embedded bus."},
 		{name: "fingerprint", kind: scalarValue, doc: "Hex SHA-256 of the external server's leaf certificate, pinned by every client."},
 		{name: "accounts_file", kind: scalarValue, doc: "Where meshctl writes the accounts config an external server includes."},
@@ -70,24 +70,24 @@ var (
 		{name: "replicas", kind: integerValue, doc: "Replicas of every stream."},
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},
-	}}
-	controllerSection = &section{what: "controller", keys: []key{
+	})
+	controllerSection = newSection("controller", []key{
 		{name: "follows", kind: namesValue, doc: "Events the controller follows: module/event or seat:SEAT/event."},
 		{name: "sends", kind: namesValue, doc: "Work the controller sends: SEAT/accept."},
 		{name: "calls", kind: namesValue, doc: "Tools the controller calls: module/tool or seat:SEAT/tool."},
-	}}
-	nodeSection = &section{what: "a node", keys: []key{
+	})
+	nodeSection = newSection("a node", []key{
 		{name: "name", kind: scalarValue, required: true, doc: "The node's name."},
-	}}
-	seatSection = &section{what: "a seat", keys: []key{
+	})
+	seatSection = newSection("a seat", []key{
 		{name: "name", kind: scalarValue, required: true, doc: "The seat's name."},
 		{name: "scope", kind: scalarValue, doc: "Whose role it is: module (the default) or mesh."},
 		{name: "accepts", kind: namesValue, doc: "Kinds of work the seat takes."},
 		{name: "emits", kind: namesValue, doc: "Events the seat's holder reports."},
 		{name: "serves", kind: namesValue, doc: "Tools the seat's holder answers."},
 		{name: "formerly", kind: namesValue, doc: "Names the seat had before; references under them still resolve."},
-	}}
-	moduleSection = &section{what: "a module", keys: []key{
+	})
+	moduleSection = newSection("a module", []key{
 		{name: "name", kind: scalarValue, required: true, doc: "The module's name."},
 		{name: "on", kind: namesValue, required: true, doc: "The nodes it runs on; each (node, module) is an instance."},
 		{name: "claims", kind: namesValue, doc: "Seats it claims."},
@@ -96,20 +96,20 @@ var (
 		{name: "follows", kind: namesValue, doc: "Events it follows: module/event or seat:SEAT/event."},
 		{name: "sends", kind: namesValue, doc: "Work it sends: SEAT/accept."},
 		{name: "calls", kind: namesValue, doc: "Tools it calls: module/tool or seat:SEAT/tool."},
-	}}
-	holderSection = &section{what: "a holder", keys: []key{
+	})
+	holderSection = newSection("a holder", []key{
 		{name: "seat", kind: scalarValue, required: true, doc: "The seat handed over."},
 		{name: "node", kind: scalarValue, required: true, doc: "The node of the instance that holds it."},
 		{name: "module", kind: scalarValue, required: true, doc: "The module of the instance that holds it."},
-	}}
-	topSection = &section{what: "the top level of a mesh file", keys: []key{
+	})
+	topSection = newSection("the top level of a mesh file", []key{
 		{name: "bus", kind: sectionValue, section: busSection, doc: "Which bus the mesh lives on."},
 		{name: "controller", kind: sectionValue, section: controllerSection, doc: "The control plane's own declared traffic."},
 		{name: "nodes", kind: listValue, section: nodeSection, doc: "The machines of the mesh."},
 		{name: "seats", kind: listValue, section: seatSection, doc: "Roles with a work queue, each taken by one module instance."},
 		{name: "modules", kind: listValue, section: moduleSection, doc: "Programs that run on nodes."},
 		{name: "holders", kind: listValue, section: holderSection, doc: "Explicit handovers: this instance holds this seat."},
-	}}
+	})
 )
 
 // SchemaID is the schema's $id: a name, not a place to fetch it from. Editors find the schema
