@@ -48,12 +48,17 @@ function instanceOf(user) {
 }
 
 const membershipFields = ["address", "fingerprint", "user", "password"];
+const maxMembership = 64 << 10;
 
 // readMembership reads the one JSON line `meshctl credentials issue` prints. Unknown fields are
 // an error, as in the Go host: a misspelt "pasword" must say so. Errors never quote the input,
 // which holds a password.
 async function readMembership(path) {
   const text = path && path !== "-" ? await readFile(path, "utf8") : await readStdin();
+  // A membership is one short line: a host pointed at the wrong file says so.
+  if (text.length > maxMembership) {
+    throw new Error(`reading the membership: over ${maxMembership} bytes, so not a membership`);
+  }
   let m;
   try {
     m = JSON.parse(text);
@@ -70,6 +75,9 @@ async function readMembership(path) {
   const missing = ["address", "user", "password"].filter((k) => typeof m[k] !== "string" || m[k].trim() === "");
   if (missing.length > 0) {
     throw new Error(`reading the membership: no ${missing.join(", no ")}`);
+  }
+  if (m.fingerprint !== undefined && typeof m.fingerprint !== "string") {
+    throw new Error("reading the membership: the fingerprint is not a string");
   }
   return { address: m.address.trim(), fingerprint: m.fingerprint ?? "", user: m.user, password: m.password };
 }

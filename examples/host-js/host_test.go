@@ -279,3 +279,27 @@ func TestTheJavaScriptHostPinsTheBusCertificate(t *testing.T) {
 		t.Errorf("the host's log holds the password:\n%s", stderr)
 	}
 }
+
+// A membership with a misspelt field, or one that is not JSON, is refused before anything is
+// dialled, and the refusal never quotes what the file holds: it holds a password.
+func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const secret = "hunter2-do-not-print"
+	for _, tc := range []struct{ content, want string }{
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","pasword":"` + secret + `"}`, `unknown field(s) "pasword"`},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop"` + secret, "not JSON"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":""}`, "no password"},
+	} {
+		file := filepath.Join(t.TempDir(), "m.json")
+		if err := os.WriteFile(file, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, stderr := runHost(ctx, t, node, "--membership", file, "--publish", "x")
+		if code != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, secret) || strings.Contains(stderr, "joined") {
+			t.Errorf("membership %s: exit %d, want 1 saying %q without the password:\n%s", tc.content, code, tc.want, stderr)
+		}
+	}
+}
