@@ -70,6 +70,7 @@ type Embedded struct {
 	url      string
 	unlock   func()
 	stopOnce sync.Once
+	control  *control // the control socket other meshctl processes reach this bus through
 }
 
 // defaultAccounts is the first accounts.conf of a fresh state directory. JetStream must be
@@ -126,7 +127,20 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
 		unlock()
 		return nil, err
 	}
-	e.unlock = unlock
+	ctl, err := serveControl(e)
+	if err != nil {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+		unlock()
+		return nil, fmt.Errorf("starting the embedded bus: %w", err)
+	}
+	e.control = ctl
+	// The control socket stops with the lock: Shutdown releases the lock last, and the socket
+	// file must be gone before another process may serve the bus and create its own.
+	e.unlock = func() {
+		ctl.close()
+		unlock()
+	}
 	return e, nil
 }
 

@@ -63,6 +63,11 @@ func (s *Session) Plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	if err != nil {
 		return nil, fmt.Errorf("reading the bus at %s: %w", s.Target.Address(), err)
 	}
+	if live.AccountsKnown {
+		if live.Accounts, live.AccountsNotServed, err = s.Accounts.served(ctx, live.Accounts); err != nil {
+			return nil, err
+		}
+	}
 	return plan.Compute(t, live, o), nil
 }
 
@@ -79,10 +84,18 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		return Result{}, err
 	}
 	defer lock.Unlock()
+	s.locked = true
+	defer func() { s.locked = false }()
 
 	started := time.Now()
-	p, err := s.Plan(ctx, m, plan.Options{AllowDataLoss: o.AllowDataLoss})
+	removeStaleChecks(s.Accounts.Path, s.logf)
+	err = s.rejoin(ctx, m)
+	var p *plan.Plan
+	if err == nil {
+		p, err = s.Plan(ctx, m, plan.Options{AllowDataLoss: o.AllowDataLoss})
+	}
 	if err != nil {
+		s.recordFailure(ctx, o.Dir, started, nil, err)
 		return Result{}, err
 	}
 	res := Result{Plan: p}
@@ -96,6 +109,7 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		return res, err
 	}
 	res.Applied, err = Apply(ctx, p, s.API, s.Accounts, o.Progress)
+	err = s.diskError(err)
 	outcome := "applied"
 	switch {
 	case errors.Is(err, ErrBlocked):
@@ -107,6 +121,10 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 	}
 	id, rerr := s.record(ctx, o.Dir, started, p, outcome)
 	res.ApplyID = id
+	if err != nil && rerr != nil {
+		// The apply's own error is what the caller reports; the history's must not be lost.
+		s.logf("this apply's outcome could not be recorded in the history: %v", rerr)
+	}
 	if err == nil && rerr == nil {
 		// The inventory names the apply that made it, so a holder change can be traced to
 		// the commit that caused it.
@@ -122,7 +140,8 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 
 func (s *Session) record(ctx context.Context, dir string, started time.Time, p *plan.Plan, outcome string) (int64, error) {
 	user, host, commit := state.WhoAmI(dir)
-	return s.Store.RecordApply(ctx, state.ApplyRecord{
+	// Recorded even when ctx has ended (an interrupt): the history is for exactly that.
+	return s.Store.RecordApply(context.WithoutCancel(ctx), state.ApplyRecord{
 		Started: started, Finished: time.Now(), User: user, Host: host, Commit: commit,
 		Summary: p.Summary().String(), Outcome: outcome,
 	})

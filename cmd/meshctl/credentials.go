@@ -183,6 +183,12 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	})
 	fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its password\n", principal)
 	fmt.Fprintln(e.stdout, string(membership))
+	if err != nil {
+		// Printed all the same, since the store keeps only the hash; but it is no working
+		// credential until the server serves a config that carries it.
+		fmt.Fprintf(e.stderr, "%s cannot log in yet: the server does not serve the config holding it; fix the server, then run apply\n", principal)
+		return exitError
+	}
 	return exitOK
 }
 
