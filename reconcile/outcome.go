@@ -12,15 +12,16 @@ import (
 	"github.com/meshbus/meshctl/state"
 )
 
-// recordFailure records an apply that failed before it had a plan to apply (the bus could
-// not be read, or reached again after the lock was taken): every failed apply is in the
-// history, and when even that cannot be written, the reason is told rather than lost.
+// recordFailure records an apply that failed before it had a plan to apply (the lock was
+// held, the bus could not be read or reached again after the lock was taken): every failed
+// or refused apply is in the history, and when even that cannot be written, the reason is
+// told rather than lost.
 func (s *Session) recordFailure(ctx context.Context, dir string, started time.Time, p *plan.Plan, err error) {
 	if p == nil {
 		p = &plan.Plan{}
 	}
 	outcome := "failed: " + err.Error()
-	if errors.Is(err, ErrBlocked) {
+	if errors.Is(err, ErrBlocked) || errors.Is(err, state.ErrLocked) {
 		outcome = "refused: " + err.Error()
 	}
 	if _, rerr := s.record(ctx, dir, started, p, outcome); rerr != nil {

@@ -79,15 +79,17 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		p, err := s.Plan(ctx, m, plan.Options{AllowDataLoss: o.AllowDataLoss})
 		return Result{Plan: p}, err
 	}
+	started := time.Now()
 	lock, err := state.AcquireLock(ctx, s.Store.Dir(), o.WaitForLock, o.LockNotice)
 	if err != nil {
+		err = state.DiskError(err, s.Store.Dir())
+		s.recordFailure(ctx, o.Dir, started, nil, err)
 		return Result{}, err
 	}
 	defer lock.Unlock()
 	s.locked = true
 	defer func() { s.locked = false }()
 
-	started := time.Now()
 	removeStaleChecks(s.Accounts.Path, s.logf)
 	err = s.rejoin(ctx, m)
 	var p *plan.Plan

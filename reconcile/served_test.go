@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -86,6 +87,8 @@ func TestAReloadTheServerRefusesIsNeverReportedAsDone(t *testing.T) {
 	f.write(withMail(x.mesh(x.fingerprint)))
 	if _, _, err := f.apply(ctx, s, RunOptions{}); err == nil {
 		t.Fatal("an apply whose reload the server refused reported success")
+	} else if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "seen serving it") {
+		t.Errorf("the refusal does not say the previous config is back and served: %v", err)
 	}
 	if after, _ := os.ReadFile(x.accounts); string(after) != string(before) {
 		t.Error("the accounts config the server refused stays in place of the one it serves")
@@ -94,14 +97,14 @@ func TestAReloadTheServerRefusesIsNeverReportedAsDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Empty() {
+	if p.Empty() || p.Accounts == nil {
 		t.Error("after a refused reload, diff says the bus is in sync")
 	}
 
 	// A credential issued now is not live, and must not be reported as working.
 	mail := f.mint(ctx, "alpha.mail")["alpha.mail"]
-	if what, err := SyncAccounts(ctx, f.mesh(), f.store); err == nil {
-		t.Errorf("credentials issue reported success on a server that refuses reloads: %s", what)
+	if what, err := SyncAccounts(ctx, f.mesh(), f.store); !errors.Is(err, ErrRefused) {
+		t.Errorf("credentials issue on a server that refuses reloads: %q, %v; want a refusal", what, err)
 	}
 	if err := login(ctx, target, "alpha.mail", mail); !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("alpha.mail, issued on a refusing server: %v; want an authorization error", err)
@@ -112,8 +115,8 @@ func TestAReloadTheServerRefusesIsNeverReportedAsDone(t *testing.T) {
 	if _, err := f.store.Revoke(ctx, "alpha.shop"); err != nil {
 		t.Fatal(err)
 	}
-	if what, err := SyncAccounts(ctx, f.mesh(), f.store); err == nil {
-		t.Errorf("credentials revoke reported success on a server that refuses reloads: %s", what)
+	if what, err := SyncAccounts(ctx, f.mesh(), f.store); !errors.Is(err, ErrRefused) {
+		t.Errorf("credentials revoke on a server that refuses reloads: %q, %v; want a refusal", what, err)
 	}
 	if err := login(ctx, target, "alpha.shop", shop); err != nil {
 		t.Fatalf("alpha.shop no longer logs in, though the server serves the old config: %v", err)
@@ -298,5 +301,96 @@ func TestAnApplyRemovesTheChecksAKilledRunLeft(t *testing.T) {
 	}
 	if _, err := os.Stat(running); err != nil {
 		t.Errorf("the check of a running process was removed: %v", err)
+	}
+}
+
+// With the reload left to the operator, the file is written and not served: diff must say
+// so rather than "in sync", and once the operator reloads, the bus is in sync with no write.
+func TestAConfigWrittenButNotReloadedIsNotInSync(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	x := startExternal(t)
+	f := newFixture(t, x.mesh(x.fingerprint))
+	f.mustApply(ctx, f.connect(ctx))
+
+	f.write(withMail(strings.Replace(x.mesh(x.fingerprint), fmt.Sprintf("{ pid_file: %s }", x.pidFile), "none", 1)))
+	s := f.connect(ctx)
+	if _, _, err := f.apply(ctx, s, RunOptions{}); !errors.Is(err, ErrNotLive) {
+		t.Fatalf("an apply whose reload is the operator's: %v; want ErrNotLive", err)
+	}
+	written, err := os.ReadFile(x.accounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.write(withMail(x.mesh(x.fingerprint))) // the same mesh, reloaded by pid from here on
+	p, err := s.Plan(ctx, f.mesh(), plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reason string
+	for _, c := range p.Changes {
+		if c.Kind == plan.KindAccounts {
+			reason = c.Reason
+		}
+	}
+	if !strings.Contains(reason, "has not loaded it") {
+		t.Fatalf("the plan does not say the server has not loaded the file on disk (reason %q)", reason)
+	}
+
+	// The operator reloads: the file on disk is proven served, and nothing is left to do.
+	pid, err := os.ReadFile(x.pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bus.NATSServerBinary(t), "--signal", "reload="+strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
+		t.Fatalf("reloading the server: %v: %s", err, out)
+	}
+	g, _ := loadGeneration(f.stateDi)
+	if err := prove(ctx, s.Target, g, proofWait); err != nil {
+		t.Fatalf("after the operator's reload: %v", err)
+	}
+	f.mustConverge(ctx, f.connect(ctx))
+	if after, _ := os.ReadFile(x.accounts); string(after) != string(written) {
+		t.Error("a converged bus had its accounts config written again")
+	}
+}
+
+// A rendering stamped with a generation reads back as the rendering, parses with the
+// principal in it, denied everything, and every stamp is a new password.
+func TestAGenerationIsAddedAndTakenOutWhole(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, quickMesh)
+	data := render.AccountsConfig(render.Derive(f.mesh()).Principals, nil)
+	one, g1, err := stamp(data, "accounts.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, g2, err := stamp(data, "accounts.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g1.Password == g2.Password || string(one) == string(two) {
+		t.Error("two stamps of one rendering share a generation")
+	}
+	if back, ok := unstamp(one); !ok || string(back) != string(data) {
+		t.Fatalf("unstamp did not give back the rendering:\n%s", back)
+	}
+	if _, ok := unstamp(data); ok {
+		t.Error("a rendering without a generation was read as stamped")
+	}
+	if _, _, err := stamp(one, "accounts.conf"); err == nil {
+		t.Error("a file already stamped was stamped again")
+	}
+	users, err := plan.ParseUsers(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := users[GenerationUser]
+	if u == nil || u.Permissions == nil || len(u.Permissions.Publish.Allow)+len(u.Permissions.Subscribe.Allow) != 0 ||
+		len(u.Permissions.Publish.Deny) != 1 || len(u.Permissions.Subscribe.Deny) != 1 {
+		t.Fatalf("the generation principal may do something: %+v", u)
+	}
+	if !g1.describes("accounts.conf", one) || g1.describes("accounts.conf", two) {
+		t.Error("a generation record does not tell its own file from another")
 	}
 }
