@@ -95,7 +95,9 @@ accounts {
 // account is configured: the server creates its default $SYS with no users, which reload and
 // JetStream need nothing more from.
 //
-// It then records the bus in StateDir/bus/bus.json for RunningEmbedded. It returns
+// It then records the bus in StateDir/bus/bus.json for RunningEmbedded and serves the control
+// socket StateDir/bus/control.sock, through which other meshctl processes reload the bus and
+// hold it up (control.go), until Shutdown. It returns
 // ErrAlreadyRunning (wrapped) when another bus holds this state directory. ctx is checked before
 // starting; starting itself (recovering the JetStream store) is not interruptible.
 func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
@@ -338,8 +340,9 @@ func RunningEmbedded(stateDir string) (url string, ok bool) {
 	return url, ok
 }
 
-// RunningEmbeddedProcess is RunningEmbedded with the pid of the process serving the bus, so
-// a one-shot command can ask that process (a `meshctl watch`) to reload it with SIGHUP.
+// RunningEmbeddedProcess is RunningEmbedded with the pid of the process serving the bus, for
+// telling the operator who serves it. That process is asked to reload the bus through its
+// control socket (ControlReloader), never by a signal.
 func RunningEmbeddedProcess(stateDir string) (url string, pid int, ok bool) {
 	rec, err := readBusRecord(filepath.Join(stateDir, busDirName, busRecordName))
 	if err != nil || rec.URL == "" || !processAlive(rec.PID) {

@@ -37,8 +37,10 @@ list    shows each principal the mesh derives, when its credential was minted, a
 revoke  deletes the hash: the principal is locked out at the next reload.
 
 Issuing or revoking re-renders the accounts config and makes it live: on an external
-bus by its reload method, on the embedded bus through a running 'meshctl watch', or at
-the embedded bus's next start.
+bus by its reload method, on the embedded bus through the meshctl process serving it,
+or at the embedded bus's next start. It exits 0 only once the server is seen serving
+the new config (or no bus runs yet); otherwise it exits 2, the membership of an issued
+credential printed all the same.
 
 The controller's own credential is meshctl's, kept in STATE/controller.password and
 minted on first use; revoking "controller" makes meshctl mint a new one next time.
