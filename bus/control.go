@@ -56,7 +56,13 @@ type controlRequest struct {
 
 type controlReply struct {
 	Error string `json:"error"`
+	// Stopping says the bus is being stopped: the asker is told so as ErrNotServed, since
+	// by the time it reads the answer nobody serves the bus.
+	Stopping bool `json:"stopping,omitempty"`
 }
+
+// errStopping is what a request gets while the bus stops.
+var errStopping = errors.New("the embedded bus is stopping")
 
 // Holder is a process that holds a lease on the embedded bus.
 type Holder struct {
@@ -133,7 +139,7 @@ func (c *control) serve(conn net.Conn) {
 	}
 	var req controlRequest
 	reply := func(err error) bool {
-		rep := controlReply{}
+		rep := controlReply{Stopping: errors.Is(err, errStopping)}
 		if err != nil {
 			rep.Error = err.Error()
 		}
@@ -152,7 +158,7 @@ func (c *control) serve(conn net.Conn) {
 		reply(c.reload())
 	case "hold":
 		if !c.hold(conn, Holder{PID: req.PID}) {
-			reply(errors.New("the embedded bus is stopping"))
+			reply(errStopping)
 			return
 		}
 		defer c.release(conn)
@@ -174,7 +180,7 @@ func (c *control) reload() error {
 	closed := c.closed
 	c.mu.Unlock()
 	if closed || !c.e.srv.Running() {
-		return errors.New("the embedded bus is stopping")
+		return errStopping
 	}
 	return c.e.Reload()
 }
@@ -350,6 +356,9 @@ func request(ctx context.Context, conn net.Conn, req controlRequest) error {
 	var rep controlReply
 	if err := json.Unmarshal(line, &rep); err != nil {
 		return fmt.Errorf("an unreadable answer on the control socket: %w", err)
+	}
+	if rep.Stopping {
+		return fmt.Errorf("%w: %s", ErrNotServed, rep.Error)
 	}
 	if rep.Error != "" {
 		return errors.New(rep.Error)

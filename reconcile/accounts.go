@@ -94,6 +94,12 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
 		return err
 	}
+	if errors.Is(err, bus.ErrNotServed) {
+		// The process serving the embedded bus stopped meanwhile: no server runs from this
+		// state directory, and the next to start reads this file, which its first plan then
+		// proves.
+		return fmt.Errorf("%w (%w)", errAtNextStart, err)
+	}
 	return a.restore(ctx, err, previous, existed, prevGen, prevKnown)
 }
 
@@ -114,7 +120,7 @@ func (a Accounts) reloadAndProve(ctx context.Context, g generation) error {
 	}
 	if err := prove(ctx, a.Target, g, proofWait); err != nil {
 		if errors.Is(err, errNotServed) {
-			return fmt.Errorf("the server did not load it (%w; a reload it refused is in its log, "+
+			return fmt.Errorf("%w of the reload (a reload the server refused says why in its log, "+
 				"e.g. \"config reload not supported for ServerName\")", err)
 		}
 		return fmt.Errorf("proving the server loaded it: %w", err)

@@ -23,6 +23,13 @@ import (
 // It takes the apply lock, waiting for an apply in progress: both write the accounts file,
 // and each proves the file it wrote.
 func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (string, error) {
+	if m.Bus.Embedded() {
+		// Held before waiting for the lock: a one-shot apply that serves the bus and holds
+		// the lock would otherwise stop its bus the moment it let go.
+		if release, err := bus.Hold(ctx, store.Dir()); err == nil {
+			defer release()
+		}
+	}
 	lock, err := state.AcquireLock(ctx, store.Dir(), true, nil)
 	if err != nil {
 		return "", err
@@ -43,11 +50,14 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 			what = fmt.Sprintf("the embedded bus served by meshctl pid %d reloaded the accounts config, and is seen serving it", pid)
 		} else {
 			a.Reloader = atNextStart{}
-			what = "the embedded bus is not running; it loads the new accounts config when it next starts"
 		}
 	}
 	removeStaleChecks(a.Path, func(string, ...any) {})
-	if err := a.write(ctx, data); err != nil && !errors.Is(err, errAtNextStart) {
+	err = a.write(ctx, data)
+	switch {
+	case errors.Is(err, errAtNextStart):
+		return "the embedded bus is not running; it loads the new accounts config when it next starts", nil
+	case err != nil:
 		return "", err
 	}
 	return what, nil

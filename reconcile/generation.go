@@ -198,7 +198,7 @@ func unstamp(conf []byte) ([]byte, bool) {
 
 // errNotServed is a proof that failed: the server answered, and the generation principal's
 // password is not one it knows — it serves another file.
-var errNotServed = errors.New("the server does not serve that accounts config")
+var errNotServed = errors.New("the server was not seen serving it")
 
 // proveOnce logs in once as the generation principal of g.
 func proveOnce(ctx context.Context, t bus.Target, g generation) error {
@@ -239,7 +239,7 @@ func prove(ctx context.Context, t bus.Target, g generation, within time.Duration
 		select {
 		case <-ctx.Done():
 			if errors.Is(err, errNotServed) {
-				return fmt.Errorf("%w after %s", err, within)
+				return fmt.Errorf("%w within %s", err, within)
 			}
 			return err
 		case <-time.After(100 * time.Millisecond):
