@@ -28,7 +28,8 @@ func TestAFullBusDiskIsSaidAsSuchAndRecorded(t *testing.T) {
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)
 	f.mint(ctx, "alpha.mail")
-	f.write(withMail(quickMesh))
+	// A follower too: its consumer is the first thing the apply stores on the bus.
+	f.write(strings.Replace(withMail(quickMesh), "controller:", "  - name: audit\n    on: [alpha]\n    follows: [shop/order.placed]\ncontroller:", 1))
 
 	filler := fillDisk(t, busDir)
 	_, _, err := f.apply(ctx, s, RunOptions{})
