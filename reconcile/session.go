@@ -341,10 +341,8 @@ func (s *Session) rejoin(ctx context.Context, m *model.Mesh) error {
 	if !m.Bus.Embedded() || s.Embedded != nil {
 		return nil
 	}
-	if url, ok := bus.RunningEmbedded(s.Store.Dir()); ok && url == s.Target.URL && s.Conn != nil && !s.Conn.IsClosed() {
-		if s.Conn.IsConnected() {
-			return nil
-		}
+	if url, ok := bus.RunningEmbedded(s.Store.Dir()); ok && url == s.Target.URL && s.Conn != nil && s.Conn.IsConnected() {
+		return nil
 	}
 	s.logf("the embedded bus at %s is no longer served; connecting again", s.Target.Address())
 	if s.release != nil {
