@@ -226,6 +226,11 @@ type Live struct {
 	Holding       []model.Holding
 	// Baseline says where this value came from; empty means a bus that was read.
 	Baseline Baseline
+
+	// AccountsNotServed, when set, says why the server is not known to serve Accounts (a
+	// reload it refused, one left to the operator, a file edited by hand): the accounts
+	// config is then planned even when Accounts equals the rendering.
+	AccountsNotServed string
 }
 
 // LiveStream is a stream as the server reports it.
