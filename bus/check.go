@@ -1,9 +1,13 @@
 package bus
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -23,16 +27,21 @@ func CheckConfig(path string) error {
 // config with a jetstream block and a listen address, like the live one. The two files are
 // written to a temporary directory inside dir — on the live file's filesystem, and named
 // accounts.conf and server.conf so the parser's messages read like the live file's — and removed
-// before it returns. The accounts text must be self-contained (render's is): an include inside it
-// would resolve against the temporary directory.
+// before it returns, whether it returns or panics. The accounts text must be self-contained
+// (render's is): an include inside it would resolve against the temporary directory.
+//
+// A failure to write the copy (a full disk) is said as that, not as the parser refusing the
+// config: only ErrRefusedByParser (wrapped) means the server would refuse it.
 func CheckAccounts(accounts []byte, dir string) error {
-	tmp, err := os.MkdirTemp(dir, ".accounts-check-")
+	// Named with this process's pid, so RemoveStaleChecks can tell a killed run's directory
+	// from one a running check is using.
+	tmp, err := os.MkdirTemp(dir, fmt.Sprintf("%s%d-", checkDirPrefix, os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("checking the accounts config: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	if err := os.WriteFile(filepath.Join(tmp, accountsConfName), accounts, 0o600); err != nil {
-		return fmt.Errorf("checking the accounts config: %w", err)
+		return fmt.Errorf("checking the accounts config: writing a copy to check: %w", err)
 	}
 	// The store directory is only parsed, never created: ProcessConfigFile does not start
 	// JetStream.
@@ -40,10 +49,51 @@ func CheckAccounts(accounts []byte, dir string) error {
 		confQuote(filepath.Join(dir, jetStreamDirName)), confQuote(accountsConfName))
 	confPath := filepath.Join(tmp, serverConfName)
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
-		return fmt.Errorf("checking the accounts config: %w", err)
+		return fmt.Errorf("checking the accounts config: writing a copy to check: %w", err)
 	}
 	if _, err := server.ProcessConfigFile(confPath); err != nil {
-		return fmt.Errorf("the bus would refuse the accounts config: %w", err)
+		return fmt.Errorf("%w, so it was not installed: %w", ErrRefusedByParser, err)
 	}
 	return nil
+}
+
+// ErrRefusedByParser means the server's own parser refuses a rendered accounts config.
+var ErrRefusedByParser = errors.New("the bus would refuse the rendered accounts config")
+
+// checkDirPrefix starts the name of every temporary directory CheckAccounts makes, followed by
+// the pid of the process that made it.
+const checkDirPrefix = ".accounts-check-"
+
+// RemoveStaleChecks removes the temporary directories CheckAccounts left in dir when its
+// process was killed mid-check (each holds a copy of every password hash): those named with
+// the pid of a process that is no longer running, and those in the older form that names
+// none. A check in progress in a live process is left alone. It returns what it removed.
+func RemoveStaleChecks(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("looking for checks left by a killed run in %s: %w", dir, err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), checkDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if pid, _, named := strings.Cut(rest, "-"); named {
+			if n, err := strconv.Atoi(pid); err == nil && processAlive(n) {
+				continue
+			}
+		}
+		path := filepath.Join(dir, e.Name())
+		if err := os.RemoveAll(path); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, path)
+	}
+	return removed, errors.Join(errs...)
 }

@@ -16,6 +16,9 @@
 //   - The embedded bus (StartEmbedded, RunningEmbedded): nats-server in-process, configured by
 //     files under StateDir/bus that an operator can read and that a reload re-reads, and
 //     discoverable by a second meshctl process so one state directory never gets two servers.
+//     That process reloads it, and holds it up while it needs it, through the control socket
+//     the serving process answers on (ControlReloader, Hold): a signal would kill a serving
+//     process that does not expect one.
 //   - Checking and applying an accounts config (CheckConfig, CheckAccounts, Reloader): the
 //     server's own parser judges a rendered file before it replaces the live one, and a Reloader
 //     makes it live on whichever server runs it.

@@ -73,6 +73,7 @@ type Embedded struct {
 	stopOnce sync.Once
 	// halfWritten are the consumers a killed server left half-written, removed at start.
 	halfWritten []string
+	control     *control // the control socket other meshctl processes reach this bus through
 }
 
 // RemovedHalfWritten names ("STREAM/CONSUMER") the consumers a killed server had left
@@ -101,7 +102,9 @@ accounts {
 // account is configured: the server creates its default $SYS with no users, which reload and
 // JetStream need nothing more from.
 //
-// It then records the bus in StateDir/bus/bus.json for RunningEmbedded. It returns
+// It then records the bus in StateDir/bus/bus.json for RunningEmbedded and serves the control
+// socket StateDir/bus/control.sock, through which other meshctl processes reload the bus and
+// hold it up (control.go), until Shutdown. It returns
 // ErrAlreadyRunning (wrapped) when another bus holds this state directory. ctx is checked before
 // starting; starting itself (recovering the JetStream store) is not interruptible.
 func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
@@ -133,7 +136,20 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
 		unlock()
 		return nil, err
 	}
-	e.unlock = unlock
+	ctl, err := serveControl(e)
+	if err != nil {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+		unlock()
+		return nil, fmt.Errorf("starting the embedded bus: %w", err)
+	}
+	e.control = ctl
+	// The control socket stops with the lock: Shutdown releases the lock last, and the socket
+	// file must be gone before another process may serve the bus and create its own.
+	e.unlock = func() {
+		ctl.close()
+		unlock()
+	}
 	return e, nil
 }
 
@@ -339,8 +355,9 @@ func RunningEmbedded(stateDir string) (url string, ok bool) {
 	return url, ok
 }
 
-// RunningEmbeddedProcess is RunningEmbedded with the pid of the process serving the bus, so
-// a one-shot command can ask that process (a `meshctl watch`) to reload it with SIGHUP.
+// RunningEmbeddedProcess is RunningEmbedded with the pid of the process serving the bus, for
+// telling the operator who serves it. That process is asked to reload the bus through its
+// control socket (ControlReloader), never by a signal.
 func RunningEmbeddedProcess(stateDir string) (url string, pid int, ok bool) {
 	rec, err := readBusRecord(filepath.Join(stateDir, busDirName, busRecordName))
 	if err != nil || rec.URL == "" || !processAlive(rec.PID) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -139,7 +140,8 @@ func TestTheControlBoundIsAnUpdateInPlace(t *testing.T) {
 	if !found {
 		t.Fatalf("the plan does not bound CONTROL: %+v", p.Changes)
 	}
-	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader()}, nil); err != nil {
+	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
+		Target: bus.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.controlMessages(); n != render.ControlPerSubject {

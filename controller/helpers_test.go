@@ -133,7 +133,8 @@ func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixt
 		t.Fatal(err)
 	}
 	p := plan.Compute(plan.TargetOf(desired, hashes), plan.Live{}, plan.Options{})
-	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader()}, nil); err != nil {
+	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
+		Target: bus.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
 		t.Fatalf("creating the mesh: %v", err)
 	}
 

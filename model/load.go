@@ -149,8 +149,6 @@ func yamlErrorText(err error) string {
 	return msg
 }
 
-var topKeys = []string{"bus", "controller", "nodes", "seats", "modules", "holders"}
-
 func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
@@ -161,7 +159,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 		d.errorf(n, "the top level of a mesh file must be a mapping (key: value), not %s", kindWord(n))
 		return
 	}
-	fields := d.fields(n, "the top level of a mesh file", topKeys)
+	fields := d.section(n, topSection)
 	if v, ok := fields["bus"]; ok {
 		if raw.bus != nil {
 			d.errorf(v.key, "bus is declared twice: first at %s", raw.bus.pos)
@@ -179,7 +177,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 	if v, ok := fields["nodes"]; ok {
 		raw.nodesKey = d.pos(v.key)
 		for _, item := range d.seq(v.val, "nodes") {
-			f := d.fields(item, "a node", []string{"name"})
+			f := d.section(item, nodeSection)
 			raw.nodes = append(raw.nodes, rawNode{name: d.requiredName(item, f, "node"), pos: d.pos(item)})
 		}
 	}
@@ -195,7 +193,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 	}
 	if v, ok := fields["holders"]; ok {
 		for _, item := range d.seq(v.val, "holders") {
-			f := d.fields(item, "a holder", []string{"seat", "node", "module"})
+			f := d.section(item, holderSection)
 			raw.holders = append(raw.holders, rawHolder{
 				seat:   d.required(item, f, "seat", "holder"),
 				node:   d.required(item, f, "node", "holder"),
@@ -208,7 +206,7 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 
 func (d *decoder) bus(n *yaml.Node) *rawBus {
 	b := &rawBus{pos: d.pos(n)}
-	f := d.fields(n, "bus", []string{"url", "fingerprint", "accounts_file", "listen", "allow_plaintext_listen", "replicas", "reload", "events_max_age"})
+	f := d.section(n, busSection)
 	b.url, _ = d.optional(f, "url")
 	b.fingerprint, _ = d.optional(f, "fingerprint")
 	b.accountsFile, _ = d.optional(f, "accounts_file")
@@ -241,7 +239,7 @@ func (d *decoder) reload(n *yaml.Node) *rawReload {
 		r.manual = true
 		return r
 	}
-	f := d.fields(n, "bus.reload", []string{"pid_file", "command"})
+	f := d.section(n, reloadSection)
 	r.pidFile, _ = d.optional(f, "pid_file")
 	if v, ok := f["command"]; ok {
 		r.command = d.strings(v.val, "bus.reload.command")
@@ -260,7 +258,7 @@ func (d *decoder) reload(n *yaml.Node) *rawReload {
 
 func (d *decoder) controller(n *yaml.Node) *rawController {
 	c := &rawController{pos: d.pos(n)}
-	f := d.fields(n, "controller", []string{"follows", "sends", "calls"})
+	f := d.section(n, controllerSection)
 	c.follows = d.names(f, "follows", "controller.follows")
 	c.sends = d.names(f, "sends", "controller.sends")
 	c.calls = d.names(f, "calls", "controller.calls")
@@ -268,7 +266,7 @@ func (d *decoder) controller(n *yaml.Node) *rawController {
 }
 
 func (d *decoder) seat(n *yaml.Node) rawSeat {
-	f := d.fields(n, "a seat", []string{"name", "scope", "accepts", "emits", "serves", "formerly"})
+	f := d.section(n, seatSection)
 	s := rawSeat{name: d.requiredName(n, f, "seat"), pos: d.pos(n)}
 	s.scope, _ = d.optional(f, "scope")
 	s.accepts = d.names(f, "accepts", "seat.accepts")
@@ -279,7 +277,7 @@ func (d *decoder) seat(n *yaml.Node) rawSeat {
 }
 
 func (d *decoder) module(n *yaml.Node) rawModule {
-	f := d.fields(n, "a module", []string{"name", "on", "claims", "emits", "serves", "follows", "sends", "calls"})
+	f := d.section(n, moduleSection)
 	m := rawModule{name: d.requiredName(n, f, "module"), pos: d.pos(n)}
 	m.on = d.names(f, "on", "module.on")
 	if v, ok := f["on"]; !ok {
@@ -294,6 +292,12 @@ func (d *decoder) module(n *yaml.Node) rawModule {
 	m.sends = d.names(f, "sends", "module.sends")
 	m.calls = d.names(f, "calls", "module.calls")
 	return m
+}
+
+// section reads a mapping of one section of the description, whose keys are the ones its table
+// in schema.go lists: the same table the schema is written from.
+func (d *decoder) section(n *yaml.Node, s *section) map[string]field {
+	return d.fields(n, s.what, s.names)
 }
 
 // field is a mapping entry with both nodes, so errors can point at the key or the value.

@@ -14,11 +14,18 @@ import (
 // diffAccounts plans the accounts config: a change when the bytes in use differ from the
 // rendering, described user by user and subject by subject, never by hash or password.
 func diffAccounts(target Target, live Live) (Change, bool) {
-	if live.AccountsKnown && bytes.Equal(live.Accounts, target.Accounts) {
+	same := live.AccountsKnown && bytes.Equal(live.Accounts, target.Accounts)
+	if same && live.AccountsNotServed == "" {
 		return Change{}, false
 	}
 	c := Change{Kind: KindAccounts, Name: "config", Action: Update, Risk: RiskNone,
 		Reason: "the users or permissions derived from the mesh differ from the config in use"}
+	if same {
+		// The file is the rendering, but what the server serves is not known: loading it
+		// may change anything for anyone connected.
+		c.Reason, c.Risk = live.AccountsNotServed, RiskDisruptive
+		return c, true
+	}
 	before := map[string]*server.User{}
 	if !live.AccountsKnown {
 		c.Action = Create
@@ -88,6 +95,11 @@ func diffAccounts(target Target, live Live) (Change, bool) {
 	}
 	if c.Action == Update && len(c.Users) == 0 {
 		c.Reason = "the file in use differs from the rendering in layout only (edited by hand?); it is rewritten"
+	}
+	if live.AccountsNotServed != "" {
+		// The users above are compared with the file on disk, which the server may not serve.
+		c.Reason += "; and " + live.AccountsNotServed
+		c.Risk = RiskDisruptive
 	}
 	return c, true
 }

@@ -16,7 +16,7 @@ import (
 
 // Compute plans the changes that make live equal to target.
 func Compute(target Target, live Live, o Options) *Plan {
-	p := &Plan{Baseline: live.Baseline}
+	p := &Plan{Baseline: live.Baseline, AllowDataLoss: o.AllowDataLoss}
 	if p.Baseline == "" {
 		p.Baseline = BaselineBus
 	}
@@ -135,10 +135,13 @@ func Compute(target Target, live Live, o Options) *Plan {
 		c := Change{Kind: KindStream, Name: have.Config.Name, Action: Delete,
 			Reason: "meshctl made it and the mesh no longer derives it", Before: &have.Config,
 			AtStake: &AtStake{Messages: have.Messages}}
-		if seat := formerSeat(target.Bus, have.Config.Name); seat != "" {
-			c.Reason = "seat " + seat + " was renamed: its work queue is now " + render.SeatStreamName(seat)
+		if m := moveOf(target.Bus, have.Config.Name); m != nil {
+			// Its work moves to the new queue first (reconcile/drain.go): nothing is lost.
+			c.Reason = "seat " + m.Seat + " was renamed: its work queue is now " + m.Stream + movedWork(have.Messages)
+			c.Move, c.AtStake, c.Risk = m, nil, RiskDisruptive
+		} else {
+			grade(&c, o, "deleting")
 		}
-		grade(&c, o, "deleting")
 		streamDeletes = append(streamDeletes, c)
 	}
 
@@ -224,16 +227,6 @@ func immutable(fields []FieldChange) []string {
 		}
 	}
 	return out
-}
-
-// formerSeat returns the seat whose former name this stream was named after.
-func formerSeat(d *render.Desired, stream string) string {
-	for old, seat := range d.Formerly {
-		if render.SeatStreamName(old) == stream {
-			return seat
-		}
-	}
-	return ""
 }
 
 func holderMoves(before, after []model.Holding, formerly map[string]string) []HolderMove {

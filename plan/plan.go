@@ -89,6 +89,8 @@ type Change struct {
 	Fields  []FieldChange `json:"fields,omitempty"`
 	AtStake *AtStake      `json:"at_stake,omitempty"`
 	Users   []UserChange  `json:"users,omitempty"`
+	// Move, on a stream's deletion, is where its messages go first (a renamed seat's queue).
+	Move *Move `json:"move,omitempty"`
 	// Before and After are the whole configs (*jetstream.StreamConfig or
 	// *jetstream.ConsumerConfig); an apply sends After whole, never a partial config,
 	// so no field nobody meant to change is reset.
@@ -139,6 +141,9 @@ type Plan struct {
 	// MassDelete is set when the plan deletes more than half of what meshctl owns; its
 	// Refused says why an apply refuses it unless the operator allowed it.
 	MassDelete *MassDelete `json:"mass_delete,omitempty"`
+	// AllowDataLoss is the operator's leave to lose messages, which an apply needs again when
+	// a stream holds messages at execution time that it did not hold when it was planned.
+	AllowDataLoss bool `json:"-"`
 }
 
 // Summary counts changes by action.
@@ -221,6 +226,11 @@ type Live struct {
 	Holding       []model.Holding
 	// Baseline says where this value came from; empty means a bus that was read.
 	Baseline Baseline
+
+	// AccountsNotServed, when set, says why the server is not known to serve Accounts (a
+	// reload it refused, one left to the operator, a file edited by hand): the accounts
+	// config is then planned even when Accounts equals the rendering.
+	AccountsNotServed string
 }
 
 // LiveStream is a stream as the server reports it.

@@ -11,14 +11,21 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/state"
 )
 
-// Accounts is where the accounts config lives and how the server is told to re-read it.
+// Accounts is where the accounts config lives, how the server is told to re-read it, and how
+// meshctl then sees that the server serves it.
 type Accounts struct {
 	Path     string
 	Reloader bus.Reloader
-	// Verify proves the server took the new config, for example by logging in as the
-	// controller afresh. Nil skips it.
+	// Target is the server that includes Path, where the generation principal logs in to
+	// prove a reload took (generation.go).
+	Target bus.Target
+	// StateDir keeps the generation record of the file last written.
+	StateDir string
+	// Verify, when set, is checked once the server is seen serving the new file: for example
+	// that the controller still logs in with JetStream.
 	Verify func(ctx context.Context) error
 }
 
@@ -26,55 +33,219 @@ type Accounts struct {
 // reloads the server: the change is on disk, not yet in force.
 var ErrNotLive = bus.ErrReloadByOperator
 
-// write installs a new accounts config: checked with the server's own parser first,
-// written atomically beside the old one, reloaded, verified; when the server refuses it,
-// the previous file goes back and is reloaded again, so the bus keeps the config it had.
+// ErrRefused is returned (wrapped) when the server did not take a new accounts config: the
+// reload failed or the server went on serving another file. The error says what was put
+// back and whether the server is seen serving it.
+var ErrRefused = errors.New("the server did not take the new accounts config")
+
+// errAtNextStart is atNextStart's answer: nothing serves the file yet, so there is nothing
+// to prove until the embedded bus starts and reads it.
+var errAtNextStart = errors.New("the embedded bus is not running; it reads the accounts config when it starts")
+
+// write installs a new accounts config (a rendering): checked with the server's own parser
+// first, stamped with a fresh generation principal, written atomically beside the old one,
+// reloaded, and seen served — by a login as that principal, which only this file admits.
+// When the server does not take it, the previous file and its generation go back, are
+// reloaded, and the error says whether the server is seen serving the previous one.
+//
+// When the file on disk already is this rendering, as meshctl last wrote it, only its reload
+// is missing (the plan found the server serving another file): it is reloaded and proven,
+// not written again.
 func (a Accounts) write(ctx context.Context, data []byte) error {
+	if a.StateDir == "" {
+		return errors.New("writing the accounts config: no state directory to keep its generation in")
+	}
 	dir := filepath.Dir(a.Path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating the directory of the accounts config: %w", err)
-	}
-	if err := bus.CheckAccounts(data, dir); err != nil {
-		return fmt.Errorf("the rendered accounts config does not pass the server's parser, so it was not installed: %w", err)
+		return state.DiskError(fmt.Errorf("creating the directory of the accounts config: %w", err), dir)
 	}
 	previous, err := os.ReadFile(a.Path)
 	existed := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("reading the accounts config in use: %w", err)
 	}
-	if existed && bytes.Equal(previous, data) {
-		return nil
+	prevGen, prevKnown := loadGeneration(a.StateDir)
+	prevKnown = prevKnown && existed && prevGen.describes(a.Path, previous)
+	if prevKnown {
+		if rendered, _ := unstamp(previous); bytes.Equal(rendered, data) {
+			return a.reloadAgain(ctx, prevGen)
+		}
 	}
-	if err := atomicfile.Write(a.Path, data); err != nil {
+	if err := bus.CheckAccounts(data, dir); err != nil {
+		return state.DiskError(err, dir)
+	}
+	stamped, gen, err := stamp(data, a.Path)
+	if err != nil {
 		return fmt.Errorf("writing the accounts config: %w", err)
 	}
-	if err := a.reloadAndVerify(ctx); err != nil {
-		if errors.Is(err, ErrNotLive) {
-			return err
-		}
-		restore := func() error {
-			if !existed {
-				return os.Remove(a.Path)
-			}
-			if err := atomicfile.Write(a.Path, previous); err != nil {
-				return err
-			}
-			return a.Reloader.Reload(ctx)
-		}
-		if rerr := restore(); rerr != nil {
-			return fmt.Errorf("the server refused the new accounts config (%w), and restoring the previous one failed too: %v", err, rerr)
-		}
-		return fmt.Errorf("the server refused the new accounts config; the previous one was restored: %w", err)
+	// The record first: a crash between the two leaves a record that describes no file on
+	// disk, which the next plan reads as "not proven" and repairs, never as proven.
+	if err := saveGeneration(a.StateDir, gen); err != nil {
+		return err
 	}
-	return nil
+	if err := atomicfile.Write(a.Path, stamped); err != nil {
+		werr := state.DiskError(fmt.Errorf("writing the accounts config %s: %w", a.Path, err), dir)
+		if rerr := restoreGeneration(a.StateDir, prevGen, prevKnown); rerr != nil {
+			return errors.Join(werr, rerr)
+		}
+		return werr
+	}
+	err = a.reloadAndProve(ctx, gen)
+	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
+		return err
+	}
+	if errors.Is(err, bus.ErrNotServed) {
+		// The process serving the embedded bus stopped meanwhile: no server runs from this
+		// state directory, and the next to start reads this file, which its first plan then
+		// proves.
+		return fmt.Errorf("%w (%w)", errAtNextStart, err)
+	}
+	return a.restore(ctx, err, previous, existed, prevGen, prevKnown)
 }
 
-func (a Accounts) reloadAndVerify(ctx context.Context) error {
+// reloadAgain reloads a file that is already on disk as meshctl wrote it, and proves it.
+func (a Accounts) reloadAgain(ctx context.Context, g generation) error {
+	err := a.reloadAndProve(ctx, g)
+	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
+		return err
+	}
+	return fmt.Errorf("%w: %w; the accounts config at %s is the one meshctl wrote, and the server still serves another: "+
+		"its log says why it does not load it", ErrRefused, err, a.Path)
+}
+
+// reloadAndProve reloads the server and waits until it is seen serving g's file.
+func (a Accounts) reloadAndProve(ctx context.Context, g generation) error {
 	if err := a.Reloader.Reload(ctx); err != nil {
 		return err
+	}
+	if err := prove(ctx, a.Target, g, proofWait); err != nil {
+		if errors.Is(err, errNotServed) {
+			return fmt.Errorf("%w of the reload (a reload the server refused says why in its log, "+
+				"e.g. \"config reload not supported for ServerName\")", err)
+		}
+		return fmt.Errorf("proving the server loaded it: %w", err)
 	}
 	if a.Verify != nil {
 		return a.Verify(ctx)
 	}
 	return nil
+}
+
+// restore puts the previous accounts config back after the server did not take the new one
+// (cause), reloads it, and returns an error saying exactly what is on disk and whether the
+// server is seen serving it.
+func (a Accounts) restore(ctx context.Context, cause error, previous []byte, existed bool, prevGen generation, prevKnown bool) error {
+	// The previous file goes back even when the apply was interrupted or ran out of time:
+	// a bus left on a file nobody vouches for is worse than a restore that takes a moment.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*proofWait)
+	defer cancel()
+	var werr error
+	if existed {
+		werr = atomicfile.Write(a.Path, previous)
+	} else {
+		werr = os.Remove(a.Path)
+	}
+	if werr != nil {
+		return fmt.Errorf("%w: %w; putting the previous accounts config back at %s failed too, so the new one stays "+
+			"there, not served: %w", ErrRefused, cause, a.Path, state.DiskError(werr, filepath.Dir(a.Path)))
+	}
+	if gerr := restoreGeneration(a.StateDir, prevGen, prevKnown); gerr != nil {
+		return fmt.Errorf("%w: %w; the previous accounts config is back at %s, but its generation could not be recorded: %w",
+			ErrRefused, cause, a.Path, gerr)
+	}
+	if !existed {
+		return fmt.Errorf("%w: %w; there was no accounts config at %s before, and the new one is removed", ErrRefused, cause, a.Path)
+	}
+	// Reloaded even when the new file was never taken: a server that took it late, after the
+	// proof gave up, goes back to the previous one.
+	rerr := a.Reloader.Reload(ctx)
+	if !prevKnown {
+		if rerr != nil {
+			return fmt.Errorf("%w: %w; the previous accounts config is back at %s, and reloading it failed too (%v); "+
+				"it carries no generation of meshctl's, so which config the server serves is not known", ErrRefused, cause, a.Path, rerr)
+		}
+		return fmt.Errorf("%w: %w; the previous accounts config is back at %s and reloaded; it carries no generation "+
+			"of meshctl's, so that the server serves it is not proven", ErrRefused, cause, a.Path)
+	}
+	if perr := prove(ctx, a.Target, prevGen, proofWait); perr != nil {
+		reload := ""
+		if rerr != nil {
+			reload = fmt.Sprintf(" (reloading it failed too: %v)", rerr)
+		}
+		return fmt.Errorf("%w: %w; the previous accounts config is back at %s%s, but the server is not seen serving it either "+
+			"(%v): reload the server and check its log, then apply again", ErrRefused, cause, a.Path, reload, perr)
+	}
+	// The server serves the previous file: whatever the reload of it said, the bus is as it
+	// was before this apply's accounts change.
+	return fmt.Errorf("%w: %w; the previous accounts config is back at %s and the server is seen serving it, "+
+		"so its users are as they were", ErrRefused, cause, a.Path)
+}
+
+// restoreGeneration puts the previous generation record back, or removes the record when the
+// previous file carried none of meshctl's.
+func restoreGeneration(stateDir string, prev generation, known bool) error {
+	if !known {
+		prev = generation{}
+	}
+	return saveGeneration(stateDir, prev)
+}
+
+// install writes a rendering, stamped, where no server reads it yet: the embedded bus's
+// first config, read when it starts. Starting proves nothing by itself; the first plan's
+// login as its generation principal does.
+func (a Accounts) install(data []byte) error {
+	stamped, gen, err := stamp(data, a.Path)
+	if err != nil {
+		return fmt.Errorf("writing the first accounts config: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(a.Path), 0o700); err != nil {
+		return state.DiskError(fmt.Errorf("writing the first accounts config: %w", err), filepath.Dir(a.Path))
+	}
+	if err := saveGeneration(a.StateDir, gen); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(a.Path, stamped); err != nil {
+		return state.DiskError(fmt.Errorf("writing the first accounts config %s: %w", a.Path, err), filepath.Dir(a.Path))
+	}
+	return nil
+}
+
+// served reads the accounts config on disk back as a plan compares it: without its
+// generation principal, and with the reason the server is not known to serve it ("" when it
+// is seen serving exactly this file). It costs one login, as the generation principal,
+// whose hash is the cheapest bcrypt.
+func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, error) {
+	rendered, stamped := unstamp(conf)
+	g, known := loadGeneration(a.StateDir)
+	switch {
+	case !stamped || !known:
+		return rendered, fmt.Sprintf("the accounts config at %s carries no generation meshctl recorded, "+
+			"so that the server serves it is not known; it is written and reloaded, and then proven", a.Path), nil
+	case !g.describes(a.Path, conf):
+		return rendered, fmt.Sprintf("the accounts config at %s is not the one meshctl last wrote (edited by hand?); "+
+			"it is written and reloaded again", a.Path), nil
+	}
+	err := proveOnce(ctx, a.Target, g)
+	switch {
+	case err == nil:
+		return rendered, "", nil
+	case errors.Is(err, errNotServed):
+		return rendered, fmt.Sprintf("the server does not serve the accounts config at %s: meshctl wrote it, and the server "+
+			"has not loaded it (a reload it refused, or one left to the operator)", a.Path), nil
+	default:
+		return nil, "", fmt.Errorf("seeing which accounts config the server serves: %w", err)
+	}
+}
+
+// removeStaleChecks removes what a killed run left beside the accounts file: the temporary
+// directories of its config check, each a copy of every password hash. It runs under the
+// apply lock, and leaves alone a check a live process is still making.
+func removeStaleChecks(path string, logf func(string, ...any)) {
+	removed, err := bus.RemoveStaleChecks(filepath.Dir(path))
+	for _, r := range removed {
+		logf("removed %s, a copy of the accounts config a killed meshctl left behind", r)
+	}
+	if err != nil {
+		logf("%v", err)
+	}
 }

@@ -24,6 +24,7 @@ type API interface {
 	CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error
 	UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error
 	DeleteConsumer(ctx context.Context, stream, name string) error
+	DrainAPI
 }
 
 // NewAPI is the API over a connection (the controller's: it alone may reach $JS.API).
@@ -283,4 +284,149 @@ func (c *Counting) UpdateConsumer(ctx context.Context, s string, cfg jetstream.C
 func (c *Counting) DeleteConsumer(ctx context.Context, s, name string) error {
 	c.consumer()
 	return c.API.DeleteConsumer(ctx, s, name)
+}
+
+// DrainAPI is what taking a stream out of service needs beyond the reconcile's own calls:
+// reading a stream's state and messages at execution time, moving a message elsewhere, and
+// pausing the consumers that hand its messages out (drain.go).
+type DrainAPI interface {
+	// StreamInfo is a stream's config and state, read now; jetstream.ErrStreamNotFound when
+	// it is gone.
+	StreamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error)
+	// NextMsg is the stream's first message at or after seq; ErrNoMessage when there is none.
+	NextMsg(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error)
+	// DeleteMsg takes one message out of a stream.
+	DeleteMsg(ctx context.Context, stream string, seq uint64) error
+	// Publish stores a message in whichever stream takes its subject, and returns the
+	// stream's acknowledgement.
+	Publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error)
+	// PauseConsumer stops a consumer delivering until until; a zero until resumes it.
+	PauseConsumer(ctx context.Context, stream, consumer string, until time.Time) error
+}
+
+// ErrNoMessage is NextMsg's answer when no message is at or after the sequence asked for.
+var ErrNoMessage = errors.New("no message")
+
+// errNoMessageCode is the JetStream API's "no message found" (JSNoMessageFoundErr).
+const errNoMessageCode = 10037
+
+func (a *jsAPI) StreamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	s, err := a.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo(), nil
+}
+
+// storedMsg is a message as $JS.API.STREAM.MSG.GET answers it.
+type storedMsg struct {
+	Message *struct {
+		Subject  string    `json:"subject"`
+		Sequence uint64    `json:"seq"`
+		Header   []byte    `json:"hdrs"`
+		Data     []byte    `json:"data"`
+		Time     time.Time `json:"time"`
+	} `json:"message"`
+	Error *jetstream.APIError `json:"error"`
+}
+
+// NextMsg asks the API directly, as ListConsumers does: the library's GetMsg needs a stream
+// handle, which costs a STREAM.INFO call per message. next_by_subj ">" makes it the next
+// message at or after seq on any subject, skipping the gaps acknowledged work leaves in a
+// work queue (jetstream_api.go jsMsgGetRequest, JSApiMsgGetRequest.NextFor) [seen].
+func (a *jsAPI) NextMsg(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	req, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": ">"})
+	var got storedMsg
+	if err := a.request(ctx, "$JS.API.STREAM.MSG.GET."+stream, req, &got); err != nil {
+		return nil, fmt.Errorf("reading the messages of %s: %w", stream, err)
+	}
+	if got.Error != nil {
+		if got.Error.ErrorCode == errNoMessageCode {
+			return nil, ErrNoMessage
+		}
+		return nil, fmt.Errorf("reading the messages of %s: %w", stream, got.Error)
+	}
+	if got.Message == nil {
+		return nil, fmt.Errorf("reading the messages of %s: the server answered without a message", stream)
+	}
+	m := got.Message
+	msg := &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Data: m.Data, Time: m.Time}
+	if len(m.Header) > 0 {
+		hdr, err := nats.DecodeHeadersMsg(m.Header)
+		if err != nil {
+			return nil, fmt.Errorf("reading message %d of %s: %w", m.Sequence, stream, err)
+		}
+		msg.Header = hdr
+	}
+	return msg, nil
+}
+
+func (a *jsAPI) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
+	// no_erase: the message goes; overwriting its bytes on disk is not what is asked.
+	req, _ := json.Marshal(map[string]any{"seq": seq, "no_erase": true})
+	var got struct {
+		Success bool                `json:"success"`
+		Error   *jetstream.APIError `json:"error"`
+	}
+	if err := a.request(ctx, "$JS.API.STREAM.MSG.DELETE."+stream, req, &got); err != nil {
+		return fmt.Errorf("deleting message %d of %s: %w", seq, stream, err)
+	}
+	if got.Error != nil {
+		return fmt.Errorf("deleting message %d of %s: %w", seq, stream, got.Error)
+	}
+	return nil
+}
+
+func (a *jsAPI) request(ctx context.Context, subject string, req []byte, into any) error {
+	rctx, cancel := bounded(ctx)
+	defer cancel()
+	msg, err := a.nc.RequestWithContext(rctx, subject, req)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(msg.Data, into)
+}
+
+func (a *jsAPI) Publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	return a.js.PublishMsg(ctx, msg)
+}
+
+func (a *jsAPI) PauseConsumer(ctx context.Context, stream, consumer string, until time.Time) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	var err error
+	if until.IsZero() {
+		_, err = a.js.ResumeConsumer(ctx, stream, consumer)
+	} else {
+		_, err = a.js.PauseConsumer(ctx, stream, consumer, until)
+	}
+	return err
+}
+
+// The drain's calls, counted: reading a stream's state or a message is a read; deleting a
+// message, publishing one and pausing a consumer mutate.
+
+func (c *Counting) StreamInfo(ctx context.Context, s string) (*jetstream.StreamInfo, error) {
+	c.Reads.Add(1)
+	return c.API.StreamInfo(ctx, s)
+}
+func (c *Counting) NextMsg(ctx context.Context, s string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	c.Reads.Add(1)
+	return c.API.NextMsg(ctx, s, seq)
+}
+func (c *Counting) DeleteMsg(ctx context.Context, s string, seq uint64) error {
+	c.stream()
+	return c.API.DeleteMsg(ctx, s, seq)
+}
+func (c *Counting) Publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
+	c.stream()
+	return c.API.Publish(ctx, msg)
+}
+func (c *Counting) PauseConsumer(ctx context.Context, s, name string, until time.Time) error {
+	c.consumer()
+	return c.API.PauseConsumer(ctx, s, name, until)
 }

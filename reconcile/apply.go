@@ -33,6 +33,10 @@ type Progress func(done, total int, c plan.Change, err error)
 // converges. Conflicts are left alone, and the plan holds nothing that depends on them:
 // everything else is applied, and the error wraps ErrConflict. It returns how many changes
 // were done.
+//
+// What a plan counted in a stream is history by the time the stream goes: a deletion or a
+// replacement runs as drain.go decides, and a renamed seat's queue stops handing out work
+// before the accounts config is reloaded.
 func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress) (int, error) {
 	return apply(ctx, p, api, accounts, progress, nil)
 }
@@ -80,7 +84,16 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 			progress(done, total, c, err)
 		}
 	}
-	for _, phase := range phases {
+	for i, phase := range phases {
+		if i == 2 {
+			// Before the reload takes holders' grants away, the queues whose work moves stop
+			// handing it out (drain.go).
+			resume, err := quiesce(ctx, api, phases[4], p.AllowDataLoss)
+			defer resume()
+			if err != nil {
+				return done, err
+			}
+		}
 		err := runPhase(ctx, phase, func(ctx context.Context, c plan.Change) error {
 			if gate == nil {
 				err := applyOne(ctx, c, p, api, accounts)
@@ -153,12 +166,8 @@ func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, account
 			err = api.CreateStream(ctx, *c.After.(*jetstream.StreamConfig))
 		case plan.Update:
 			err = api.UpdateStream(ctx, *c.After.(*jetstream.StreamConfig))
-		case plan.Replace:
-			if err = api.DeleteStream(ctx, c.Name); err == nil {
-				err = api.CreateStream(ctx, *c.After.(*jetstream.StreamConfig))
-			}
-		case plan.Delete:
-			err = api.DeleteStream(ctx, c.Name)
+		case plan.Replace, plan.Delete:
+			err = drain(ctx, api, c, p.AllowDataLoss)
 		}
 	case plan.KindConsumer:
 		switch c.Action {

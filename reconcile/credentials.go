@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -13,28 +14,50 @@ import (
 
 // SyncAccounts re-renders the accounts config after a credential was issued, rotated or
 // revoked, and makes it live without touching streams or consumers: on an external bus by
-// its reload method, on an embedded bus served by a running `meshctl watch` by asking it
-// to reload, and on an embedded bus that is not running by writing the file it will load
-// when it starts. It returns what it did, for the operator.
+// its reload method, on an embedded bus another meshctl process serves by asking that
+// process over its control socket, and on an embedded bus that is not running by writing
+// the file it will load when it starts. Where a server runs, it succeeds only once the
+// server is seen serving the new file (generation.go). It returns what it did, for the
+// operator.
+//
+// It takes the apply lock, waiting for an apply in progress: both write the accounts file,
+// and each proves the file it wrote.
 func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (string, error) {
+	if m.Bus.Embedded() {
+		// Held before waiting for the lock: a one-shot apply that serves the bus and holds
+		// the lock would otherwise stop its bus the moment it let go.
+		if release, err := bus.Hold(ctx, store.Dir()); err == nil {
+			defer release()
+		}
+	}
+	lock, err := state.AcquireLock(ctx, store.Dir(), true, nil)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Unlock()
 	hashes, err := store.Hashes(ctx)
 	if err != nil {
 		return "", err
 	}
 	data := render.AccountsConfig(render.Derive(m).Principals, hashes)
-	a := Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload)}
-	what := "the accounts config at " + a.Path + " is rewritten and reloaded (" + a.Reloader.Describe() + ")"
+	a := Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload), StateDir: store.Dir(),
+		Target: bus.Target{URL: m.Bus.URL, Fingerprint: m.Bus.Fingerprint}}
+	what := "the accounts config at " + a.Path + " is rewritten and reloaded (" + a.Reloader.Describe() + "), and the server is seen serving it"
 	if m.Bus.Embedded() {
 		a.Path = filepath.Join(store.Dir(), "bus", "accounts.conf")
-		if _, pid, ok := bus.RunningEmbeddedProcess(store.Dir()); ok {
-			a.Reloader = signalReloader{pid: pid}
-			what = fmt.Sprintf("the embedded bus served by meshctl pid %d reloads the accounts config", pid)
+		if url, pid, ok := bus.RunningEmbeddedProcess(store.Dir()); ok {
+			a.Reloader, a.Target = bus.ControlReloader(store.Dir()), bus.Target{URL: url}
+			what = fmt.Sprintf("the embedded bus served by meshctl pid %d reloaded the accounts config, and is seen serving it", pid)
 		} else {
 			a.Reloader = atNextStart{}
-			what = "the embedded bus is not running; it loads the new accounts config when it next starts"
 		}
 	}
-	if err := a.write(ctx, data); err != nil {
+	removeStaleChecks(a.Path, func(string, ...any) {})
+	err = a.write(ctx, data)
+	switch {
+	case errors.Is(err, errAtNextStart):
+		return "the embedded bus is not running; it loads the new accounts config when it next starts", nil
+	case err != nil:
 		return "", err
 	}
 	return what, nil
@@ -43,5 +66,5 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 // atNextStart reloads nothing: the file is read when the embedded bus next starts.
 type atNextStart struct{}
 
-func (atNextStart) Reload(context.Context) error { return nil }
+func (atNextStart) Reload(context.Context) error { return errAtNextStart }
 func (atNextStart) Describe() string             { return "read when the embedded bus next starts" }

@@ -21,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// A refused reload is waited out before the previous file goes back; the tests that
+	// provoke one need not wait the product's ten seconds.
+	proofWait = 3 * time.Second
 	code := m.Run()
 	bus.RemoveBuiltServer()
 	os.Exit(code)

@@ -376,9 +376,10 @@ func TestAConfigTheServerRefusesLeavesTheOldOneLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A config that passes the parser but locks the controller out: the verification after
-	// the reload fails, and the previous file goes back.
-	err = s.Accounts.write(ctx, []byte(replaceControllerHash(string(before))))
-	if err == nil || !strings.Contains(err.Error(), "previous one was restored") {
+	// the reload fails, and the previous file goes back, seen served.
+	rendered, _ := unstamp(before)
+	err = s.Accounts.write(ctx, []byte(replaceControllerHash(string(rendered))))
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "the server is seen serving it") {
 		t.Fatalf("a config that locks the controller out was not refused: %v", err)
 	}
 	after, _ := os.ReadFile(s.Accounts.Path)

@@ -67,11 +67,27 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	if err != nil {
 		return nil, t, err
 	}
-	live, err := ReadLive(ctx, s.API, s.Accounts.Path, holdingOf(inv))
+	live, err := s.readLive(ctx, holdingOf(inv), nil)
 	if err != nil {
 		return nil, t, fmt.Errorf("reading the bus at %s: %w", s.Target.Address(), err)
 	}
 	return plan.Compute(t, live, o), t, nil
+}
+
+// readLive reads the bus (the consumers of only the given streams, when streams is not
+// nil) and the accounts config in use, and proves which accounts config the server
+// serves: a file written and never loaded is no file in force.
+func (s *Session) readLive(ctx context.Context, holdings []model.Holding, streams map[string]bool) (plan.Live, error) {
+	live, err := readLive(ctx, s.API, s.Accounts.Path, holdings, streams)
+	if err != nil {
+		return live, err
+	}
+	if live.AccountsKnown {
+		if live.Accounts, live.AccountsNotServed, err = s.Accounts.served(ctx, live.Accounts); err != nil {
+			return live, err
+		}
+	}
+	return live, nil
 }
 
 // Reconcile plans and, unless asked for a dry run, applies the plan under the apply lock,
@@ -86,15 +102,26 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		p, err := s.Plan(ctx, m, opts)
 		return Result{Plan: p}, err
 	}
+	started := time.Now()
 	lock, err := state.AcquireLock(ctx, s.Store.Dir(), o.WaitForLock, o.LockNotice)
 	if err != nil {
+		err = state.DiskError(err, s.Store.Dir())
+		s.recordFailure(ctx, o.Dir, started, nil, err)
 		return Result{}, err
 	}
 	defer lock.Unlock()
+	s.locked = true
+	defer func() { s.locked = false }()
 
-	started := time.Now()
-	p, t, err := s.plan(ctx, m, opts)
+	removeStaleChecks(s.Accounts.Path, s.logf)
+	err = s.rejoin(ctx, m)
+	var p *plan.Plan
+	var t plan.Target
+	if err == nil {
+		p, t, err = s.plan(ctx, m, opts)
+	}
 	if err != nil {
+		s.recordFailure(ctx, o.Dir, started, nil, err)
 		return Result{}, err
 	}
 	res := Result{Plan: p}
@@ -119,6 +146,7 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 			err = errors.Join(err, verr) // keeps a conflict said beside it
 		}
 	}
+	err = s.diskError(err)
 	outcome := "applied"
 	switch {
 	case errors.Is(err, ErrBlocked):
@@ -132,6 +160,10 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 	}
 	id, rerr := s.record(ctx, o.Dir, started, p, outcome)
 	res.ApplyID = id
+	if err != nil && rerr != nil {
+		// The apply's own error is what the caller reports; the history's must not be lost.
+		s.logf("this apply's outcome could not be recorded in the history: %v", rerr)
+	}
 	if (err == nil || errors.Is(err, ErrConflict)) && rerr == nil {
 		// The inventory names the apply that made it, so a holder change can be traced to
 		// the commit that caused it.
@@ -147,7 +179,8 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 
 func (s *Session) record(ctx context.Context, dir string, started time.Time, p *plan.Plan, outcome string) (int64, error) {
 	user, host, commit := state.WhoAmI(dir)
-	return s.Store.RecordApply(ctx, state.ApplyRecord{
+	// Recorded even when ctx has ended (an interrupt): the history is for exactly that.
+	return s.Store.RecordApply(context.WithoutCancel(ctx), state.ApplyRecord{
 		Started: started, Finished: time.Now(), User: user, Host: host, Commit: commit,
 		Summary: p.Summary().String(), Outcome: outcome,
 	})

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,7 +15,6 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
-	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -53,15 +51,33 @@ type Session struct {
 
 	password string
 	logf     func(string, ...any)
-	readOnly bool
+	opts     Options
+	// release ends this session's lease on an embedded bus another process serves.
+	release func()
+	// stop ends the wait, in Close, for other processes to finish with the bus this one
+	// serves: Connect's context, which an interrupt cancels.
+	stop <-chan struct{}
+	// locked is set while Reconcile holds the apply lock, which a reconnect inside it must
+	// not take again.
+	locked bool
 }
 
-// Close disconnects and, when this process runs the embedded bus, stops it cleanly.
+// Close disconnects and, when this process runs the embedded bus, stops it cleanly. A
+// one-shot command first waits for any other meshctl process that holds a lease on the bus
+// (an `apply --wait` queued behind this one) to finish with it, or for Connect's context to
+// end; `watch` stops at once, as it was told to.
 func (s *Session) Close() {
 	if s.Conn != nil {
 		s.Conn.Close()
 	}
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
 	if s.Embedded != nil {
+		if !s.opts.OwnEmbedded {
+			s.waitForHolders()
+		}
 		if n := embeddedConsumers(s.Embedded); n >= largeBus {
 			// Said before, so a minute of stopping does not look like a hang.
 			s.logf("stopping the embedded bus: %d consumers, about %s (nats-server stops them one at a time)",
@@ -101,9 +117,9 @@ func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Store: store, password: password, logf: logf, readOnly: o.ReadOnly}
+	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done()}
 	if m.Bus.Embedded() {
-		err = s.connectEmbedded(ctx, m, o)
+		err = s.connectEmbedded(ctx, m)
 	} else {
 		err = s.connectExternal(ctx, m)
 	}
@@ -143,7 +159,7 @@ func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
 	if s.controllerCanLogIn(s.Accounts.Path) {
 		return nil
 	}
-	if s.readOnly {
+	if s.opts.ReadOnly {
 		return s.refuseBootstrap(s.Accounts.Path)
 	}
 	s.logf("the accounts config at %s does not let the controller in; installing the rendered one first", s.Accounts.Path)
@@ -225,20 +241,55 @@ func (s *Session) controllerCanLogIn(path string) bool {
 	return ok && bcrypt.CompareHashAndPassword([]byte(u.Password), []byte(s.password)) == nil
 }
 
-func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options) error {
+// connectEmbedded uses the embedded bus another meshctl process serves from this state
+// directory, holding a lease on it so a one-shot server keeps it up while this session needs
+// it, or starts one in this process.
+func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh) error {
+	stateDir := s.Store.Dir()
+	// A bus whose process is stopping still holds the state directory until it has stopped —
+	// a minute for a large one — and a start must wait for that rather than fail.
+	waitUntil := time.Now().Add(2 * time.Minute)
+	said := false
+	for {
+		if url, pid, ok := bus.RunningEmbeddedProcess(stateDir); ok && !s.opts.OwnEmbedded {
+			release, err := bus.Hold(ctx, stateDir)
+			if err == nil {
+				// Another meshctl keeps the bus up; use it instead of starting a second
+				// server on the same store, and reload it through that process.
+				s.release = release
+				s.Target = bus.Target{URL: url}
+				s.Accounts = Accounts{Path: filepath.Join(stateDir, "bus", "accounts.conf"),
+					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}
+				s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
+				return s.letControllerIn(ctx, m)
+			}
+			if !errors.Is(err, bus.ErrNotServed) {
+				return err
+			}
+		}
+		err := s.startEmbedded(ctx, m)
+		if !errors.Is(err, bus.ErrAlreadyRunning) || s.opts.OwnEmbedded || time.Now().After(waitUntil) {
+			return err
+		}
+		if !said {
+			s.logf("the embedded bus of %s is stopping in another meshctl process; waiting to serve it here", stateDir)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting to serve the embedded bus: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// startEmbedded starts the embedded bus in this process, first installing the rendered
+// accounts config when the one on disk does not let the controller in.
+func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 	stateDir := s.Store.Dir()
 	accountsPath := filepath.Join(stateDir, "bus", "accounts.conf")
-	if url, pid, ok := bus.RunningEmbeddedProcess(stateDir); ok && !o.OwnEmbedded {
-		// Another meshctl (a `meshctl watch`) keeps the bus up; use it instead of starting a
-		// second server on the same store. It reloads on SIGHUP.
-		s.Target = bus.Target{URL: url}
-		s.Accounts = Accounts{Path: accountsPath, Reloader: signalReloader{pid: pid}}
-		s.Accounts.Verify = s.verifyLogin
-		s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
-		return s.letControllerIn(ctx, m)
-	}
 	if !s.controllerCanLogIn(accountsPath) {
-		if o.ReadOnly {
+		if s.opts.ReadOnly {
 			return s.refuseBootstrap(accountsPath)
 		}
 		data, err := s.bootstrapAccounts(ctx, m, accountsPath)
@@ -248,11 +299,8 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 		if _, statErr := os.Stat(accountsPath); statErr == nil {
 			s.logf("the controller cannot log in with %s; installing the rendered accounts config before starting the bus", accountsPath)
 		}
-		if err := os.MkdirAll(filepath.Dir(accountsPath), 0o700); err != nil {
+		if err := (Accounts{Path: accountsPath, StateDir: stateDir}).install(data); err != nil {
 			return err
-		}
-		if err := atomicfile.Write(accountsPath, data); err != nil {
-			return fmt.Errorf("writing the first accounts config: %w", err)
 		}
 	}
 	started := time.Now()
@@ -265,29 +313,83 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 	if gone := e.RemovedHalfWritten(); len(gone) > 0 {
 		s.logf("removed %d consumer(s) a killed server had left half-written, to be created whole again: %s", len(gone), strings.Join(gone, ", "))
 	}
-	if n := embeddedConsumers(e); n >= largeBus && !o.OwnEmbedded {
+	if n := embeddedConsumers(e); n >= largeBus && !s.opts.OwnEmbedded {
 		s.logf("the embedded bus holds %d consumers: stopping it when this command ends takes about %s; "+
 			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))
 	}
 	s.Target = bus.Target{URL: e.URL()}
-	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader()}
-	s.Accounts.Verify = func(ctx context.Context) error {
-		if e.ConfigLoadTime().Before(started) {
-			return errors.New("the embedded bus did not load the new config")
-		}
-		return s.verifyLogin(ctx)
-	}
+	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}
 	return nil
+}
+
+// waitForHolders keeps the bus this one-shot process serves up while other meshctl
+// processes hold a lease on it, saying who.
+func (s *Session) waitForHolders() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := s.Embedded.WaitReleased(ctx, func(hs []bus.Holder) {
+		names := make([]string, len(hs))
+		for i, h := range hs {
+			names[i] = h.String()
+		}
+		s.logf("keeping the embedded bus up until %s, which uses it, is done", strings.Join(names, ", "))
+	})
+	if err != nil {
+		s.logf("stopping the embedded bus although %d other meshctl process(es) still use it: interrupted", len(s.Embedded.Holders()))
+	}
+}
+
+// rejoin makes sure, once the apply lock is taken, that the embedded bus this session uses
+// is still served: an `apply --wait` queued behind another process whose bus has since gone
+// (killed, or a `watch` stopped) reconnects — to whichever process serves it now, or to one
+// it starts itself.
+func (s *Session) rejoin(ctx context.Context, m *model.Mesh) error {
+	if !m.Bus.Embedded() || s.Embedded != nil {
+		return nil
+	}
+	if url, ok := bus.RunningEmbedded(s.Store.Dir()); ok && url == s.Target.URL && s.Conn != nil && s.Conn.IsConnected() {
+		return nil
+	}
+	s.logf("the embedded bus at %s is no longer served; connecting again", s.Target.Address())
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
+	if err := s.connectEmbedded(ctx, m); err != nil {
+		return err
+	}
+	return s.connect(ctx)
 }
 
 func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
 	s.Target = bus.Target{URL: m.Bus.URL, Fingerprint: m.Bus.Fingerprint}
-	s.Accounts = Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload), Verify: s.verifyLogin}
+	s.Accounts = Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload), Target: s.Target,
+		StateDir: s.Store.Dir(), Verify: s.verifyLogin}
 	return s.letControllerIn(ctx, m)
 }
 
 // bootstrap installs the rendered accounts config so the controller can log in at all.
 func (s *Session) bootstrap(ctx context.Context, m *model.Mesh) error {
+	// Under the apply lock, like every write of the accounts file: a write by another
+	// meshctl meanwhile would replace the generation this one proves, and each would take
+	// the other's file for a refusal.
+	if !s.locked {
+		lock, err := state.AcquireLock(ctx, s.Store.Dir(), true, nil)
+		if err != nil {
+			return err
+		}
+		defer lock.Unlock()
+		if s.controllerCanLogIn(s.Accounts.Path) {
+			return nil // installed by the holder we waited for
+		}
+	}
 	data, err := s.bootstrapAccounts(ctx, m, s.Accounts.Path)
 	if err != nil {
 		return err
@@ -346,18 +448,4 @@ func reloaderFor(r model.Reload) bus.Reloader {
 	default:
 		return bus.NoReloader()
 	}
-}
-
-// signalReloader asks the meshctl process that serves the embedded bus to reload it.
-type signalReloader struct{ pid int }
-
-func (r signalReloader) Reload(ctx context.Context) error {
-	if err := syscall.Kill(r.pid, syscall.SIGHUP); err != nil {
-		return fmt.Errorf("asking meshctl pid %d to reload the embedded bus: %w", r.pid, err)
-	}
-	return nil
-}
-
-func (r signalReloader) Describe() string {
-	return fmt.Sprintf("SIGHUP to meshctl pid %d, which serves the embedded bus", r.pid)
 }

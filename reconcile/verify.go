@@ -39,7 +39,7 @@ func touched(p *plan.Plan) (ids map[string]bool, streams map[string]bool) {
 // streams' consumers are not listed, so the re-read of a small change costs a small read.
 func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options) (*plan.Plan, []plan.Change, error) {
 	ids, streams := touched(p)
-	live, err := readLive(ctx, s.API, s.Accounts.Path, nil, streams)
+	live, err := s.readLive(ctx, nil, streams)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the bus at %s again to verify the apply: %w", s.Target.Address(), err)
 	}

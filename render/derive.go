@@ -203,6 +203,16 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	for _, t := range c.Calls {
 		pub.add("call "+t.String(), ToolSubject(t))
 	}
+	for _, s := range m.Seats {
+		// A renamed seat's old work queue is emptied into its new one before it is deleted:
+		// the controller republishes each queued message under the seat's new name and takes
+		// it out of the old queue only once the new one has acknowledged it (reconcile's
+		// drain.go). Without this grant the move is refused, and the work queued under the old
+		// name would be stranded or deleted with its queue.
+		if len(s.Formerly) > 0 {
+			pub.add("move the work queued under seat "+s.Name+"'s former names", "mesh.seat."+s.Name+".accept.>")
+		}
+	}
 	// No allow_responses, although the seeds set it: the controller serves no request at its
 	// reply subject. Enrolment is answered at the address the request's payload carries, which
 	// `_INBOX.enrol.>` grants, and its acks are granted by name, because a reload forgets the

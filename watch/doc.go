@@ -21,10 +21,12 @@
 // reconcile in flight (abandoned at a safe point: the reconciler leaves a bus the next
 // apply converges), the embedded bus, the tree watcher and the metrics server.
 //
-// The SIGHUP contract: with the embedded bus, watch serves it for the whole state
+// The reload contract: with the embedded bus, watch serves it for the whole state
 // directory, and one-shot commands in other terminals (apply, credentials issue and
-// revoke) write its accounts file and send SIGHUP to watch's pid rather than start a
-// second server. So on SIGHUP watch reloads its embedded bus first, then reconciles.
+// revoke) write its accounts file and have the bus reloaded through its control socket
+// (bus.ControlReloader) rather than start a second server; no signal is sent to watch.
+// SIGHUP is the operator's (`systemctl reload`): watch reloads its embedded bus first,
+// then reconciles.
 //
 // Beside the reconcile loop it runs the controller loop (package controller) on the bus the
 // reconcile connected to, handing it each description the bus was brought to; when the

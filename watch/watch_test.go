@@ -146,7 +146,9 @@ func TestDriftIsHealedOnResync(t *testing.T) {
 	h.waitFor(mark, "healing the accounts file", func(c Cycle) bool {
 		return is(TriggerResync, OutcomeOK)(c) && planned(c, "update accounts config")
 	})
-	if got, _ := os.ReadFile(path); !bytes.Equal(got, want) {
+	// Rewritten with a fresh generation principal, the users as rendered.
+	users := want[:bytes.Index(want, []byte(`{ user: "`+reconcile.GenerationUser))]
+	if got, _ := os.ReadFile(path); bytes.Contains(got, []byte("# edited by hand")) || !bytes.HasPrefix(got, users) {
 		t.Errorf("the accounts file after the resync:\n%s\nwant the rendering:\n%s", got, want)
 	}
 }
@@ -211,10 +213,10 @@ func TestAChangedBusSectionReconnects(t *testing.T) {
 
 func TestACredentialIssuedElsewhereWorksWithoutRestart(t *testing.T) {
 	t.Parallel()
-	// Real signals: credentials issue and revoke find this process serving the bus and send
-	// SIGHUP to its pid, as they would to a `meshctl watch` in another terminal.
-	hups := realSignals(t)
-	h := startWatch(t, quickstart(t), func(c *Config) { c.Hup = hups })
+	// Credentials issue and revoke find this process serving the bus and have it reloaded
+	// through its control socket, as they would a `meshctl watch` in another terminal; no
+	// signal is sent, so none is subscribed to.
+	h := startWatch(t, quickstart(t))
 	h.waitFor(0, "applying the quickstart at start", is(TriggerStart, OutcomeOK))
 	url := h.busURL()
 
@@ -236,7 +238,6 @@ func TestACredentialIssuedElsewhereWorksWithoutRestart(t *testing.T) {
 		return err
 	}
 
-	mark := h.mark()
 	minted, err := st.Mint(ctx, []string{"alpha.shop"}, bcrypt.MinCost, "credentials issue")
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +246,6 @@ func TestACredentialIssuedElsewhereWorksWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "alpha.shop logging in with its new credential", func() error { return login(minted["alpha.shop"]) })
-	h.waitFor(mark, "reconciling after the SIGHUP", is(TriggerSignal, OutcomeNoop))
 
 	if _, err := st.Revoke(ctx, "alpha.shop"); err != nil {
 		t.Fatal(err)
@@ -309,12 +309,12 @@ func TestAControllerRevokedElsewhereIsMintedAnew(t *testing.T) {
 }
 
 // A one-shot command that mints the controller a new credential while watch serves the
-// bus installs it through watch: it writes the accounts file, sends SIGHUP, and must wait
-// for the reload before it logs in.
+// bus installs it through watch: it writes the accounts file, has watch reload it over the
+// control socket, and must wait for the reload before it logs in. Watch's own connection
+// is locked out by it, and its next resync comes back with the new credential.
 func TestAOneShotCommandBootstrapsThroughWatch(t *testing.T) {
 	t.Parallel()
-	hups := realSignals(t)
-	h := startWatch(t, quickstart(t), func(c *Config) { c.Hup = hups })
+	h := startWatch(t, quickstart(t), func(c *Config) { c.Resync = 200 * time.Millisecond })
 	h.waitFor(0, "applying the quickstart at start", is(TriggerStart, OutcomeOK))
 
 	ctx := context.Background()

@@ -49,8 +49,10 @@ list    shows each principal the mesh derives, when its credential was minted, a
 revoke  deletes the hash: the principal is locked out at the next reload.
 
 Issuing or revoking re-renders the accounts config and makes it live: on an external
-bus by its reload method, on the embedded bus through a running 'meshctl watch', or at
-the embedded bus's next start.
+bus by its reload method, on the embedded bus through the meshctl process serving it,
+or at the embedded bus's next start. It exits 0 only once the server is seen serving
+the new config (or no bus runs yet); otherwise it exits 2, the membership of an issued
+credential printed all the same.
 
 The controller's own credential is meshctl's, kept in STATE/controller.password and
 minted on first use; revoking "controller" makes meshctl mint a new one next time.
@@ -244,15 +246,21 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	})
 	membership = append(membership, '\n')
 	if file != nil {
-		if err := file.write(membership); err != nil {
-			e.errorf("%s's credential is minted, but its membership could not be written to %s: %v; issue it again", principal, *out, err)
+		if werr := file.write(membership); werr != nil {
+			e.errorf("%s's credential is minted, but its membership could not be written to %s: %v; issue it again", principal, *out, werr)
 			return exitError
 		}
 		fmt.Fprintf(e.stderr, "%s's credential is minted; its membership, the only copy of its password, is in %s (0600)\n", principal, *out)
-		return exitOK
+	} else {
+		fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its password\n", principal)
+		_, _ = e.stdout.Write(membership)
 	}
-	fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its password\n", principal)
-	_, _ = e.stdout.Write(membership)
+	if err != nil {
+		// Written all the same, since the store keeps only the hash; but it is no working
+		// credential until the server serves a config that carries it.
+		fmt.Fprintf(e.stderr, "%s cannot log in yet: the server does not serve the config holding it; fix the server, then run apply\n", principal)
+		return exitError
+	}
 	return exitOK
 }
 

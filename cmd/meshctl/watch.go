@@ -38,8 +38,9 @@ A bus that is down is retried with a backoff of up to 30s.
 
 With no bus.url in the description, watch runs the embedded bus and keeps it up; other
 meshctl commands (diff, apply, credentials) use it meanwhile. When they change its
-accounts config they send watch SIGHUP: watch reloads the bus, then reconciles. SIGHUP
-from an operator ('systemctl reload meshctl-watch') does the same. SIGINT or SIGTERM
+accounts config they ask watch to reload the bus over its control socket
+(STATE/bus/control.sock). SIGHUP from an operator ('systemctl reload meshctl-watch')
+reloads the bus, then reconciles. SIGINT or SIGTERM
 abandons the reconcile in flight at a safe point, stops the embedded bus cleanly and
 exits 0.
 
@@ -91,8 +92,8 @@ func runWatch(ctx context.Context, e *env, args []string) int {
 		handler = slog.NewJSONHandler(e.stderr, opts)
 	}
 
-	// Subscribed before the bus starts: a one-shot command signals this pid as soon as the
-	// bus is up, and a SIGHUP with no handler would kill the process.
+	// Subscribed before the bus starts: an operator's `systemctl reload` may come as soon as
+	// the unit is up, and a SIGHUP with no handler would kill the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -72,7 +72,8 @@ func Start(t testing.TB, dir string) *Mesh {
 		t.Fatal(err)
 	}
 	p := plan.Compute(b.Target(), plan.Live{}, plan.Options{})
-	accounts := reconcile.Accounts{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader()}
+	accounts := reconcile.Accounts{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
+		Target: bus.Target{URL: b.Bus.URL()}, StateDir: t.TempDir()}
 	if _, err := reconcile.Apply(ctx, p, api, accounts, nil); err != nil {
 		t.Fatalf("the controller could not create the mesh: %v", err)
 	}

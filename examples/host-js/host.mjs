@@ -1,0 +1,357 @@
+// host.mjs is the smallest JavaScript program that joins a meshctl mesh as a module instance,
+// the counterpart of examples/host in Go: it reads the membership `meshctl credentials issue`
+// printed, joins the bus, prints and acknowledges every event the module follows and, with
+// --seat, takes the seat's work as its holder. SIGINT or SIGTERM stops taking deliveries, lets
+// the work in hand finish and leaves. With --publish it publishes one message as the module
+// instead (an event it emits, work it sends) and exits.
+//
+//   meshctl credentials issue beta.postman -f examples/quickstart > /tmp/m.json
+//   node examples/host-js/host.mjs --membership /tmp/m.json --seat mailer --emit sent
+//
+// Every client library must be told three things to work under the grants meshctl derives (see
+// docs/hosts/javascript.md): the inbox prefix `_INBOX.<user>`, to bind the existing consumer
+// and never create one or look up its stream, and the deliver group of a seat's worker.
+
+import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { connect as dial, isIP } from "node:net";
+import { connect as tlsConnect } from "node:tls";
+import { parseArgs } from "node:util";
+
+import { connect, errors } from "@nats-io/transport-node";
+import { jetstream } from "@nats-io/jetstream";
+
+// opTimeout bounds each acknowledgement and publish, in milliseconds: a bus that does not answer
+// in this long is reported, and the message comes back after its ack wait.
+const opTimeout = 5000;
+
+const log = (line) => process.stderr.write(`host: ${line}\n`);
+const print = (line) => process.stdout.write(`${line}\n`);
+
+// Names of the mesh's streams, consumers and subjects, as meshctl's render package spells them.
+const streamEvents = "EVENTS";
+const upperSnake = (s) => s.toUpperCase().replaceAll("-", "_");
+const seatStream = (seat) => `SEAT_${upperSnake(seat)}`;
+const workerConsumer = (seat) => `${seatStream(seat)}_worker`;
+const instanceConsumer = (node, module) => `${node}_${module}`;
+const seatEvent = (seat, event) => `mesh.seat.${seat}.event.${event}`;
+
+// instanceOf reads a module instance's user, `<node>.<module>`; nodes' and enrolment users are
+// not module instances.
+function instanceOf(user) {
+  const dot = user.indexOf(".");
+  if (dot <= 0 || dot === user.length - 1) return null;
+  const node = user.slice(0, dot);
+  const module = user.slice(dot + 1);
+  if (module.includes(".") || node === "node" || node === "enrol") return null;
+  return { node, module };
+}
+
+const membershipFields = ["address", "fingerprint", "user", "password"];
+const maxMembership = 64 << 10;
+
+// readMembership reads the one JSON line `meshctl credentials issue` prints. Unknown fields are
+// an error, as in the Go host: a misspelt "pasword" must say so. Errors never quote the input,
+// which holds a password.
+async function readMembership(path) {
+  const text = path && path !== "-" ? await readFile(path, "utf8") : await readStdin();
+  // A membership is one short line: a host pointed at the wrong file says so.
+  if (text.length > maxMembership) {
+    throw new Error(`reading the membership: over ${maxMembership} bytes, so not a membership`);
+  }
+  let m;
+  try {
+    m = JSON.parse(text);
+  } catch {
+    throw new Error("reading the membership: not JSON (meshctl credentials issue PRINCIPAL prints one)");
+  }
+  if (m === null || typeof m !== "object" || Array.isArray(m)) {
+    throw new Error("reading the membership: not a JSON object");
+  }
+  const unknown = Object.keys(m).filter((k) => !membershipFields.includes(k));
+  if (unknown.length > 0) {
+    throw new Error(`reading the membership: unknown field(s) ${unknown.map((k) => JSON.stringify(k)).join(", ")}`);
+  }
+  const missing = ["address", "user", "password"].filter((k) => typeof m[k] !== "string" || m[k].trim() === "");
+  if (missing.length > 0) {
+    throw new Error(`reading the membership: no ${missing.join(", no ")}`);
+  }
+  if (m.fingerprint !== undefined && typeof m.fingerprint !== "string") {
+    throw new Error("reading the membership: the fingerprint is not a string");
+  }
+  return { address: m.address.trim(), fingerprint: m.fingerprint ?? "", user: m.user, password: m.password };
+}
+
+async function readStdin() {
+  const chunks = [];
+  for await (const c of process.stdin) chunks.push(c);
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+// parseAddress splits nats://host:port or tls://host:port (no scheme means nats://).
+function parseAddress(address) {
+  const withScheme = address.includes("://") ? address : `nats://${address}`;
+  const u = new URL(withScheme);
+  if (u.username || u.password) {
+    throw new Error(`bus address ${u.protocol}//${u.host} carries a user or password: give them in the membership's fields instead`);
+  }
+  if (u.protocol !== "nats:" && u.protocol !== "tls:") {
+    throw new Error(`bus address ${u.protocol}//${u.host}: the scheme must be nats:// or tls://`);
+  }
+  return { tls: u.protocol === "tls:", hostname: u.hostname.replace(/^\[|\]$/g, ""), port: Number(u.port || 4222), server: u.host };
+}
+
+// normalFingerprint accepts what operators paste: upper or lower case, with or without ':'.
+function normalFingerprint(s) {
+  const f = s.replaceAll(":", "").toLowerCase();
+  if (!/^[0-9a-f]{64}$/.test(f)) throw new Error("the membership's fingerprint is not a hex SHA-256 (64 hex digits, ':' allowed)");
+  return f;
+}
+
+// serverName is the name sent in the TLS handshake: none for an IP address, which TLS does not
+// allow there (the certificate is pinned, so no name is checked either way).
+const serverName = (addr) => (isIP(addr.hostname) ? "" : addr.hostname);
+
+const sha256 = (der) => createHash("sha256").update(der).digest("hex");
+
+// pinnedTLS is the TLS options that accept exactly the certificate whose SHA-256 is pin. The
+// mesh's bus presents a certificate no public verifier accepts, so the pin is how a client knows
+// it reached the right server. Node verifies a chain before it asks checkServerIdentity, so the
+// certificate is fetched once (a NATS server sends INFO in the clear, then upgrades), checked
+// against the pin, and trusted as its own root; checkServerIdentity then checks the pin again on
+// the connection that carries the password, so a server swapped in between is refused too.
+async function pinnedTLS(addr, pin) {
+  const der = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => { sock.destroy(); reject(new Error(`no TLS handshake from ${addr.server} within ${opTimeout} ms`)); }, opTimeout);
+    const sock = dial({ host: addr.hostname, port: addr.port });
+    sock.once("error", (err) => { clearTimeout(timer); reject(err); });
+    let seen = "";
+    sock.on("data", (chunk) => {
+      seen += chunk.toString("latin1");
+      if (!seen.includes("\r\n")) return;
+      sock.removeAllListeners("data");
+      sock.pause();
+      const t = tlsConnect({ socket: sock, rejectUnauthorized: false, servername: serverName(addr) });
+      t.once("error", (err) => { clearTimeout(timer); reject(err); });
+      t.once("secureConnect", () => {
+        clearTimeout(timer);
+        const cert = t.getPeerCertificate();
+        t.destroy();
+        resolve(cert.raw);
+      });
+    });
+  });
+  if (sha256(der) !== pin) {
+    throw new Error(`the bus at ${addr.server} presented a certificate whose SHA-256 is ${sha256(der)}, not the pinned ${pin}`);
+  }
+  const pem = `-----BEGIN CERTIFICATE-----\n${der.toString("base64").match(/.{1,64}/g).join("\n")}\n-----END CERTIFICATE-----\n`;
+  return {
+    servername: serverName(addr),
+    ca: [pem],
+    checkServerIdentity: (_host, cert) =>
+      sha256(cert.raw) === pin ? undefined : new Error(`the bus at ${addr.server} presented a certificate other than the pinned one`),
+  };
+}
+
+// join connects as the membership's principal.
+async function join(m) {
+  const addr = parseAddress(m.address);
+  const options = {
+    servers: addr.server,
+    user: m.user,
+    pass: m.password,
+    // One of the three: every reply, JetStream's included, must land under the only inbox the
+    // user is granted. The default prefix is random and refused.
+    inboxPrefix: `_INBOX.${m.user}`,
+    // A host outlives a restart of the bus: it reconnects for ever.
+    maxReconnectAttempts: -1,
+    name: m.user,
+  };
+  if (m.fingerprint) {
+    options.tls = await pinnedTLS(addr, normalFingerprint(m.fingerprint));
+  } else if (addr.tls) {
+    // tls:// without a pin: the server's certificate must pass the system's verifier.
+    options.tls = {};
+  }
+  return connect(options);
+}
+
+// refusal finds the server's permission refusal in err's causes, if the refusal is what failed.
+function refusal(err) {
+  for (let e = err; e; e = e.cause) {
+    if (e instanceof errors.PermissionViolationError) return e;
+  }
+  return null;
+}
+
+// describe says what failed, naming the refused subject when the bus refused one: most refusals
+// reach a client as a timeout, and "timeout" sends an operator looking in the wrong place.
+function describe(err, user) {
+  const pe = refusal(err);
+  if (pe) {
+    const verb = pe.operation === "publish" ? "publish to" : "subscribe to";
+    return `user ${JSON.stringify(user)} may not ${verb} ${JSON.stringify(pe.subject)}${pe.queue ? ` in queue group ${JSON.stringify(pe.queue)}` : ""}`;
+  }
+  return err?.message ?? String(err);
+}
+
+// consume binds the existing consumer stream/consumer and hands its deliveries to handle, one at
+// a time, until stopped. It is the one place a consumer is bound.
+//
+// The consumers are push today: getPushConsumer asks the server about the consumer
+// ($JS.API.CONSUMER.INFO.<stream>.<consumer>, the one JetStream API call a host is granted) and
+// subscribes its deliver subject in the consumer's deliver group, which the library takes from
+// that answer. Never js.streams.get or a consumer create: a host is granted neither. A pull
+// consumer would be bound here with js.consumers.get(stream, consumer) instead.
+async function consume(js, stream, consumer, handle) {
+  const c = await js.consumers.getPushConsumer(stream, consumer);
+  const messages = await c.consume();
+  const done = (async () => {
+    for await (const msg of messages) {
+      await handle(msg);
+    }
+  })();
+  return { messages, done };
+}
+
+async function main() {
+  let args;
+  try {
+    args = parseArgs({
+      options: {
+        membership: { type: "string" },
+        seat: { type: "string" },
+        emit: { type: "string" },
+        publish: { type: "string" },
+        message: { type: "string", default: "" },
+      },
+      strict: true,
+    }).values;
+  } catch (err) {
+    log(err.message);
+    return 2;
+  }
+  if (args.publish && (args.seat || args.emit)) {
+    log("--publish publishes once and exits; it does not take --seat or --emit");
+    return 2;
+  }
+  if (args.emit && !args.seat) {
+    log("--emit reports a seat's event, so it needs --seat");
+    return 2;
+  }
+
+  let m;
+  try {
+    m = await readMembership(args.membership);
+  } catch (err) {
+    log(err.message);
+    return 1;
+  }
+  const inst = instanceOf(m.user);
+  if (!inst) {
+    log(`${m.user} is not a module instance (<node>.<module>); issue the membership of one, e.g. meshctl credentials issue beta.postman`);
+    return 1;
+  }
+  let nc;
+  try {
+    nc = await join(m);
+  } catch (err) {
+    log(`joining the bus as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`);
+    return 1;
+  }
+  log(`joined ${m.address} as ${m.user}`);
+  // Refusals of what no request waits for (a subscription, a plain publish) arrive only here.
+  (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === "error" && refusal(s.error)) log(`refused: ${describe(s.error, m.user)}`);
+      else if (s.type === "disconnect") log("disconnected");
+      else if (s.type === "reconnect") log("reconnected");
+    }
+  })();
+  const js = jetstream(nc);
+
+  if (args.publish) {
+    try {
+      const ack = await js.publish(args.publish, args.message, { timeout: opTimeout });
+      log(`published to ${args.publish}: stream ${ack.stream} keeps it as message ${ack.seq}`);
+      return 0;
+    } catch (err) {
+      log(`publishing to ${args.publish} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`);
+      return 1;
+    } finally {
+      await nc.close();
+    }
+  }
+
+  const ack = async (msg) => {
+    try {
+      // ackAck waits for the server to take the acknowledgement: a refused ack is reported by
+      // name, not seen thirty seconds later as a redelivery that looks like lost work.
+      await msg.ackAck({ timeout: opTimeout });
+    } catch (err) {
+      log(`acknowledging ${msg.subject} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`);
+    }
+  };
+
+  const taking = [];
+  const stopAll = async () => {
+    for (const t of taking) await t.messages.close();
+    await Promise.allSettled(taking.map((t) => t.done));
+  };
+  const eventsConsumer = instanceConsumer(inst.node, inst.module);
+  try {
+    taking.push(await consume(js, streamEvents, eventsConsumer, async (msg) => {
+      print(`event ${msg.subject} ${msg.string()}`);
+      await ack(msg);
+    }));
+    log(`following its events on consumer ${eventsConsumer}`);
+  } catch (err) {
+    const what = `taking deliveries of consumer ${eventsConsumer} on stream ${streamEvents} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`;
+    if (!refusal(err) || !args.seat) {
+      // A module that follows nothing has no consumer, and no grant to ask about one.
+      log(refusal(err) ? `${what}\n(a module that follows nothing has no consumer: give --seat to hold a seat, or --publish)` : what);
+      await nc.close();
+      return 1;
+    }
+    log(`not following events: ${what}`);
+  }
+  if (args.seat) {
+    const stream = seatStream(args.seat);
+    const consumer = workerConsumer(args.seat);
+    try {
+      taking.push(await consume(js, stream, consumer, async (msg) => {
+        print(`work ${msg.subject} ${msg.string()}`);
+        if (args.emit) {
+          const subject = seatEvent(args.seat, args.emit);
+          try {
+            await js.publish(subject, msg.data, { timeout: opTimeout });
+          } catch (err) {
+            // Not acknowledged: the work comes back after the ack wait.
+            log(`publishing to ${subject} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`);
+            return;
+          }
+        }
+        await ack(msg);
+      }));
+      log(`holding seat ${args.seat}`);
+    } catch (err) {
+      log(`taking deliveries of consumer ${consumer} on stream ${stream} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`);
+      await stopAll();
+      await nc.close();
+      return 1;
+    }
+  }
+
+  await new Promise((resolve) => {
+    process.once("SIGINT", resolve);
+    process.once("SIGTERM", resolve);
+  });
+  log("leaving: finishing the work in hand");
+  // Stop taking deliveries and let the handlers finish those received, while the connection is
+  // still whole for their acks; then drain the connection itself.
+  await stopAll();
+  await nc.drain();
+  return 0;
+}
+
+process.exitCode = await main();

@@ -1,0 +1,305 @@
+// Package hostjs_test runs the JavaScript host, host.mjs, with node against a live bus carrying
+// the quickstart mesh, doing every job the Go host does under the grants meshctl derives.
+package hostjs_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/host/hosttest"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+)
+
+// nodeOrSkip returns the node binary, or skips the test saying what is missing: a machine
+// without node, or without the pinned libraries installed, cannot run the JavaScript host.
+// With MESHCTL_TEST_NODE=required (CI sets it, having installed both) a missing piece fails
+// the test instead, so CI cannot pass by skipping it.
+func nodeOrSkip(t *testing.T) string {
+	t.Helper()
+	skip := t.Skip
+	if os.Getenv("MESHCTL_TEST_NODE") == "required" {
+		skip = t.Fatal
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		skip("node is not on PATH: install node 20 or later and run `npm ci` in examples/host-js to test the JavaScript host")
+	}
+	for _, pkg := range []string{"@nats-io/transport-node", "@nats-io/jetstream"} {
+		if _, err := os.Stat(filepath.Join("node_modules", pkg, "package.json")); err != nil {
+			skip(pkg + " is not installed: run `npm ci` in examples/host-js to test the JavaScript host")
+		}
+	}
+	return node
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// membershipFile writes what `meshctl credentials issue user` prints to a private file.
+func membershipFile(t *testing.T, b *hosttest.Mesh, user string) string {
+	t.Helper()
+	return writeMembership(t, b.Membership(user))
+}
+
+func writeMembership(t *testing.T, m host.Membership) string {
+	t.Helper()
+	user := m.User
+	line, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), user+".json")
+	if err := os.WriteFile(file, line, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// runHost runs host.mjs to its end and returns its exit code and stderr.
+func runHost(ctx context.Context, t *testing.T, node string, args ...string) (int, string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, node, append([]string{"host.mjs"}, args...)...)
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatalf("running node host.mjs: %v", err)
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
+}
+
+// The README's walk-through with the JavaScript host, on the quickstart mesh: alpha.shop
+// publishes an order and mail, and is refused the mailer's event by name; beta.postman follows
+// the order on its own consumer, takes the mail as the mailer seat's holder in the worker's
+// deliver group, reports the seat's `sent` event, which the controller hears, and leaves cleanly
+// on SIGINT with nothing left unacknowledged; and it is refused, by name, a seat it does not hold.
+func TestTheJavaScriptHostDoesTheSeedJobs(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	b := hosttest.Start(t, "../quickstart")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	shop := membershipFile(t, b, "alpha.shop")
+	postman := membershipFile(t, b, "beta.postman")
+
+	// Bind-only: a seat the postman does not hold has a consumer it may not even ask about.
+	// Before anything is published, since this run binds the postman's events consumer too.
+	if code, stderr := runHost(ctx, t, node, "--membership", postman, "--seat", "other"); code != 1 ||
+		!strings.Contains(stderr, `may not publish to "$JS.API.CONSUMER.INFO.SEAT_OTHER.SEAT_OTHER_worker"`) {
+		t.Errorf("the postman taking a seat it does not hold: exit %d:\n%s", code, stderr)
+	}
+
+	// Publish: an event the shop emits and work it sends. Both wait in their streams until the
+	// postman binds its consumers.
+	for _, p := range []struct{ subject, message string }{
+		{render.ModuleEvent("shop", "order.placed"), "order-17"},
+		{render.AcceptSubject("mailer", "send"), "mail-17"},
+	} {
+		if code, stderr := runHost(ctx, t, node, "--membership", shop, "--publish", p.subject, "--message", p.message); code != 0 ||
+			!strings.Contains(stderr, "published to "+p.subject) {
+			t.Fatalf("publishing %s as alpha.shop: exit %d:\n%s", p.subject, code, stderr)
+		}
+	}
+	// What is not the shop's job is refused, and the host names the subject rather than timing out.
+	if code, stderr := runHost(ctx, t, node, "--membership", shop, "--publish", render.SeatEvent("mailer", "sent")); code != 1 ||
+		!strings.Contains(stderr, `user "alpha.shop" may not publish to "mesh.seat.mailer.event.sent"`) {
+		t.Errorf("the shop reporting the mailer's event: exit %d:\n%s", code, stderr)
+	}
+
+	// Follow and take the seat's work.
+	cmd := exec.CommandContext(ctx, node, "host.mjs", "--membership", postman, "--seat", "mailer", "--emit", "sent")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 16)
+	go func() {
+		for s := bufio.NewScanner(stdout); s.Scan(); {
+			lines <- s.Text()
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	want := map[string]bool{
+		"event mesh.mod.shop.event.order.placed order-17": false,
+		"work mesh.seat.mailer.accept.send mail-17":       false,
+	}
+	for seen := 0; seen < len(want); {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the host exited having printed only %v; its log:\n%s", want, stderr.String())
+			}
+			if done, ok := want[l]; ok && !done {
+				want[l] = true
+				seen++
+			}
+		case <-ctx.Done():
+			t.Fatalf("the host printed only %v; its log:\n%s", want, stderr.String())
+		}
+	}
+
+	// The seat's event reached the controller, which follows it.
+	got := make(chan jetstream.Msg, 4)
+	controller := b.MustJoin(t, render.ControllerUser)
+	cc, err := controller.ControllerEvents(ctx, func(m jetstream.Msg) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	select {
+	case m := <-got:
+		if m.Subject() != render.SeatEvent("mailer", "sent") || string(m.Data()) != "mail-17" {
+			t.Fatalf("the controller heard %s %q", m.Subject(), m.Data())
+		}
+	case <-ctx.Done():
+		t.Fatalf("the controller did not hear the seat's event; the host's log:\n%s", stderr.String())
+	}
+
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the host exited with %v; its log:\n%s", err, stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("the host did not leave when interrupted; its log:\n%s", stderr.String())
+	}
+	for _, line := range []string{"joined ", "following its events on consumer beta_postman", "holding seat mailer", "leaving"} {
+		if !strings.Contains(stderr.String(), line) {
+			t.Errorf("the host's log does not say %q:\n%s", line, stderr.String())
+		}
+	}
+	for _, c := range []struct{ stream, consumer string }{
+		{render.StreamEvents, "beta_postman"},
+		{render.SeatStreamName("mailer"), render.WorkerConsumer("mailer")},
+	} {
+		pc, err := controller.JetStream().PushConsumer(ctx, c.stream, c.consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info := pc.CachedInfo(); info.NumAckPending != 0 || info.NumPending != 0 {
+			t.Errorf("%s/%s: %d unacknowledged, %d pending after the host left", c.stream, c.consumer, info.NumAckPending, info.NumPending)
+		}
+	}
+}
+
+// A bus with a certificate no public verifier accepts, as the mesh's own: the JavaScript host
+// joins it only by the membership's fingerprint, and a wrong fingerprint is refused before the
+// password is sent. The login is proven by the bus refusing alpha.shop, by name, a subject that
+// is not its job: an unauthenticated client would be refused the connection instead.
+func TestTheJavaScriptHostPinsTheBusCertificate(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	m, err := model.Load("../quickstart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, err := state.GeneratePassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key, fingerprint := bus.SelfSignedCert(t, dir)
+	b, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
+		StateDir: dir, Listen: "127.0.0.1:0", TLSCert: cert, TLSKey: key,
+		InitialAccounts: render.AccountsConfig(render.Derive(m).Principals, map[string]string{"alpha.shop": string(hash)}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	subject := render.SeatEvent("mailer", "sent")
+	membership := host.Membership{Address: b.URL(), Fingerprint: strings.ToUpper(fingerprint), User: "alpha.shop", Password: password}
+
+	code, stderr := runHost(ctx, t, node, "--membership", writeMembership(t, membership), "--publish", subject)
+	if code != 1 || !strings.Contains(stderr, "joined ") || !strings.Contains(stderr, `user "alpha.shop" may not publish to "`+subject+`"`) {
+		t.Errorf("with the bus's fingerprint: exit %d:\n%s", code, stderr)
+	}
+	// The pin holds on a nats:// address too: a pinned membership never speaks in the clear.
+	plain := membership
+	plain.Address = strings.Replace(b.URL(), "tls://", "nats://", 1)
+	code, stderr = runHost(ctx, t, node, "--membership", writeMembership(t, plain), "--publish", subject)
+	if code != 1 || !strings.Contains(stderr, `may not publish to "`+subject+`"`) {
+		t.Errorf("with the fingerprint on a nats:// address: exit %d:\n%s", code, stderr)
+	}
+
+	wrong := membership
+	wrong.Fingerprint = strings.Repeat("ab", 32)
+	code, stderr = runHost(ctx, t, node, "--membership", writeMembership(t, wrong), "--publish", subject)
+	if code != 1 || strings.Contains(stderr, "joined ") || !strings.Contains(stderr, "whose SHA-256 is "+fingerprint+", not the pinned "+wrong.Fingerprint) {
+		t.Errorf("with a wrong fingerprint: exit %d:\n%s", code, stderr)
+	}
+	if strings.Contains(stderr, password) {
+		t.Errorf("the host's log holds the password:\n%s", stderr)
+	}
+}
+
+// A membership with a misspelt field, or one that is not JSON, is refused before anything is
+// dialled, and the refusal never quotes what the file holds: it holds a password.
+func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const secret = "hunter2-do-not-print"
+	for _, tc := range []struct{ content, want string }{
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","pasword":"` + secret + `"}`, `unknown field(s) "pasword"`},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop"` + secret, "not JSON"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":""}`, "no password"},
+	} {
+		file := filepath.Join(t.TempDir(), "m.json")
+		if err := os.WriteFile(file, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, stderr := runHost(ctx, t, node, "--membership", file, "--publish", "x")
+		if code != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, secret) || strings.Contains(stderr, "joined") {
+			t.Errorf("membership %s: exit %d, want 1 saying %q without the password:\n%s", tc.content, code, tc.want, stderr)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package model
+
+import (
+	"encoding/json"
+	"maps"
+)
+
+// The keys a description may hold, section by section, with the shape of each value. The
+// loader's unknown-key check reads its allowed keys from these tables and Schema writes the JSON
+// Schema from them, so an editor's schema and the loader cannot disagree on which keys exist or
+// what kind of value each takes. The loader still checks everything a schema cannot say (names'
+// rules, references, listen addresses); the schema is what an editor can check while typing.
+
+// valueKind is the shape of a key's value, as the loader's decoder reads it.
+type valueKind int
+
+const (
+	// scalarValue is a string-like scalar: a string, or a whole number taken as its text (an
+	// event may be named "404"). Booleans and nulls are refused.
+	scalarValue valueKind = iota
+	// namesValue is a list of string-like scalars, or nothing (a key left empty).
+	namesValue
+	// integerValue is a whole number.
+	integerValue
+	// boolValue is true or false.
+	boolValue
+	// sectionValue is a mapping of its own section's keys.
+	sectionValue
+	// listValue is a list of mappings of its own section's keys, or nothing.
+	listValue
+	// reloadValue is bus.reload: the word none, or a mapping of its section's keys.
+	reloadValue
+)
+
+// key is one key of a section.
+type key struct {
+	name     string
+	kind     valueKind
+	section  *section // for sectionValue, listValue and reloadValue
+	required bool
+	doc      string
+}
+
+// section is one mapping of a description: the top level of a file, bus, a seat, and so on.
+type section struct {
+	what  string // how the loader's errors name it: "bus", "a seat"
+	keys  []key
+	names []string // the keys' names in the order declared, as the loader lists them
+}
+
+func newSection(what string, keys []key) *section {
+	s := &section{what: what, keys: keys}
+	for _, k := range keys {
+		s.names = append(s.names, k.name)
+	}
+	return s
+}
+
+var (
+	reloadSection = newSection("bus.reload", []key{
+		{name: "pid_file", kind: scalarValue, doc: "Send SIGHUP to the process whose pid this file holds."},
+		{name: "command", kind: namesValue, doc: "Run this command (program and arguments) to reload the server."},
+	})
+	busSection = newSection("bus", []key{
+		{name: "url", kind: scalarValue, doc: "An external server's URL (nats:// or tls://), without user or password. Without it meshctl runs an embedded bus."},
+		{name: "fingerprint", kind: scalarValue, doc: "Hex SHA-256 of the external server's leaf certificate, pinned by every client."},
+		{name: "accounts_file", kind: scalarValue, doc: "Where meshctl writes the accounts config an external server includes."},
+		{name: "listen", kind: scalarValue, doc: "The embedded bus's listen address, host:port (loopback unless allow_plaintext_listen)."},
+		{name: "allow_plaintext_listen", kind: boolValue, doc: "The operator's word that the network the embedded bus listens on is trusted."},
+		{name: "replicas", kind: integerValue, doc: "Replicas of every stream."},
+		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
+		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},
+	})
+	controllerSection = newSection("controller", []key{
+		{name: "follows", kind: namesValue, doc: "Events the controller follows: module/event or seat:SEAT/event."},
+		{name: "sends", kind: namesValue, doc: "Work the controller sends: SEAT/accept."},
+		{name: "calls", kind: namesValue, doc: "Tools the controller calls: module/tool or seat:SEAT/tool."},
+	})
+	nodeSection = newSection("a node", []key{
+		{name: "name", kind: scalarValue, required: true, doc: "The node's name."},
+	})
+	seatSection = newSection("a seat", []key{
+		{name: "name", kind: scalarValue, required: true, doc: "The seat's name."},
+		{name: "scope", kind: scalarValue, doc: "Whose role it is: module (the default) or mesh."},
+		{name: "accepts", kind: namesValue, doc: "Kinds of work the seat takes."},
+		{name: "emits", kind: namesValue, doc: "Events the seat's holder reports."},
+		{name: "serves", kind: namesValue, doc: "Tools the seat's holder answers."},
+		{name: "formerly", kind: namesValue, doc: "Names the seat had before; references under them still resolve."},
+	})
+	moduleSection = newSection("a module", []key{
+		{name: "name", kind: scalarValue, required: true, doc: "The module's name."},
+		{name: "on", kind: namesValue, required: true, doc: "The nodes it runs on; each (node, module) is an instance."},
+		{name: "claims", kind: namesValue, doc: "Seats it claims."},
+		{name: "emits", kind: namesValue, doc: "Events it emits."},
+		{name: "serves", kind: namesValue, doc: "Tools it serves."},
+		{name: "follows", kind: namesValue, doc: "Events it follows: module/event or seat:SEAT/event."},
+		{name: "sends", kind: namesValue, doc: "Work it sends: SEAT/accept."},
+		{name: "calls", kind: namesValue, doc: "Tools it calls: module/tool or seat:SEAT/tool."},
+	})
+	holderSection = newSection("a holder", []key{
+		{name: "seat", kind: scalarValue, required: true, doc: "The seat handed over."},
+		{name: "node", kind: scalarValue, required: true, doc: "The node of the instance that holds it."},
+		{name: "module", kind: scalarValue, required: true, doc: "The module of the instance that holds it."},
+	})
+	topSection = newSection("the top level of a mesh file", []key{
+		{name: "bus", kind: sectionValue, section: busSection, doc: "Which bus the mesh lives on."},
+		{name: "controller", kind: sectionValue, section: controllerSection, doc: "The control plane's own declared traffic."},
+		{name: "nodes", kind: listValue, section: nodeSection, doc: "The machines of the mesh."},
+		{name: "seats", kind: listValue, section: seatSection, doc: "Roles with a work queue, each taken by one module instance."},
+		{name: "modules", kind: listValue, section: moduleSection, doc: "Programs that run on nodes."},
+		{name: "holders", kind: listValue, section: holderSection, doc: "Explicit handovers: this instance holds this seat."},
+	})
+)
+
+// SchemaID is the schema's $id: a name, not a place to fetch it from. Editors find the schema
+// through the comment `# yaml-language-server: $schema=PATH` at the top of a description file,
+// PATH being where `meshctl schema` wrote it (the repository keeps one at
+// docs/mesh.schema.json, which its examples name).
+const SchemaID = "urn:meshctl:mesh-description"
+
+// Schema is the JSON Schema (draft 2020-12) of one YAML document of a description, indented,
+// with a final newline. It says which keys each section holds and the kind of each value, no
+// more: a document the schema accepts may still be refused by the loader (a name breaking the
+// rules, a reference to nothing), but one the schema refuses the loader refuses too.
+func Schema() []byte {
+	doc := schemaObject(topSection)
+	// An empty file or document is no declaration at all.
+	doc["type"] = []string{"object", "null"}
+	out := map[string]any{
+		"$schema":     "https://json-schema.org/draft/2020-12/schema",
+		"$id":         SchemaID,
+		"title":       "meshctl mesh description",
+		"description": "One YAML document of a meshctl mesh description. Generated by `meshctl schema`.",
+	}
+	maps.Copy(out, doc)
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		panic(err) // only maps, slices, strings and bools: cannot fail
+	}
+	return append(b, '\n')
+}
+
+// stringLike is a scalar the loader reads as text: a string, or a whole number.
+var stringLike = map[string]any{"type": []string{"string", "integer"}}
+
+func schemaObject(s *section) map[string]any {
+	props := map[string]any{}
+	var required []string
+	for _, k := range s.keys {
+		v := schemaValue(k)
+		v["description"] = k.doc
+		props[k.name] = v
+		if k.required {
+			required = append(required, k.name)
+		}
+	}
+	obj := map[string]any{
+		"type":                 "object",
+		"properties":           props,
+		"additionalProperties": false,
+	}
+	if len(required) > 0 {
+		obj["required"] = required
+	}
+	return obj
+}
+
+func schemaValue(k key) map[string]any {
+	switch k.kind {
+	case scalarValue:
+		return maps.Clone(stringLike)
+	case namesValue:
+		return map[string]any{"type": []string{"array", "null"}, "items": stringLike}
+	case integerValue:
+		return map[string]any{"type": "integer"}
+	case boolValue:
+		return map[string]any{"type": "boolean"}
+	case sectionValue:
+		return schemaObject(k.section)
+	case listValue:
+		return map[string]any{"type": []string{"array", "null"}, "items": schemaObject(k.section)}
+	case reloadValue:
+		return map[string]any{"oneOf": []any{map[string]any{"const": "none"}, schemaObject(k.section)}}
+	}
+	panic("model: a key of unknown kind: " + k.name)
+}

@@ -1,0 +1,139 @@
+package reconcile
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshbus/meshctl/state"
+)
+
+// Item 9 of issue 11: a full disk was said as "error creating store for consumer" or "disk
+// I/O error", or blamed on the server's parser, and a failed apply whose history row could
+// not be written was lost. The disks here are full for real: a tmpfs, filled to the last
+// byte.
+//
+// First the embedded bus's directory is full — its JetStream store, its accounts config —
+// while the store of history is not: the error says so, and the history has it.
+func TestAFullBusDiskIsSaidAsSuchAndRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	stateDir := filepath.Join(t.TempDir(), "state")
+	busDir := filepath.Join(stateDir, "bus")
+	mountTmpfs(t, busDir)
+	f := fixtureWithState(t, quickMesh, stateDir)
+	s := f.connect(ctx)
+	f.mustApply(ctx, s)
+	f.mint(ctx, "alpha.mail")
+	// A follower too: its consumer is the first thing the apply stores on the bus.
+	f.write(strings.Replace(withMail(quickMesh), "controller:", "  - name: audit\n    on: [alpha]\n    follows: [shop/order.placed]\ncontroller:", 1))
+
+	filler := fillDisk(t, busDir)
+	_, _, err := f.apply(ctx, s, RunOptions{})
+	t.Logf("the apply on a full disk: %v", err)
+	if !errors.Is(err, state.ErrNoSpace) || !strings.Contains(err.Error(), busDir) {
+		t.Fatalf("an apply on a full disk: %v; want it said as no space left on device, naming the place", err)
+	}
+	history, err := f.store.History(ctx, 1)
+	if err != nil || len(history) != 1 || !strings.HasPrefix(history[0].Outcome, "failed: ") ||
+		!strings.Contains(history[0].Outcome, "no space left on device") {
+		t.Errorf("the failed apply is not in the history as such: %v, %v", history, err)
+	}
+
+	// With room again, the next apply finishes the work.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = f.connect(ctx)
+	f.mustApply(ctx, s)
+	f.mustConverge(ctx, s)
+}
+
+// Then the state directory itself is full: the apply cannot even take its lock, says why,
+// and since the history cannot be written either, says that too.
+func TestAFullStateDiskIsSaidAndTheLostHistoryToo(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	stateDir := filepath.Join(t.TempDir(), "state")
+	mountTmpfs(t, stateDir)
+	f := fixtureWithState(t, quickMesh, stateDir)
+	s := f.connect(ctx)
+	f.mustApply(ctx, s)
+	f.write(withMail(quickMesh))
+
+	filler := fillDisk(t, stateDir)
+	_, _, err := f.apply(ctx, s, RunOptions{})
+	t.Logf("the apply on a full disk: %v", err)
+	if !errors.Is(err, state.ErrNoSpace) || !strings.Contains(err.Error(), stateDir) {
+		t.Fatalf("an apply on a full disk: %v; want it said as no space left on device, naming the place", err)
+	}
+	history, herr := f.store.History(ctx, 1)
+	recorded := herr == nil && len(history) == 1 && strings.Contains(history[0].Outcome, "no space left on device")
+	if !recorded && !strings.Contains(f.log.String(), "could not be recorded in the history") {
+		t.Errorf("the failed apply is neither in the history (%v, %v) nor said to be missing from it", history, herr)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	f.mustApply(ctx, s)
+	f.mustConverge(ctx, s)
+}
+
+// mountTmpfs mounts a small tmpfs at dir for the test, or skips it, saying why, where
+// mounting is not allowed.
+func mountTmpfs(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a full disk is simulated with a tmpfs, and mounting one needs root")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs to fill (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	// Registered before the fixture's cleanups, so it runs after they closed the store and
+	// stopped the bus.
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+}
+
+// fixtureWithState is newFixture with the state directory at stateDir.
+func fixtureWithState(t *testing.T, yaml, stateDir string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: t.TempDir(), stateDi: stateDir, log: &syncBuffer{}}
+	f.write(yaml)
+	st, err := state.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.store = st
+	t.Cleanup(func() {
+		st.Close()
+		f.assertNoSecretLeaked()
+	})
+	return f
+}
+
+// fillDisk writes a file in dir until its filesystem has no byte left, and returns it.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	fh, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	for _, size := range []int{1 << 20, 4 << 10, 1} {
+		chunk := make([]byte, size)
+		for {
+			if _, err := fh.Write(chunk); err != nil {
+				break
+			}
+		}
+	}
+	return path
+}

@@ -1,0 +1,248 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+)
+
+// How meshctl knows the server serves the exact accounts file it wrote.
+//
+// A login as the controller after a reload proves little: the old config admits the
+// controller too, so a reload the server refused — `config reload not supported for
+// ServerName` after an operator edited the server's own config — looked like success while
+// the server went on serving the old users. The server's config load time would say that some
+// reload took, but an external server shows it only on a monitoring port meshctl may not
+// reach, and not which file it read. So every accounts file meshctl writes carries one more
+// user, the generation principal, whose password is fresh for each file and known only to
+// meshctl (STATE/accounts.generation, 0600). A login as it succeeds only against the file
+// that carries its hash: no earlier file knows it. One login proves the exact file is live,
+// on the embedded bus and on any external one, whatever reloads it.
+//
+// The principal may do nothing: it is denied publish and subscribe on ">", so its password
+// guards no subject, and its hash is bcrypt at the minimum cost — a proof is one login, done
+// on every plan, and a costly hash would make the server spend it each time for nothing.
+// Its name starts with '_', which no mesh name can (model's names are [a-z][a-z0-9-]*), so
+// it never meets a principal the mesh derives. It is added when the file is written and taken
+// out when the file is read back, so a plan never sees it: a converged bus still plans
+// nothing.
+
+// GenerationUser is the generation principal's user name.
+const GenerationUser = "_meshctl.generation"
+
+// generationFile is where the generation of the last accounts file written is kept, in the
+// state directory.
+const generationFile = "accounts.generation"
+
+// generation is the record of the last accounts file meshctl wrote: where, its SHA-256, and
+// the generation principal's password in it.
+type generation struct {
+	File     string `json:"file"`
+	SHA256   string `json:"sha256"`
+	Password string `json:"password"`
+}
+
+// describes reports whether g is the record of exactly conf, written at path.
+func (g generation) describes(path string, conf []byte) bool {
+	return g.Password != "" && g.File == absPath(path) && g.SHA256 == digest(conf)
+}
+
+func digest(conf []byte) string {
+	sum := sha256.Sum256(conf)
+	return hex.EncodeToString(sum[:])
+}
+
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
+// loadGeneration reads the record in stateDir; ok is false when there is none (or it does not
+// read back), which leaves the file on disk unproven, never wrongly proven.
+func loadGeneration(stateDir string) (generation, bool) {
+	data, err := os.ReadFile(filepath.Join(stateDir, generationFile))
+	if err != nil {
+		return generation{}, false
+	}
+	var g generation
+	if json.Unmarshal(data, &g) != nil || g.Password == "" {
+		return generation{}, false
+	}
+	return g, true
+}
+
+// saveGeneration records g in stateDir (0600); the zero generation removes the record.
+func saveGeneration(stateDir string, g generation) error {
+	path := filepath.Join(stateDir, generationFile)
+	if g == (generation{}) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	data, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(path, data); err != nil {
+		return state.DiskError(fmt.Errorf("recording the accounts config's generation: %w", err), stateDir)
+	}
+	return nil
+}
+
+// generationBlock is how render writes the generation principal: the text between a
+// rendering's users and its end, split around the hash. It is taken from render itself, so
+// the block always reads as render writes users, and no second copy of the layout exists.
+var generationBlock = sync.OnceValues(func() (layout, error) {
+	const placeholder = "GENERATION-HASH"
+	empty := render.AccountsConfig(nil, nil)
+	one := render.AccountsConfig([]render.Principal{{User: GenerationUser}}, map[string]string{GenerationUser: placeholder})
+	// empty is head+tail, one is head+block+tail; any split of empty whose halves are a
+	// prefix and a suffix of one inserts the block the same way.
+	for k := min(len(empty), commonPrefix(empty, one)); k >= 0; k-- {
+		tail := empty[k:]
+		if bytes.HasSuffix(one, tail) && len(one) >= len(empty) {
+			block := one[k : len(one)-len(tail)]
+			before, after, ok := bytes.Cut(block, []byte(placeholder))
+			if !ok {
+				break
+			}
+			return layout{tail: tail, before: before, after: after}, nil
+		}
+	}
+	return layout{}, errors.New("render's accounts layout has no place for the generation principal")
+})
+
+type layout struct {
+	tail          []byte // how every rendering ends, after its last user
+	before, after []byte // the generation principal's block, around its hash
+}
+
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// stamp returns a rendering with a fresh generation principal added, and the record of it
+// for the file at path.
+func stamp(rendered []byte, path string) ([]byte, generation, error) {
+	l, err := generationBlock()
+	if err != nil {
+		return nil, generation{}, err
+	}
+	if _, stamped := unstamp(rendered); stamped || !bytes.HasSuffix(rendered, l.tail) {
+		return nil, generation{}, errors.New("the accounts config to write is not a rendering of meshctl's")
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, generation{}, err
+	}
+	password := base64.RawURLEncoding.EncodeToString(raw[:])
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		return nil, generation{}, err
+	}
+	head := rendered[:len(rendered)-len(l.tail)]
+	out := make([]byte, 0, len(rendered)+len(l.before)+len(hash)+len(l.after))
+	out = append(out, head...)
+	out = append(out, l.before...)
+	out = append(out, hash...)
+	out = append(out, l.after...)
+	out = append(out, l.tail...)
+	return out, generation{File: absPath(path), SHA256: digest(out), Password: password}, nil
+}
+
+// unstamp returns conf without its generation principal — the rendering it was stamped
+// from — and whether it carried one.
+func unstamp(conf []byte) ([]byte, bool) {
+	l, err := generationBlock()
+	if err != nil || !bytes.HasSuffix(conf, l.tail) {
+		return conf, false
+	}
+	i := bytes.LastIndex(conf, l.before)
+	if i < 0 {
+		return conf, false
+	}
+	rest := conf[i+len(l.before) : len(conf)-len(l.tail)]
+	hash, found := bytes.CutSuffix(rest, l.after)
+	if !found || bytes.ContainsAny(hash, "\"\\\n") {
+		return conf, false
+	}
+	out := make([]byte, 0, i+len(l.tail))
+	out = append(out, conf[:i]...)
+	return append(out, l.tail...), true
+}
+
+// errNotServed is a proof that failed: the server answered, and the generation principal's
+// password is not one it knows — it serves another file.
+var errNotServed = errors.New("the server was not seen serving it")
+
+// proveOnce logs in once as the generation principal of g.
+func proveOnce(ctx context.Context, t bus.Target, g generation) error {
+	c, err := bus.Dial(ctx, t, bus.Credential{User: GenerationUser, Password: g.Password})
+	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) {
+			return errNotServed
+		}
+		return err
+	}
+	c.Close()
+	return nil
+}
+
+// proofWait is how long a reload is given to take before it counts as refused. A reload by
+// signal or command is asynchronous, and a server re-reading thousands of users takes well
+// under a second; one that has not taken the file after this long has refused it (its log
+// says why) or is not reloading at all. A variable only so that the tests of refusals need
+// not wait it out.
+var proofWait = 10 * time.Second
+
+// prove waits, up to within, until the server is seen serving g's file.
+func prove(ctx context.Context, t bus.Target, g generation, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		err := proveOnce(ctx, t, g)
+		if err == nil {
+			return nil
+		}
+		// A wrong certificate stays wrong: waiting would only hide it behind a timeout. A
+		// connection dropped is retried: a server reloading its TLS settings closes
+		// connections still in their handshake.
+		var pin *bus.FingerprintMismatchError
+		if errors.As(err, &pin) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(err, errNotServed) {
+				return fmt.Errorf("%w within %s", err, within)
+			}
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
