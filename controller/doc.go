@@ -17,6 +17,12 @@
 //   - The loop (Run): one goroutine, one message at a time. Deliveries, heartbeats and new
 //     descriptions arrive on channels and the loop selects on them; no library callback ever
 //     runs the controller's logic, because the window's bookkeeping is unlocked.
+//   - Rotation: the controller is the only carrier of an enrolled node's instance credentials
+//     (Distributes). `credentials rotate` revokes one in the store and has the bus reloaded;
+//     the loop notices the store's hashes changed (it polls them, since that process tells
+//     watch nothing) and declares a fresh credential in a new generation (Redeclared).
+//   - Sync is bounded (SyncTimeout): the loop takes nothing else while it waits for watch's
+//     reconcile, so a reconcile held up must not hold the reports and heartbeats for long.
 //   - Sealing (Seal, Open, GenerateKey): NaCl anonymous boxes (X25519, XSalsa20-Poly1305) from
 //     golang.org/x/crypto/nacl/box. A membership crosses the bus only sealed to the key of the
 //     node it is for; the store keeps its hash and the sealed copy, never the plaintext.
