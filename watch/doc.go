@@ -31,7 +31,9 @@
 // Beside the reconcile loop it runs the controller loop (package controller) on the bus the
 // reconcile connected to, handing it each description the bus was brought to; when the
 // controller minted or revoked a credential it asks for a reconcile, so the reconcile loop stays
-// the one writer of the accounts config.
+// the one writer of the accounts config. The controller is started anew when the session came
+// back with a controller credential minted since. What it heard of the nodes' heartbeats is
+// written to STATE/heartbeats.json for `meshctl status`, at a bounded rate (heartbeats.go).
 //
 // What it must not do: force a refused plan, apply a description that does not
 // validate, or log a password: logs carry plan summaries, object names and errors, which
