@@ -46,7 +46,9 @@ rotate  replaces a principal's password. For a module instance on a node that en
         For every other principal rotate is issue: the new membership, printed once.
 list    shows each principal the mesh derives, when its credential was minted, and
         which have none. Never a hash or a password.
-revoke  deletes the hash: the principal is locked out at the next reload.
+revoke  deletes the hash: the principal is locked out at the next reload. A module
+        instance on an enrolled node is then declared a new credential by the
+        controller; to lock it out, take it off the node in the description.
 
 Issuing or revoking re-renders the accounts config and makes it live: on an external
 bus by its reload method, on the embedded bus through the meshctl process serving it,
@@ -238,6 +240,10 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, what)
 	}
 	if verb == "revoke" {
+		if node, declared, _ := declaredNode(ctx, e, st, m, principal); declared {
+			fmt.Fprintf(e.stderr, "%s's credential is revoked: it can no longer log in; the controller declares the instance a new one, since the description puts it on node %s (remove it from the node there to lock it out)\n", principal, node)
+			return exitOK
+		}
 		fmt.Fprintf(e.stderr, "%s is revoked: it can no longer log in\n", principal)
 		return exitOK
 	}

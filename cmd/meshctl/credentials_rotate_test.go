@@ -96,6 +96,19 @@ func TestRotatingAnInstanceOnAnEnrolledNodeGoesThroughTheController(t *testing.T
 		t.Error("the embedded bus stopped")
 	}
 
+	// Revoked, an enrolled node's instance is declared a new credential: revoke says so
+	// rather than that the instance is locked out.
+	code, _, errOut = meshctl(t, append([]string{"credentials", "revoke", "one.shop"}, common...)...)
+	if code != exitOK || !strings.Contains(errOut, "the controller declares the instance a new one") {
+		t.Errorf("revoke one.shop: exit %d, stderr %s", code, errOut)
+	}
+	if err := joins(after); !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("the revoked credential: %v, want refused", err)
+	}
+	a.until(t, "the agent writing the credential declared after the revoke", 30*time.Second, func() bool {
+		return readMembershipFile(t, file).Password != after.Password
+	})
+
 	// A credential the controller does not hand out is rotated as issue mints it: printed once.
 	code, out, errOut = meshctl(t, append([]string{"credentials", "rotate", "enrol.one"}, common...)...)
 	if code != exitOK || !strings.Contains(out, `"user":"enrol.one"`) || !strings.Contains(out, `"password":"`) {
