@@ -26,6 +26,8 @@ type connection struct {
 	bus  model.Bus
 	// mesh is the description the last reconcile on this connection brought the bus to.
 	mesh *model.Mesh
+	// heard listens to the bus's advisories on it; nil until the server grants them.
+	heard *advisoryListener
 }
 
 // embeddedBus is the embedded bus this process serves, if any. The reconcile goroutine sets
@@ -55,6 +57,9 @@ func (b *embeddedBus) reload() (bool, error) {
 // disconnect closes a connection, and with it the embedded bus watch serves.
 func (l *loop) disconnect(c *connection) {
 	l.embedded.set(nil)
+	if c.heard != nil {
+		c.heard.stop()
+	}
 	c.sess.Close()
 }
 
@@ -119,6 +124,7 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 	}
 
 	conn.mesh = m
+	l.listen(ctx, conn, false)
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	stopWatching := cancelOnDisconnect(conn.sess.Conn.Conn, cancelRun)
 	res, err := conn.sess.Reconcile(runCtx, m, reconcile.RunOptions{
@@ -132,6 +138,9 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 	cancelRun(nil)
 
 	cy.Plan, cy.Applied = res.Plan, res.Applied
+	if err == nil || errors.Is(err, reconcile.ErrConflict) || errors.Is(err, reconcile.ErrNotLive) {
+		l.listen(ctx, conn, true)
+	}
 	switch {
 	case errors.Is(err, reconcile.ErrBlocked):
 		// Never forced: the operator decides, with `meshctl apply --allow-data-loss` or
