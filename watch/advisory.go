@@ -24,6 +24,11 @@ const TriggerAdvisory = TriggerController << 1
 // advisorySubjects are the controller's grants (render) that watch listens on.
 var advisorySubjects = []string{render.StreamDeletedAdvisories, render.StreamUpdatedAdvisories, render.ConsumerDeletedAdvisories}
 
+// maxAdvisoryDebounce bounds the debounce of what the bus announces: a hand's deletions
+// arrive within milliseconds of each other, not over the seconds an editor or a `git pull`
+// takes, so a long --debounce for the tree does not hold a heal back.
+const maxAdvisoryDebounce = 250 * time.Millisecond
+
 // ownGrace is how long after a reconcile the advisories naming what it changed are taken for
 // its own: the server sends an advisory on its own queue, a moment after it answered the
 // request that caused it. An object changed by hand again within it waits for the resync.
@@ -255,7 +260,8 @@ func (l *loop) judge(o heardObject) {
 	if h.burst.IsZero() {
 		h.burst = now
 	}
-	h.debounce.Reset(max(min(l.cfg.Debounce, time.Until(h.burst.Add(maxDebounceFactor*l.cfg.Debounce))), 0))
+	d := min(l.cfg.Debounce, maxAdvisoryDebounce)
+	h.debounce.Reset(max(min(d, time.Until(h.burst.Add(maxDebounceFactor*d))), 0))
 }
 
 // afterCycle judges what was heard while the reconcile ran against what it changed.
