@@ -49,12 +49,19 @@ func (r *report) write(w io.Writer) error {
 	}
 	p.f("\n")
 
-	r.writeChecks(p)
-	r.writeGrowth(p)
-	r.writeEmbedded(p)
+	r.writeWaits(p)
+	// The in-process benchmarks' sections, when any of them ran (-sizes none and the like
+	// skip them, to measure what a user waits for alone).
+	if len(r.results) > 0 {
+		r.writeChecks(p)
+		r.writeGrowth(p)
+		r.writeEmbedded(p)
+	}
 	r.writeCredentials(p)
-	r.writeAll(p)
-	p.f("%s", howMeasured)
+	if len(r.results) > 0 {
+		r.writeAll(p)
+		p.f("%s", howMeasured)
+	}
 	return p.err
 }
 
