@@ -97,10 +97,11 @@ func (q *heardQueue) take() []heardObject {
 
 // advisoryListener holds watch's subscriptions to the advisories on one connection.
 type advisoryListener struct {
-	nc     *nats.Conn
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	lost   atomic.Bool // a subscription ended: refused after a reload, say
+	nc       *nats.Conn
+	subs     []*nats.Subscription
+	wg       sync.WaitGroup
+	lost     atomic.Bool // a subscription ended: refused after a reload, say
+	stopping atomic.Bool
 }
 
 // subscribeTimeout bounds the round trip that makes the subscriptions live.
@@ -111,14 +112,12 @@ const subscribeTimeout = 5 * time.Second
 // wrapping nats.ErrPermissionViolation when the server refused one (an accounts config from
 // before the grant, not yet reloaded).
 func listenAdvisories(ctx context.Context, nc *nats.Conn, q *heardQueue) (*advisoryListener, error) {
-	rctx, cancel := context.WithCancel(context.Background())
-	a := &advisoryListener{nc: nc, cancel: cancel}
+	a := &advisoryListener{nc: nc}
 	var subs []*nats.Subscription
 	fail := func(err error) (*advisoryListener, error) {
 		for _, sub := range subs {
 			_ = sub.Unsubscribe()
 		}
-		cancel()
 		return nil, err
 	}
 	for _, subject := range advisorySubjects {
@@ -144,20 +143,26 @@ func listenAdvisories(ctx context.Context, nc *nats.Conn, q *heardQueue) (*advis
 			a.hear(m, q)
 		}
 	}
+	a.subs = subs
 	for _, sub := range subs {
 		a.wg.Add(1)
-		go a.read(rctx, sub, q)
+		go a.read(sub, q)
 	}
 	return a, nil
 }
 
-func (a *advisoryListener) read(ctx context.Context, sub *nats.Subscription, q *heardQueue) {
+// read hears one subscription until it ends. NextMsg, not NextMsgWithContext: only NextMsg
+// returns, while it waits, the server's refusal of a subscription it already had (a reload
+// that took the grant away); stop ends the wait by unsubscribing.
+func (a *advisoryListener) read(sub *nats.Subscription, q *heardQueue) {
 	defer a.wg.Done()
-	defer func() { _ = sub.Unsubscribe() }()
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
+		m, err := sub.NextMsg(time.Hour)
+		switch {
+		case errors.Is(err, nats.ErrTimeout):
+			continue
+		case err != nil:
+			if !a.stopping.Load() {
 				a.lost.Store(true)
 			}
 			return
@@ -173,7 +178,10 @@ func (a *advisoryListener) hear(m *nats.Msg, q *heardQueue) {
 }
 
 func (a *advisoryListener) stop() {
-	a.cancel()
+	a.stopping.Store(true)
+	for _, sub := range a.subs {
+		_ = sub.Unsubscribe()
+	}
 	a.wg.Wait()
 }
 

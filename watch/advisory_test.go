@@ -5,7 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,4 +176,45 @@ func TestOwnChangesCoverAStreamsConsumers(t *testing.T) {
 			t.Errorf("objectOf(%s) = %v, %v; want %v", subject, got, ok, want)
 		}
 	}
+}
+
+// An accounts config without the advisory grants (one from before them, or edited by hand)
+// makes the server refuse watch's subscriptions; the reconcile that makes the rendered config
+// live again is followed by subscribing anew, so drift is heard again without a restart.
+func TestAdvisoriesAreHeardAgainOnceTheGrantIsLive(t *testing.T) {
+	t.Parallel()
+	h := startWatch(t, quickstart(t))
+	h.waitFor(0, "applying the quickstart at start", is(TriggerStart, OutcomeOK))
+	js := h.controller(h.busURL())
+
+	path := filepath.Join(h.stateDir, "bus", "accounts.conf")
+	rendered, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without := string(rendered)
+	for _, s := range advisorySubjects {
+		without = strings.Replace(without, strconv.Quote(s)+", ", "", 1)
+	}
+	if without == string(rendered) {
+		t.Fatal("the rendered accounts config grants no advisory")
+	}
+	mark := h.mark()
+	writeFile(t, path, without)
+	h.hup <- syscall.SIGHUP
+	h.waitFor(mark, "making the rendered accounts config live again", func(c Cycle) bool {
+		return is(TriggerSignal, OutcomeOK)(c) && planned(c, "update accounts config")
+	})
+
+	deleted := time.Now()
+	if err := js.DeleteConsumer(context.Background(), "EVENTS", "beta_postman"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "recreating EVENTS/beta_postman", func() error {
+		if !hasConsumer(t, js, "EVENTS", "beta_postman") {
+			return errors.New("still missing")
+		}
+		return nil
+	})
+	t.Logf("a consumer deleted by hand was back after %s", time.Since(deleted).Round(time.Millisecond))
 }
