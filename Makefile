@@ -35,8 +35,10 @@ demo: build
 demo-node: build
 	PORT=$(or $(PORT),4333) BIN=./$(BIN) sh examples/enrol/demo.sh
 
+# BENCHFLAGS picks sizes and runs, e.g. BENCHFLAGS="-wait-sizes 5000,20000 -runs 5"; see
+# `go run ./bench -h`. The figures are only worth committing from a quiet machine.
 bench: build
-	$(GO) run ./bench -out docs/BENCHMARKS.md
+	$(GO) run ./bench -out docs/BENCHMARKS.md $(BENCHFLAGS)
 
 clean:
 	rm -rf bin .meshctl

@@ -6,14 +6,19 @@
 // measured with the machine it ran on: tables, the checks issue 8 asks for, and the raw
 // lines in the standard `go test -bench` format that benchstat reads.
 //
-//	go run ./bench -out docs/BENCHMARKS.md            # everything, about a quarter of an hour
+// It also measures what a user waits for (wait.go): the built meshctl binary run as a user
+// runs it, one-shot and with `meshctl watch` serving the bus, each row run -runs times and
+// interleaved with the bare-client floor it is compared with.
+//
+//	go run ./bench -out docs/BENCHMARKS.md            # everything, on a quiet machine
 //	go run ./bench -out - -sizes 500 -live-sizes 500  # a quick look, on stdout
+//	go run ./bench -out - -sizes none -live-sizes none -restart-sizes none -wait-sizes 200 -runs 3
+//	                                                  # the user-wait rows alone, small
 //	go run ./bench -gen /tmp/mesh -instances 5000     # write a generated mesh as YAML
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,8 +48,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	restartSizes := fs.String("restart-sizes", "500,5000", "module instances to stop and start the embedded bus at (about 10 ms per consumer to stop); larger sizes are extrapolated")
 	gen := fs.String("gen", "", "write a generated mesh as YAML into this directory and exit")
 	instances := fs.Int("instances", 5000, "with -gen: module instances (nodes and seats scale with them)")
+	waitSizes := fs.String("wait-sizes", "5000", "module instances to measure what a user waits for at (whole meshctl processes; any size); none to skip")
+	runs := fs.Int("runs", 5, "runs of each user-wait row (the median and the spread are reported)")
+	var fl floorArgs
+	fs.StringVar(&fl.kind, "floor", "", "internal: run one bare-client floor (create or list) and print its time as JSON")
+	fs.StringVar(&fl.mesh, "floor-mesh", "", "internal: with -floor create, the description")
+	fs.StringVar(&fl.dir, "floor-dir", "", "internal: with -floor create, the store of its bus")
+	fs.StringVar(&fl.url, "floor-url", "", "internal: with -floor list, the bus")
+	fs.StringVar(&fl.passwordFile, "floor-password", "", "internal: with -floor list, the controller's password file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fl.kind != "" {
+		return runFloor(ctx, fl, stdout)
 	}
 	if *gen != "" {
 		g := meshgen.Scaled(*instances)
@@ -65,6 +81,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if plan.restart, err = parseInts(*restartSizes); err != nil {
 		return fmt.Errorf("-restart-sizes: %w", err)
 	}
+	if plan.wait, err = parseInts(*waitSizes); err != nil {
+		return fmt.Errorf("-wait-sizes: %w", err)
+	}
+	if *runs < 1 {
+		return fmt.Errorf("-runs %d: at least one", *runs)
+	}
+	plan.runs = *runs
 	for _, n := range append(append(append([]int{}, plan.sizes...), plan.live...), plan.restart...) {
 		if !contains(meshgen.Sizes, n) {
 			return fmt.Errorf("size %d is not one the benchmarks define (%s)", n, joinInts(meshgen.Sizes))
@@ -93,8 +116,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// parseInts reads a list of sizes; "none" (or nothing) is none.
 func parseInts(s string) ([]int, error) {
 	var out []int
+	if strings.TrimSpace(s) == "none" {
+		return nil, nil
+	}
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
@@ -104,9 +131,6 @@ func parseInts(s string) ([]int, error) {
 			return nil, err
 		}
 		out = append(out, n)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no size given")
 	}
 	return out, nil
 }

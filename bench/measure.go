@@ -30,6 +30,19 @@ import (
 // runPlan is which sizes each kind of benchmark runs at.
 type runPlan struct {
 	sizes, live, restart []int
+	wait                 []int // what a user waits for: whole meshctl processes
+	runs                 int   // of each user-wait row
+}
+
+// sizesOf is the sizes b runs at.
+func (p runPlan) sizesOf(b bench) []int {
+	switch b.kind {
+	case live:
+		return p.live
+	case restart:
+		return p.restart
+	}
+	return p.sizes
 }
 
 // bench is one benchmark function of the scale benchmarks, run once per size.
@@ -98,6 +111,7 @@ type report struct {
 	commit          string
 	totalWallOfRuns time.Duration
 	bcrypt          time.Duration // one hash at state.DefaultCost
+	waits           []*waitResult
 }
 
 func (r *report) find(name string, size int) *result {
@@ -115,7 +129,7 @@ func measure(ctx context.Context, p runPlan, log io.Writer) (*report, error) {
 	rep.machine = describeMachine()
 	rep.loadBefore = loadAverage()
 	rep.commit = gitCommit()
-	for _, n := range meshgen.Sizes {
+	for _, n := range append(slices.Clone(meshgen.Sizes), p.wait...) {
 		rep.meshes[n] = factsOf(meshgen.Scaled(n))
 	}
 	rep.bcrypt = timeBcrypt()
@@ -125,9 +139,13 @@ func measure(ctx context.Context, p runPlan, log io.Writer) (*report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	if rep.waits, err = measureWaits(ctx, p.wait, p.runs, tmp, log); err != nil {
+		return nil, err
+	}
+	printWaits(log, rep.waits)
 	bins := map[string]string{}
 	for _, b := range benches {
-		if _, ok := bins[b.pkg]; ok {
+		if _, ok := bins[b.pkg]; ok || len(p.sizesOf(b)) == 0 {
 			continue
 		}
 		bin := filepath.Join(tmp, b.pkg+".test")
@@ -144,14 +162,7 @@ func measure(ctx context.Context, p runPlan, log io.Writer) (*report, error) {
 	// the other, on the machine as it is at that moment.
 	for _, n := range meshgen.Sizes {
 		for _, b := range benches {
-			sizes := p.sizes
-			switch b.kind {
-			case live:
-				sizes = p.live
-			case restart:
-				sizes = p.restart
-			}
-			if !contains(sizes, n) {
+			if !contains(p.sizesOf(b), n) {
 				continue
 			}
 			res, header, err := runOne(ctx, bins[b.pkg], b, n, tmp, log)

@@ -3,10 +3,12 @@ package host_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
@@ -85,7 +87,66 @@ func loopJobs() []job {
 				}
 				return nil
 			}},
+		// watch's advisory listener: it subscribes to each advisory grant and hears the server
+		// announce an object deleted or a stream's config changed. On a probe stream of the job's
+		// own, so that the mesh's objects stay as the other jobs need them.
+		advisoryJob("as watch: hear a consumer deleted behind its back", render.ConsumerDeletedAdvisories,
+			func(ctx context.Context, js jetstream.JetStream, stream string) (string, error) {
+				if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "probe"}); err != nil {
+					return "", err
+				}
+				return "$JS.EVENT.ADVISORY.CONSUMER.DELETED." + stream + ".probe", js.DeleteConsumer(ctx, stream, "probe")
+			}),
+		advisoryJob("as watch: hear a stream's config changed behind its back", render.StreamUpdatedAdvisories,
+			func(ctx context.Context, js jetstream.JetStream, stream string) (string, error) {
+				_, err := js.UpdateStream(ctx, probeStream(stream, "changed"))
+				return "$JS.EVENT.ADVISORY.STREAM.UPDATED." + stream, err
+			}),
+		advisoryJob("as watch: hear a stream deleted behind its back", render.StreamDeletedAdvisories,
+			func(ctx context.Context, js jetstream.JetStream, stream string) (string, error) {
+				return "$JS.EVENT.ADVISORY.STREAM.DELETED." + stream, js.DeleteStream(ctx, stream)
+			}),
 	}
+}
+
+func probeStream(name, description string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: name, Subjects: []string{"probe." + name}, Description: description, Storage: jetstream.MemoryStorage}
+}
+
+// advisoryJob subscribes as watch does to subject, makes a probe stream, changes it with act,
+// and waits for the advisory act says the server sends.
+func advisoryJob(name, subject string, act func(ctx context.Context, js jetstream.JetStream, stream string) (string, error)) job {
+	return job{user: ctl, name: name, do: func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
+		heard := newMessages()
+		sub, err := as.Subscribe(ctx, subject, heard.handle)
+		if err != nil {
+			return err
+		}
+		defer unsubscribe(as, sub)
+		stream := "PROBE_" + rand.Text()
+		js := as.JetStream()
+		var want string
+		if err := as.Check(ctx, func(ctx context.Context) error {
+			if _, err := js.CreateStream(ctx, probeStream(stream, "")); err != nil {
+				return err
+			}
+			want, err = act(ctx, js, stream)
+			return err
+		}); err != nil {
+			return err
+		}
+		// Gone already when the job deleted it.
+		defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+		for {
+			m, err := heard.next(ctx)
+			if err != nil {
+				return fmt.Errorf("no advisory on %s: %w", want, err)
+			}
+			if m.Subject == want {
+				return nil
+			}
+		}
+	}}
 }
 
 // next is the next message heard.

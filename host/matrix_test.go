@@ -196,6 +196,8 @@ func refusals() []refusal {
 		subscribing(ctl, "hear a seat's work", buildWork),
 		persisting(ctl, "forge a node's report", render.ReportSubject("one")),
 		subscribing(ctl, "hear other principals' JetStream API requests", "$JS.API.>"),
+		subscribing(ctl, "hear every JetStream advisory, not only the ones watch heals from", "$JS.EVENT.ADVISORY.>"),
+		subscribing(ctl, "hear the objects created, which heal nothing", "$JS.EVENT.ADVISORY.CONSUMER.CREATED.*.*"),
 		{user: ctl, what: "answer a node's request at its reply subject", op: bus.OpPublish, subject: "_INBOX.node.one.answer",
 			do: func(ctx context.Context, b *hosttest.Mesh, h *host.Host) error {
 				// No allow_responses: the controller answers enrolment at the address in the

@@ -159,6 +159,14 @@ func (g *grants) sorted() []Grant {
 	return out
 }
 
+// The JetStream advisories watch listens to, as the server names them
+// (`$JS.EVENT.ADVISORY.STREAM.DELETED.<stream>`, `…CONSUMER.DELETED.<stream>.<consumer>`).
+const (
+	StreamDeletedAdvisories   = "$JS.EVENT.ADVISORY.STREAM.DELETED.*"
+	StreamUpdatedAdvisories   = "$JS.EVENT.ADVISORY.STREAM.UPDATED.*"
+	ConsumerDeletedAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.DELETED.*.*"
+)
+
 func controllerPrincipal(m *model.Mesh) Principal {
 	var pub, sub grants
 	c := m.Controller
@@ -171,6 +179,15 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	// live bus, nothing the controller does is refused (host's TestEveryGrantIsNeeded), so it
 	// is not granted.
 	pub.add("manage the mesh's streams and consumers", "$JS.API.>")
+	// watch hears the server's own word that a stream or consumer went or a stream's config
+	// changed, and heals it in seconds rather than at the next resync. By wildcard: the MESH
+	// account holds the mesh alone, its streams share no name prefix a subject token could
+	// narrow to, and the advisories name only objects the controller already lists through
+	// the API. Not the creation advisories, nor a consumer's update (nats-server sends none):
+	// nothing meshctl heals begins with an object made, only with one lost or changed.
+	sub.add("hear a stream deleted behind watch's back", StreamDeletedAdvisories)
+	sub.add("hear a stream's config changed behind watch's back", StreamUpdatedAdvisories)
+	sub.add("hear a consumer deleted behind watch's back", ConsumerDeletedAdvisories)
 	// It hears the nodes' control traffic; it does not speak on it. The seeds also let it
 	// publish on `mesh.control.>`, but what it says to a node goes to `mesh.node.>`, an
 	// enrolment answer to the enrolling node's inbox, and an ack to `$JS.ACK`; with the grant

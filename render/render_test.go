@@ -56,6 +56,9 @@ type deviation struct {
 var seedDeviations = []deviation{
 	{"controller", "subscribe", "_DELIVER.controller", true, "a push consumer delivers on _DELIVER.<name>; binding the CONTROL consumer subscribes it (seed 002, 2026-09-28)"},
 	{"controller", "subscribe", "_DELIVER.controller.>", true, "the controller's EVENTS consumer delivers on _DELIVER.controller.events"},
+	{"controller", "subscribe", "$JS.EVENT.ADVISORY.STREAM.DELETED.*", true, "watch heals a stream deleted by hand as the server announces it, not at the next resync"},
+	{"controller", "subscribe", "$JS.EVENT.ADVISORY.STREAM.UPDATED.*", true, "watch heals a stream's config changed by hand as the server announces it"},
+	{"controller", "subscribe", "$JS.EVENT.ADVISORY.CONSUMER.DELETED.*.*", true, "watch heals a consumer deleted by hand as the server announces it"},
 	{"node.one", "subscribe", "_DELIVER.one", true, "binding the declaration consumer subscribes its deliver subject (seed 002)"},
 	{"one.telegram", "publish", "$JS.API.CONSUMER.INFO.SEAT_TELEGRAM_SENDER.SEAT_TELEGRAM_SENDER_worker", true, "binding the worker consumer asks about it (seed 002)"},
 	{"one.telegram", "publish", "$JS.ACK.SEAT_TELEGRAM_SENDER.SEAT_TELEGRAM_SENDER_worker.>", true, "acknowledging the seat's work (seed 002)"},

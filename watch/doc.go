@@ -4,9 +4,11 @@
 // It owns when to reconcile, and nothing of how: loading, planning and applying are the
 // model and reconcile packages' work, done the same way a one-shot `meshctl apply` does
 // them. A reconcile runs once at start, after every change under the directory (debounced,
-// so a `git pull` touching fifty files makes one), on a resync interval (so drift made
-// behind watch's back — a consumer deleted, the accounts file edited by hand — is found
-// and healed), and on SIGHUP. A description that does not validate is reported and
+// so a `git pull` touching fifty files makes one), when the bus announces that one of its
+// streams or consumers was deleted or a stream's config changed (JetStream's advisories,
+// debounced the same way; the advisories of watch's own changes are told apart and cause
+// nothing), on a resync interval (the safety net for drift no advisory announces — a
+// consumer's config changed in place, the accounts file edited by hand), and on SIGHUP. A description that does not validate is reported and
 // nothing is applied, so the last good state stays live; a plan the reconciler refuses
 // (data at stake, a conflict) is reported every cycle and never forced; a bus that is
 // down is retried with a capped backoff.

@@ -73,7 +73,7 @@ func newMetrics() *metrics {
 		}),
 		drift: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshctl_watch_drift_changes_total",
-			Help: "Changes planned by a reconcile that no file change caused (resync, SIGHUP, or their retry): drift made behind watch's back.",
+			Help: "Changes planned by a reconcile that no file change caused (an advisory of the bus, resync, SIGHUP, or their retry): drift made behind watch's back.",
 		}),
 		invalidTrees: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshctl_watch_invalid_trees_total",

@@ -29,6 +29,8 @@ type connection struct {
 	// dialled is set when the session logged in afresh, perhaps with a controller credential
 	// minted since: the controller loop beside it may be knocking with the old one.
 	dialled bool
+	// heard listens to the bus's advisories on it; nil until the server grants them.
+	heard *advisoryListener
 }
 
 // embeddedBus is the embedded bus this process serves, if any. The reconcile goroutine sets
@@ -58,6 +60,9 @@ func (b *embeddedBus) reload() (bool, error) {
 // disconnect closes a connection, and with it the embedded bus watch serves.
 func (l *loop) disconnect(c *connection) {
 	l.embedded.set(nil)
+	if c.heard != nil {
+		c.heard.stop()
+	}
 	c.sess.Close()
 }
 
@@ -123,6 +128,7 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 	}
 
 	conn.mesh = m
+	l.listen(ctx, conn, false)
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	stopWatching := cancelOnDisconnect(conn.sess.Conn.Conn, cancelRun)
 	res, err := conn.sess.Reconcile(runCtx, m, reconcile.RunOptions{
@@ -136,6 +142,9 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 	cancelRun(nil)
 
 	cy.Plan, cy.Applied = res.Plan, res.Applied
+	if err == nil || errors.Is(err, reconcile.ErrConflict) || errors.Is(err, reconcile.ErrNotLive) {
+		l.listen(ctx, conn, true)
+	}
 	switch {
 	case errors.Is(err, reconcile.ErrBlocked):
 		// Never forced: the operator decides, with `meshctl apply --allow-data-loss` or

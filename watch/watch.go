@@ -76,6 +76,8 @@ type Config struct {
 	metricsReady func(addr string)
 	// addWatch adds an inotify watch; tests replace it to run out of watches.
 	addWatch addWatchFunc
+	// onHeard is told how each advisory heard was judged: the reconcile's own, or drift (tests).
+	onHeard func(o heardObject, own bool)
 }
 
 func (c Config) withDefaults() Config {
@@ -144,7 +146,7 @@ var triggerNames = []struct {
 	t    Trigger
 	name string
 }{{TriggerStart, "start"}, {TriggerFiles, "files"}, {TriggerResync, "resync"}, {TriggerSignal, "sighup"}, {TriggerRetry, "retry"},
-	{TriggerController, "controller"}}
+	{TriggerController, "controller"}, {TriggerAdvisory, "advisory"}}
 
 // Has reports whether t holds any of u's causes.
 func (t Trigger) Has(u Trigger) bool { return t&u != 0 }
@@ -256,7 +258,8 @@ func Run(ctx context.Context, c Config) error {
 		<-beatsDone
 	}()
 
-	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, changes: changes, syncs: make(chan chan error)}
+	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, changes: changes, syncs: make(chan chan error),
+		hearing: newHearing(c.onHeard)}
 	l.run(ctx)
 	c.Logger.Info("stopped")
 	return nil
@@ -279,6 +282,9 @@ type loop struct {
 	// The controller loop beside this one, and its requests for a reconcile (see controller.go).
 	ctl   *controllerSide
 	syncs chan chan error
+
+	// The advisories heard on the connection (see advisory.go).
+	hearing *hearing
 }
 
 type stepResult struct {
@@ -386,6 +392,11 @@ func (l *loop) run(ctx context.Context) {
 			request(t)
 		case <-retry.C:
 			request(TriggerRetry | owed)
+		case <-l.hearing.queue.signal:
+			l.heard(running)
+		case <-l.hearing.debounce.C:
+			l.hearing.burst = time.Time{}
+			request(TriggerAdvisory)
 		case reply := <-l.syncs:
 			syncsWaiting = append(syncsWaiting, reply)
 			request(TriggerController)
@@ -406,6 +417,7 @@ func (l *loop) run(ctx context.Context) {
 			answerSyncs(syncsInFlight, r.cycle)
 			syncsInFlight = nil
 			l.withController(ctx, r)
+			l.afterCycle(r)
 			if queued != 0 {
 				start(queued)
 				queued = 0

@@ -23,8 +23,9 @@ Runs on the control host and keeps the bus equal to the description in DIR: it
 reconciles once at start, then after every change under DIR (recursively, new
 directories included; hidden directories such as .git and editors' temporary files are
 ignored), waiting until the tree has been quiet for --debounce so that a 'git pull'
-touching fifty files makes one reconcile; and every --resync, so that drift made behind
-its back (a consumer deleted, the accounts file edited by hand) is found and healed.
+touching fifty files makes one reconcile; as soon as the bus announces a stream or
+consumer deleted or a stream changed behind its back; and every --resync, so that other
+drift (a consumer changed in place, the accounts file edited by hand) is healed too.
 When inotify runs out of watches it polls DIR every --poll instead, and says so.
 
 A description that does not validate is reported with every file:line:col problem and

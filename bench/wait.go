@@ -1,0 +1,555 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/bench/meshgen"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+)
+
+// What a user waits for: whole meshctl processes, the built binary, timed from the exec to
+// the exit, each run interleaved with the bare-client floor it is compared with.
+
+// The rows of the user-wait table, in the order they are measured and reported.
+const (
+	wOneShot      = "oneshot"       // one-shot first apply on the embedded default, total wait
+	wOneShotStop  = "oneshot-stop"  // of which: from "applied" on stderr to the exit (the bus's stop)
+	wFloorCreate  = "floor-create"  // bare client, concurrent create, beside the one-shot runs
+	wWatchApply   = "watch-apply"   // first apply with watch serving the bus
+	wFloorCreate2 = "floor-create2" // bare client, concurrent create, beside the watch-serving runs
+	wDiff         = "diff"          // converged diff, watch serving
+	wFloorList    = "floor-list"    // bare client, paged list of watch's bus, as the controller
+	wApply        = "apply"         // converged apply, watch serving: zero mutating calls
+	wOneChange    = "one-change"    // one module follows one more event (and back), watch serving
+	wHeal         = "heal"          // a consumer deleted by hand, recreated by the running watch
+)
+
+// series is one row: a duration and a peak RSS per run.
+type series struct {
+	times []time.Duration
+	rss   []int64 // 0 where no process of its own ran (the heal, the stop)
+}
+
+func (s *series) add(d time.Duration, rss int64) {
+	s.times = append(s.times, d)
+	s.rss = append(s.rss, rss)
+}
+
+func (s *series) median() time.Duration {
+	if s == nil || len(s.times) == 0 {
+		return 0
+	}
+	t := slices.Clone(s.times)
+	slices.Sort(t)
+	if len(t)%2 == 1 {
+		return t[len(t)/2]
+	}
+	return (t[len(t)/2-1] + t[len(t)/2]) / 2
+}
+
+func (s *series) spread() (time.Duration, time.Duration) {
+	return slices.Min(s.times), slices.Max(s.times)
+}
+
+func (s *series) peak() int64 { return slices.Max(s.rss) }
+
+// waitResult is every row at one size.
+type waitResult struct {
+	size int
+	rows map[string]*series
+}
+
+func (w *waitResult) row(id string) *series {
+	if w.rows[id] == nil {
+		w.rows[id] = &series{}
+	}
+	return w.rows[id]
+}
+
+// waitTimeout bounds one process, a one-shot apply's stop included (about 10 ms a consumer
+// on nats-server 2.15.2: minutes at 20,000 instances).
+const waitTimeout = 30 * time.Minute
+
+// measureWaits runs the user-wait rows at each size, runs times each.
+func measureWaits(ctx context.Context, sizes []int, runs int, tmp string, log io.Writer) ([]*waitResult, error) {
+	if len(sizes) == 0 {
+		return nil, nil
+	}
+	meshctl := filepath.Join(tmp, "meshctl")
+	fmt.Fprintf(log, "building meshctl\n")
+	build := exec.CommandContext(ctx, "go", "build", "-o", meshctl, "./cmd/meshctl")
+	build.Stdout, build.Stderr = log, log
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("building meshctl: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var out []*waitResult
+	for _, n := range sizes {
+		w := &waitResult{size: n, rows: map[string]*series{}}
+		r := &waitRunner{ctx: ctx, meshctl: meshctl, self: self, dir: filepath.Join(tmp, fmt.Sprintf("wait-%d", n)), log: log, runs: runs, res: w}
+		if err := r.run(n); err != nil {
+			return nil, fmt.Errorf("what a user waits for, at %d instances: %w", n, err)
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+type waitRunner struct {
+	ctx     context.Context
+	meshctl string
+	self    string
+	dir     string
+	log     io.Writer
+	runs    int
+	res     *waitResult
+}
+
+func (r *waitRunner) run(n int) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	g := meshgen.Scaled(n)
+	g.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+	desc := filepath.Join(r.dir, "mesh")
+	if err := g.Write(desc); err != nil {
+		return err
+	}
+	m, err := model.Parse(g.Files())
+	if err != nil {
+		return err
+	}
+	d := render.Derive(m)
+	fmt.Fprintf(r.log, "what a user waits for at %s instances (%d streams, %d consumers, %d principals), %d runs each\n",
+		num(n), len(d.Streams), len(d.Consumers), len(d.Principals), r.runs)
+
+	// One-shot first applies on the embedded default, each from an empty state directory,
+	// each followed by the bare client's create on a bus of its own.
+	for i := range r.runs {
+		state := filepath.Join(r.dir, fmt.Sprintf("oneshot-%d", i))
+		syscall.Sync()
+		p, err := r.meshctlRun("apply", "-f", desc, "--state", state)
+		if err != nil {
+			return err
+		}
+		applied, ok := p.lineAt("applied ")
+		if !ok {
+			return fmt.Errorf("the one-shot apply printed no \"applied\" line:\n%s", p.stderr)
+		}
+		r.res.row(wOneShot).add(p.wall, p.peak)
+		r.res.row(wOneShotStop).add(p.wall-applied, 0)
+		r.progress(wOneShot, i, p.wall, p.peak, fmt.Sprintf("(stop %s)", (p.wall-applied).Round(time.Millisecond)))
+		if err := os.RemoveAll(state); err != nil {
+			return err
+		}
+		if err := r.floorCreate(wFloorCreate, desc, i); err != nil {
+			return err
+		}
+	}
+
+	// With watch serving the bus: a watch per run, from a description of one node, then the
+	// whole mesh written into its directory and applied by a one-shot apply. Its --debounce
+	// is an hour, so that the description written is applied by the apply measured, not by
+	// watch; the SIGHUP the apply sends makes watch reconcile it, a no-op waited out before
+	// anything else is timed. Every watch but the last is killed (its store is thrown away,
+	// so its slow stop is not waited for); the last serves the rows after.
+	watched := filepath.Join(r.dir, "watched")
+	var w *watchProc
+	defer func() {
+		if w != nil {
+			w.kill()
+		}
+	}()
+	for i := range r.runs {
+		if w != nil {
+			w.kill()
+			w = nil
+		}
+		state := filepath.Join(r.dir, fmt.Sprintf("watch-%d", i))
+		if err := os.RemoveAll(watched); err != nil {
+			return err
+		}
+		if err := writeOneNode(watched, g.Listen, m.Nodes[0].Name); err != nil {
+			return err
+		}
+		if w, err = r.startWatch(watched, state); err != nil {
+			return err
+		}
+		if err := g.Write(watched); err != nil {
+			return err
+		}
+		mark := w.mark()
+		syscall.Sync()
+		p, err := r.meshctlRun("apply", "-f", watched, "--state", state)
+		if err != nil {
+			return err
+		}
+		r.res.row(wWatchApply).add(p.wall, p.peak)
+		r.progress(wWatchApply, i, p.wall, p.peak, "")
+		if _, err := w.await(mark, "the reconcile the apply's SIGHUP causes", func(c watchCycle) bool { return strings.Contains(c.Trigger, "sighup") }); err != nil {
+			return err
+		}
+		if err := r.floorCreate(wFloorCreate2, desc, i); err != nil {
+			return err
+		}
+		if i < r.runs-1 {
+			if err := os.RemoveAll(state); err != nil {
+				return err
+			}
+		}
+	}
+	state := filepath.Join(r.dir, fmt.Sprintf("watch-%d", r.runs-1))
+
+	// Converged: the diff interleaved with the bare client's paged list of the same bus.
+	for i := range r.runs {
+		p, err := r.meshctlRun("diff", "-f", watched, "--state", state)
+		if err != nil {
+			return err
+		}
+		r.res.row(wDiff).add(p.wall, p.peak)
+		r.progress(wDiff, i, p.wall, p.peak, "")
+		f, err := r.floor("list", fmt.Sprintf("-floor-url=nats://%s", g.Listen), "-floor-password="+filepath.Join(state, "controller.password"))
+		if err != nil {
+			return err
+		}
+		if f.res.Objects != len(d.Streams)+len(d.Consumers) {
+			return fmt.Errorf("the paged list found %d objects; the mesh has %d", f.res.Objects, len(d.Streams)+len(d.Consumers))
+		}
+		r.res.row(wFloorList).add(f.wall, f.peak)
+		r.progress(wFloorList, i, f.wall, f.peak, fmt.Sprintf("(the listing alone %s)", time.Duration(f.res.NS).Round(time.Millisecond)))
+	}
+	// A converged apply: it must find nothing to change, so it makes no mutating call.
+	for i := range r.runs {
+		mark := w.mark()
+		p, err := r.meshctlRun("apply", "-f", watched, "--state", state)
+		if err != nil {
+			return err
+		}
+		if _, ok := p.lineAt("the bus was already in sync"); !ok {
+			return fmt.Errorf("a converged apply changed something:\n%s", p.stderr)
+		}
+		if c := w.since(mark); len(c) > 0 {
+			return fmt.Errorf("a converged apply made watch reconcile (%s): it sent SIGHUP, so it wrote the accounts config", c[0].Trigger)
+		}
+		r.res.row(wApply).add(p.wall, p.peak)
+		r.progress(wApply, i, p.wall, p.peak, "")
+	}
+	// One change: one module follows one more event, and back, in turn.
+	for i := range r.runs {
+		next := g
+		next.Touched = 1 - i%2
+		if err := next.Write(watched); err != nil {
+			return err
+		}
+		mark := w.mark()
+		p, err := r.meshctlRun("apply", "-f", watched, "--state", state)
+		if err != nil {
+			return err
+		}
+		if _, ok := p.lineAt("applied "); !ok {
+			return fmt.Errorf("the apply of one change printed no \"applied\" line:\n%s", p.stderr)
+		}
+		r.res.row(wOneChange).add(p.wall, p.peak)
+		r.progress(wOneChange, i, p.wall, p.peak, "")
+		if _, err := w.await(mark, "the reconcile the apply's SIGHUP causes", func(c watchCycle) bool { return strings.Contains(c.Trigger, "sighup") }); err != nil {
+			return err
+		}
+	}
+	// A consumer deleted by hand, recreated by the running watch: a different one each run.
+	nc, err := dialController(r.ctx, "nats://"+g.Listen, filepath.Join(state, "controller.password"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var victims []render.Consumer
+	for _, c := range d.Consumers {
+		if c.Stream == render.StreamEvents && c.Name() != render.ControllerUser {
+			victims = append(victims, c)
+		}
+	}
+	for i := range r.runs {
+		if len(victims) == 0 {
+			break
+		}
+		c := victims[i*len(victims)/r.runs]
+		mark := w.mark()
+		took, err := healed(r.ctx, js, c.Stream, c.Name())
+		if err != nil {
+			return err
+		}
+		r.res.row(wHeal).add(took, 0)
+		r.progress(wHeal, i, took, 0, c.Stream+"/"+c.Name())
+		if _, err := w.await(mark, "the reconcile the deletion caused", func(c watchCycle) bool { return c.Outcome == "ok" }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *waitRunner) progress(id string, i int, d time.Duration, rss int64, note string) {
+	mem := ""
+	if rss > 0 {
+		mem = ", peak RSS " + megabytes(rss)
+	}
+	fmt.Fprintf(r.log, "  %-14s run %d: %s%s %s\n", id, i+1, d.Round(time.Millisecond), mem, note)
+}
+
+func (r *waitRunner) floorCreate(id, desc string, i int) error {
+	store := filepath.Join(r.dir, "floor")
+	defer os.RemoveAll(store)
+	syscall.Sync()
+	f, err := r.floor("create", "-floor-mesh="+desc, "-floor-dir="+store)
+	if err != nil {
+		return err
+	}
+	r.res.row(id).add(f.wall, f.peak)
+	r.progress(id, i, f.wall, f.peak, fmt.Sprintf("(%d objects, the creation alone %s)", f.res.Objects, time.Duration(f.res.NS).Round(time.Millisecond)))
+	return nil
+}
+
+type floorProc struct {
+	res  floorResult
+	wall time.Duration // the process's, as a user's client would take
+	peak int64
+}
+
+func (r *waitRunner) floor(kind string, args ...string) (floorProc, error) {
+	p, err := r.process(r.self, append([]string{"-floor=" + kind}, args...)...)
+	if err != nil {
+		return floorProc{}, err
+	}
+	var f floorProc
+	if err := json.Unmarshal([]byte(p.stdout), &f.res); err != nil {
+		return floorProc{}, fmt.Errorf("the %s floor printed %q: %w", kind, p.stdout, err)
+	}
+	f.wall, f.peak = p.wall, p.peak
+	return f, nil
+}
+
+// proc is one finished process.
+type proc struct {
+	wall           time.Duration
+	peak           int64
+	stdout, stderr string
+	lines          []timedLine // stderr, as it came
+}
+
+type timedLine struct {
+	at   time.Duration // since the exec
+	text string
+}
+
+// lineAt is when the first stderr line starting with prefix came.
+func (p proc) lineAt(prefix string) (time.Duration, bool) {
+	for _, l := range p.lines {
+		if strings.HasPrefix(l.text, prefix) {
+			return l.at, true
+		}
+	}
+	return 0, false
+}
+
+func (r *waitRunner) meshctlRun(args ...string) (proc, error) {
+	return r.process(r.meshctl, args...)
+}
+
+// process runs a command to its exit and fails unless it exits 0.
+func (r *waitRunner) process(name string, args ...string) (proc, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, waitTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		return proc{}, err
+	}
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		return proc{}, err
+	}
+	peak := watchPeakRSS(cmd.Process.Pid)
+	var p proc
+	var all strings.Builder
+	sc := bufio.NewScanner(errPipe)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		p.lines = append(p.lines, timedLine{at: time.Since(started), text: sc.Text()})
+		all.WriteString(sc.Text() + "\n")
+	}
+	err = cmd.Wait()
+	p.wall = time.Since(started)
+	p.peak = peak()
+	p.stdout, p.stderr = stdout.String(), all.String()
+	if err != nil {
+		return p, fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, p.stderr)
+	}
+	return p, nil
+}
+
+// watchProc is a running `meshctl watch`, its log read as it comes.
+type watchProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+
+	mu     sync.Mutex
+	cycles []watchCycle
+	more   chan struct{}
+	tail   []string // its last lines, for an error
+}
+
+// watchCycle is one reconcile watch logged.
+type watchCycle struct {
+	Msg     string `json:"msg"`
+	Trigger string `json:"trigger"`
+	Outcome string `json:"outcome"`
+}
+
+func (r *waitRunner) startWatch(dir, state string) (*watchProc, error) {
+	cmd := exec.CommandContext(r.ctx, r.meshctl, "watch", "-f", dir, "--state", state,
+		"--debounce", "1h", "--resync", "1h", "--log-format", "json")
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := &watchProc{cmd: cmd, done: make(chan struct{}), more: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		sc := bufio.NewScanner(errPipe)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			var c watchCycle
+			_ = json.Unmarshal(sc.Bytes(), &c)
+			w.mu.Lock()
+			w.tail = append(w.tail, sc.Text())
+			if len(w.tail) > 20 {
+				w.tail = w.tail[1:]
+			}
+			if c.Outcome != "" {
+				w.cycles = append(w.cycles, c)
+				close(w.more)
+				w.more = make(chan struct{})
+			}
+			w.mu.Unlock()
+		}
+	}()
+	if _, err := w.await(0, "watch's first reconcile", func(c watchCycle) bool { return c.Outcome == "ok" || c.Outcome == "noop" }); err != nil {
+		w.kill()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *watchProc) mark() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.cycles)
+}
+
+func (w *watchProc) since(mark int) []watchCycle {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.cycles[mark:])
+}
+
+// await waits for the first cycle from mark on that satisfies ok.
+func (w *watchProc) await(mark int, what string, ok func(watchCycle) bool) (watchCycle, error) {
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		for _, c := range w.cycles[min(mark, len(w.cycles)):] {
+			if ok(c) {
+				w.mu.Unlock()
+				return c, nil
+			}
+		}
+		more, tail := w.more, strings.Join(w.tail, "\n")
+		w.mu.Unlock()
+		select {
+		case <-more:
+		case <-w.done:
+			return watchCycle{}, fmt.Errorf("watch exited waiting for %s:\n%s", what, tail)
+		case <-deadline.C:
+			return watchCycle{}, fmt.Errorf("no %s after %s:\n%s", what, waitTimeout, tail)
+		}
+	}
+}
+
+// kill ends watch at once: its store is thrown away, so nats-server's slow stop of every
+// consumer is not waited for.
+func (w *watchProc) kill() {
+	_ = w.cmd.Process.Kill()
+	<-w.done
+	_ = w.cmd.Wait()
+}
+
+// healed deletes a consumer and polls until it is back, returning how long it was gone.
+func healed(ctx context.Context, js jetstream.JetStream, stream, name string) (time.Duration, error) {
+	if err := js.DeleteConsumer(ctx, stream, name); err != nil {
+		return 0, fmt.Errorf("deleting %s/%s by hand: %w", stream, name, err)
+	}
+	deleted := time.Now()
+	deadline := deleted.Add(waitTimeout)
+	for time.Now().Before(deadline) {
+		_, err := js.PushConsumer(ctx, stream, name) // every consumer meshctl makes is push
+		switch {
+		case err == nil:
+			return time.Since(deleted), nil
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return 0, fmt.Errorf("looking for %s/%s: %w", stream, name, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("%s/%s deleted by hand was not recreated within %s", stream, name, waitTimeout)
+}
+
+// writeOneNode writes a description of the bus section and one node: what watch starts
+// from before the whole mesh is written beside it.
+func writeOneNode(dir, listen, node string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	body := fmt.Sprintf("bus:\n  listen: %q\nnodes:\n  - name: %s\n", listen, node)
+	return os.WriteFile(filepath.Join(dir, "mesh.yaml"), []byte(body), 0o644)
+}
+
+// freePort is a TCP port nothing listened on a moment ago: the bus section names it, and
+// every process of the run finds the same bus there.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

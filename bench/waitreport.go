@@ -1,0 +1,184 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// The bounds issue 14 sets on what a user waits for, at 5,000 instances (and 20,000 for the
+// first apply with watch serving).
+const (
+	oneShotBound     = 1.5                    // one-shot first apply / create floor
+	convergedBound   = 1.3                    // converged diff and apply / paged-list floor
+	oneChangeSlack   = 500 * time.Millisecond // one change ≤ converged apply + this
+	healBound        = 2 * time.Second        // a consumer deleted by hand, back
+	watchApplyBound  = 1.3                    // first apply with watch serving / create floor, at 20,000
+	watchApplyAtSize = 20000
+)
+
+// waitRow is one line of the user-wait table: a measured row, the floor or baseline it is
+// held to, and the bound.
+type waitRow struct {
+	title string
+	id    string
+	floor string // the row it is compared with; "" for none
+	delta bool   // compared by difference, not ratio
+	// check says whether the row meets its bound at that size, and the bound as written;
+	// nil when no bound applies.
+	check func(w *waitResult) (ok, applies bool, bound string)
+}
+
+func ratioCheck(id, floor string, bound float64, at int) func(w *waitResult) (bool, bool, string) {
+	return func(w *waitResult) (bool, bool, string) {
+		a, f := w.rows[id], w.rows[floor]
+		if a == nil || f == nil || f.median() == 0 {
+			return false, false, ""
+		}
+		return float64(a.median())/float64(f.median()) <= bound, w.size == at, fmt.Sprintf("≤ %.1f× at %s", bound, num(at))
+	}
+}
+
+var waitRows = []waitRow{
+	{"one-shot first apply on the embedded default, total wait", wOneShot, wFloorCreate, false, ratioCheck(wOneShot, wFloorCreate, oneShotBound, referenceSize)},
+	{"– of which the embedded server's stop (from \"applied\" to the exit)", wOneShotStop, "", false, nil},
+	{"first apply with `watch` serving the bus", wWatchApply, wFloorCreate2, false, ratioCheck(wWatchApply, wFloorCreate2, watchApplyBound, watchApplyAtSize)},
+	{"converged diff, `watch` serving", wDiff, wFloorList, false, ratioCheck(wDiff, wFloorList, convergedBound, referenceSize)},
+	{"converged apply, `watch` serving (nothing to change: no mutating call)", wApply, wFloorList, false, ratioCheck(wApply, wFloorList, convergedBound, referenceSize)},
+	{"one change: one module follows one more event (and back)", wOneChange, wApply, true, func(w *waitResult) (bool, bool, string) {
+		a, c := w.rows[wOneChange], w.rows[wApply]
+		if a == nil || c == nil {
+			return false, false, ""
+		}
+		return a.median() <= c.median()+oneChangeSlack, w.size == referenceSize, fmt.Sprintf("≤ converged apply + %s at %s", oneChangeSlack, num(referenceSize))
+	}},
+	{"a consumer deleted by hand, recreated by the running `watch`", wHeal, "", false, func(w *waitResult) (bool, bool, string) {
+		h := w.rows[wHeal]
+		if h == nil {
+			return false, false, ""
+		}
+		return h.median() <= healBound, w.size == referenceSize, fmt.Sprintf("≤ %s at %s", healBound, num(referenceSize))
+	}},
+	{"floor: bare client creates every object, 16 in flight (beside the one-shot runs)", wFloorCreate, "", false, nil},
+	{"floor: the same, beside the runs with `watch` serving", wFloorCreate2, "", false, nil},
+	{"floor: bare client lists every object in pages, on `watch`'s bus as the controller", wFloorList, "", false, nil},
+}
+
+func (r *report) writeWaits(p *printer) {
+	if len(r.waits) == 0 {
+		return
+	}
+	p.f("## What a user waits for\n\n")
+	p.f("Whole `meshctl` processes — the binary built from this commit, timed from the exec to the exit — as a user runs them, "+
+		"each row run %d times, every meshctl run interleaved with the run of the bare-client floor it is compared with. "+
+		"The time is the median, with the fastest and the slowest run; the peak RSS is the highest of the row's processes "+
+		"(VmHWM, read while each ran). The ratio is the row's median over its floor's.\n\n", r.plan.runs)
+	for _, w := range r.waits {
+		m := r.meshes[w.size]
+		p.f("### %s module instances (%s streams, %s consumers, %s principals)\n\n", num(w.size), num(m.streams), num(m.consumers), num(m.principals))
+		p.f("| | median | fastest – slowest | peak RSS | compared with | ratio | bound | |\n|---|---:|---:|---:|---|---:|---|---|\n")
+		for _, row := range waitRows {
+			s := w.rows[row.id]
+			if s == nil || len(s.times) == 0 {
+				continue
+			}
+			lo, hi := s.spread()
+			rss := ""
+			if s.peak() > 0 {
+				rss = megabytes(s.peak())
+			}
+			against, ratio := "", ""
+			if f := w.rows[row.floor]; f != nil && f.median() > 0 {
+				against = fmt.Sprintf("%s (%s)", waitTitle(row.floor), duration(float64(f.median())))
+				ratio = compare(row, s, f)
+			}
+			bound, verdictCell := "", ""
+			if row.check != nil {
+				if ok, applies, b := row.check(w); b != "" {
+					bound = b
+					if applies {
+						verdictCell = verdict(ok)
+					}
+				}
+			}
+			p.f("| %s | %s | %s – %s | %s | %s | %s | %s | %s |\n", row.title, duration(float64(s.median())), duration(float64(lo)), duration(float64(hi)),
+				rss, against, ratio, bound, verdictCell)
+		}
+		p.f("\n")
+	}
+	p.f("%s", waitHow)
+}
+
+// compare is a row's median against its floor's: a ratio, or a difference for a row bounded
+// by one.
+func compare(row waitRow, s, f *series) string {
+	if row.delta {
+		d := s.median() - f.median()
+		if d < 0 {
+			return "−" + duration(float64(-d))
+		}
+		return "+" + duration(float64(d))
+	}
+	return fmt.Sprintf("%.2f×", float64(s.median())/float64(f.median()))
+}
+
+// waitTitle names a row briefly, as the "compared with" column does.
+func waitTitle(id string) string {
+	switch id {
+	case wFloorCreate, wFloorCreate2:
+		return "create floor"
+	case wFloorList:
+		return "paged-list floor"
+	case wApply:
+		return "converged apply"
+	}
+	return id
+}
+
+// printWaits writes the user-wait medians as the harness finishes them, for the terminal.
+func printWaits(w io.Writer, waits []*waitResult) {
+	for _, res := range waits {
+		fmt.Fprintf(w, "what a user waits for at %s instances (median, fastest – slowest, peak RSS):\n", num(res.size))
+		for _, row := range waitRows {
+			s := res.rows[row.id]
+			if s == nil || len(s.times) == 0 {
+				continue
+			}
+			lo, hi := s.spread()
+			line := fmt.Sprintf("  %-84s %9s  (%s – %s)", row.title, duration(float64(s.median())), duration(float64(lo)), duration(float64(hi)))
+			if s.peak() > 0 {
+				line += "  " + megabytes(s.peak())
+			}
+			if f := res.rows[row.floor]; f != nil && f.median() > 0 {
+				line += fmt.Sprintf("  %s the %s", compare(row, s, f), waitTitle(row.floor))
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+}
+
+const waitHow = `How these rows were measured:
+
+- **One-shot first apply**: ` + "`meshctl apply -f DIR --state S`" + ` from an empty state directory, each run a fresh one, on the
+  embedded default (the bus section names only ` + "`listen`" + `): the process starts the bus, mints the controller's
+  credential, applies, and stops the bus. The stop is the time from its "applied N change(s)" line on stderr to its exit.
+- **With ` + "`watch`" + ` serving**: ` + "`meshctl watch --debounce 1h --resync 1h`" + ` runs on a directory holding the bus section and one node;
+  the whole mesh is written into it and ` + "`meshctl apply`" + ` on it is timed: the apply finds watch's bus through the state
+  directory, applies, and sends watch SIGHUP. The long debounce keeps watch from applying the written files itself; the
+  reconcile the SIGHUP causes (a no-op) is waited out before the next timing. Each first-apply run has a watch of its own,
+  killed afterwards (its store is thrown away); the last one serves every row after.
+- **Converged diff and apply**: ` + "`meshctl diff`" + ` and ` + "`meshctl apply`" + ` on the applied mesh. The apply must say "the bus was already in
+  sync" (its plan is empty, so it makes no mutating call) and must not make watch reconcile (it wrote no accounts config).
+- **One change**: the description edited so that one single-node module follows one more event, applied, then edited back
+  and applied, in turn: one consumer update and the accounts config with one user's grants changed, reloaded by watch.
+- **A consumer deleted by hand**: as the controller, a bare client deletes one module's consumer on EVENTS (a different
+  one each run) and polls every 10 ms until it exists again: watch hears the server's advisory and recreates it.
+- **The floors** run in processes of their own: the create floor starts an embedded bus configured as meshctl's (the
+  MESH account, one unrestricted user) and times creating the mesh's streams, then its consumers, 16 calls in flight;
+  the paged-list floor connects to watch's bus as the controller and lists every stream and every stream's consumers,
+  page after page, 16 streams at a time. Their times are their processes' too, from the exec to the exit, as meshctl's
+  are (the harness's log shows the operation alone beside each); the create floor's process exits without stopping its
+  bus.
+- Every timed create starts from a flushed filesystem (` + "`sync`" + `).
+
+`
