@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -49,13 +50,14 @@ func Seats(ctx context.Context, js jetstream.JetStream, seats []string, holders 
 			return nil, fmt.Errorf("reading seat %s's work queue: %w", seat, err)
 		}
 		w.Waiting = s.CachedInfo().State.Msgs
-		c, err := s.PushConsumer(ctx, render.WorkerConsumer(seat))
+		info, err := host.ConsumerInfo(ctx, js, s.CachedInfo().Config.Name, render.WorkerConsumer(seat))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("reading seat %s's worker: %w", seat, err)
 		}
 		if err == nil {
-			info := c.CachedInfo()
-			w.Bound, w.Unacknowledged = info.PushBound, info.NumAckPending
+			// A push worker is bound while a subscription takes its deliveries; a pull worker
+			// while a puller's request waits on it.
+			w.Bound, w.Unacknowledged = info.PushBound || info.NumWaiting > 0, info.NumAckPending
 		}
 		out = append(out, w)
 	}
