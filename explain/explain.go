@@ -23,7 +23,9 @@ type Advice struct {
 	Grantable bool
 }
 
-func fix(format string, a ...any) Advice { return Advice{Text: fmt.Sprintf(format, a...), Grantable: true} }
+func fix(format string, a ...any) Advice {
+	return Advice{Text: fmt.Sprintf(format, a...), Grantable: true}
+}
 func never(format string, a ...any) Advice {
 	return Advice{Text: fmt.Sprintf(format, a...) + ": no declaration grants it"}
 }
