@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
@@ -32,6 +33,8 @@ type Options struct {
 	// OwnEmbedded asks for the embedded bus to be started even when another meshctl
 	// process serves one: only `watch`, which must own the bus it keeps up, sets it.
 	OwnEmbedded bool
+	// BusLog receives the embedded bus's log when this session starts the bus; nil discards it.
+	BusLog server.Logger
 	// ReadOnly connects without writing the state directory or the accounts config: no
 	// credential is minted and no accounts config installed; where one would be needed,
 	// Connect fails (ErrNeedsApply, or state.ErrNoController). diff sets it.
@@ -256,7 +259,7 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, o Options)
 		}
 	}
 	started := time.Now()
-	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen})
+	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen, Logger: o.BusLog})
 	if err != nil {
 		return err
 	}
