@@ -14,7 +14,8 @@ import (
 )
 
 // SeatWork is a seat's work queue as the bus has it: who holds the seat, whether the holder's
-// worker is bound (a subscription takes its deliveries), and how much work waits.
+// worker is bound (a subscription takes its deliveries, or a pull request waits on it), and how
+// much work waits.
 type SeatWork struct {
 	Seat   string `json:"seat"`
 	Holder string `json:"holder,omitempty"` // the holder's user, empty when the seat has none
