@@ -253,25 +253,11 @@ func (a *agent) run(ctx context.Context, m host.Membership) error {
 	// The library hands deliveries over on its goroutine; the loop takes them here, one at a
 	// time, beside the heartbeat.
 	decls := make(chan jetstream.Msg)
-	var cc jetstream.ConsumeContext
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		cc, err = h.Declarations(ctx, a.node, func(msg jetstream.Msg) {
-			select {
-			case decls <- msg:
-			case <-ctx.Done():
-			}
-		})
-		if err == nil {
-			break
-		}
-		a.log.Warn("agent: the declaration consumer cannot be bound yet; trying again", "error", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
+	cc, push := a.bind(ctx, decls)
+	if cc == nil {
+		return nil // ctx ended
 	}
-	defer cc.Stop()
+	defer func() { cc.Stop() }()
 	a.log.Info("agent: taking declarations", "bus", h.Address(), "dir", a.cfg.Dir, "heartbeat", a.cfg.Heartbeat)
 
 	beat := time.NewTicker(a.cfg.Heartbeat)
@@ -285,6 +271,15 @@ func (a *agent) run(ctx context.Context, m host.Membership) error {
 			a.apply(ctx, msg)
 		case <-beat.C:
 			a.heartbeat(ctx)
+			if a.kindChanged(ctx, push) {
+				// bus.consumers changed and the controller replaced the consumer with one of
+				// the other kind: the binding it had takes nothing from the new one.
+				a.log.Info("agent: the declaration consumer changed kind; binding it again")
+				cc.Stop()
+				if cc, push = a.bind(ctx, decls); cc == nil {
+					return nil
+				}
+			}
 		}
 	}
 }
@@ -293,6 +288,41 @@ func (a *agent) run(ctx context.Context, m host.Membership) error {
 // controller's reload rather than a problem: the controller waits that long for the reload,
 // and past it the refusal is a warning again.
 const reloadGrace = controller.DefaultSyncTimeout
+
+// bind binds the node's declaration consumer, trying again until it can or ctx ends (nil), and
+// says whether it is a push consumer.
+func (a *agent) bind(ctx context.Context, decls chan<- jetstream.Msg) (jetstream.ConsumeContext, bool) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		info, err := host.ConsumerInfo(ctx, a.h.JetStream(), render.StreamNodes, a.node)
+		var cc jetstream.ConsumeContext
+		if err == nil {
+			cc, err = a.h.Declarations(ctx, a.node, func(msg jetstream.Msg) {
+				select {
+				case decls <- msg:
+				case <-ctx.Done():
+				}
+			})
+		}
+		if err == nil {
+			return cc, info.Config.DeliverSubject != ""
+		}
+		a.log.Warn("agent: the declaration consumer cannot be bound yet; trying again", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(wait):
+		}
+	}
+}
+
+// kindChanged reports whether the declaration consumer is no longer of the kind bound (push or
+// not). A consumer that cannot be read now is left bound: the next heartbeat asks again.
+func (a *agent) kindChanged(ctx context.Context, push bool) bool {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := host.ConsumerInfo(ictx, a.h.JetStream(), render.StreamNodes, a.node)
+	return err == nil && (info.Config.DeliverSubject != "") != push
+}
 
 // join joins as the node, reconnecting for as long as it takes: right after enrolment the
 // node's credential goes live a moment after the answer, and later the bus restarts and reloads.

@@ -408,6 +408,16 @@ func TestTwoNodesEnrolReceiveTheirModulesAndFollowAMove(t *testing.T) {
 	}
 }
 
+// controllerJS is JetStream as the controller, with the password watch minted.
+func (w *world) controllerJS() jetstream.JetStream {
+	w.t.Helper()
+	pw, err := os.ReadFile(filepath.Join(w.stateDir, "controller.password"))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return join(w.t, host.Membership{Address: w.busURL(), User: render.ControllerUser, Password: strings.TrimSpace(string(pw))}).JetStream()
+}
+
 // declarationsKept is the last declaration NODES keeps for each node, read as the controller,
 // with each instance's membership field as it is carried.
 func (w *world) declarationsKept(nodes ...string) []byte {
@@ -484,5 +494,35 @@ func TestAnAgentRejoinsAcrossABusRestart(t *testing.T) {
 	join(t, w.membership(filepath.Join(dir, "one.audit.json")))
 	if !strings.Contains(w.logs.String(), "agent: reconnected to the bus") {
 		t.Errorf("the agent did not say it reconnected:\n%s", w.logs.String())
+	}
+}
+
+// An agent keeps taking declarations when bus.consumers changes: watch replaces the node's
+// declaration consumer with one of the other kind, and the agent, finding it so at a heartbeat,
+// binds it again; a module added afterwards is written. Both ways, pull to push and back.
+func TestAnAgentFollowsAChangeOfConsumerKind(t *testing.T) {
+	t.Parallel()
+	w := startWorld(t, mesh) // pull: the default
+	enrol := w.issueEnrolments("one")
+	dir := w.runAgent(enrol["one"])
+	w.wait("node one writes the shop's membership", func() bool { return exists(filepath.Join(dir, "one.shop.json")) })
+
+	js := w.controllerJS()
+	var modules string
+	for i, kind := range []string{model.ConsumersPush, model.ConsumersPull} {
+		description := "bus:\n  consumers: " + kind + "\n" + strings.TrimPrefix(mesh, "bus:\n")
+		w.write(description + modules)
+		w.wait("the declaration consumer becomes "+kind, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			info, err := host.ConsumerInfo(ctx, js, render.StreamNodes, "one")
+			return err == nil && (info.Config.DeliverSubject != "") == (kind == model.ConsumersPush)
+		})
+		module := "audit" + strconv.Itoa(i)
+		modules += "  - name: " + module + "\n    on: [one]\n    emits: [checked]\n"
+		w.write(description + modules)
+		w.wait("node one writes the "+module+" membership after the change to "+kind, func() bool {
+			return exists(filepath.Join(dir, "one."+module+".json"))
+		})
 	}
 }

@@ -34,9 +34,8 @@ const (
 )
 
 // deliveryBuffer is how many deliveries wait for the loop. It is above the CONTROL consumer's
-// max_ack_pending (the server's default, 1,000), so the server never pushes more than the
-// channel holds: a full channel would drop a delivery, and it would come back only after the
-// ack wait.
+// max_ack_pending (the server's default, 1,000), so the server never has more outstanding than
+// the channel holds and the library's handler, which waits for room, seldom waits.
 const deliveryBuffer = 1024
 
 // heartbeatBuffer is how many heartbeats wait for the loop; one dropped is said again within an
@@ -226,12 +225,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	// Channels, not handlers: the library would run a handler on its own goroutine, and the
 	// loop's state (the window above all) is owned by this one alone.
-	deliveries := make(chan *nats.Msg, deliveryBuffer)
-	dsub, err := conn.ChanSubscribe(render.DeliverSubject(render.ControllerUser), deliveries)
+	deliveries := make(chan jetstream.Msg, deliveryBuffer)
+	inbox, err := bindControl(ctx, js, deliveries)
 	if err != nil {
-		return fmt.Errorf("taking the controller's CONTROL deliveries: %w", err)
+		return err
 	}
-	defer dsub.Unsubscribe()
+	defer func() { inbox.cc.Stop() }()
 	beats := make(chan *nats.Msg, heartbeatBuffer)
 	hsub, err := conn.ChanSubscribe(render.HeartbeatSubject("*"), beats)
 	if err != nil {
@@ -264,6 +263,16 @@ func (c *Controller) Run(ctx context.Context) error {
 			l.heard(m)
 		case m := <-c.meshes:
 			l.mesh = m
+			if push := m.Bus.Consumers == model.ConsumersPush; push != (inbox.kind == model.ConsumersPush) {
+				// The reconcile that handed m over replaced the CONTROL consumer with one of
+				// the other kind (the server turns neither into the other): a push
+				// subscription would wait on a deliver subject nothing delivers to, a puller
+				// would ask a consumer that no longer pulls.
+				inbox.cc.Stop()
+				if inbox, err = bindControl(ctx, js, deliveries); err != nil {
+					return err
+				}
+			}
 			c.mu.Lock()
 			c.mesh = m
 			c.mu.Unlock()
@@ -276,6 +285,29 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// controlInbox is the controller's binding of its CONTROL consumer, and the kind of consumer it
+// bound (model.ConsumersPull or model.ConsumersPush).
+type controlInbox struct {
+	cc   jetstream.ConsumeContext
+	kind string
+}
+
+// bindControl binds the CONTROL consumer, whichever kind it is, handing its messages to
+// deliveries. The library runs the handler on its own goroutine; the loop takes them from the
+// channel on its own.
+func bindControl(ctx context.Context, js jetstream.JetStream, deliveries chan<- jetstream.Msg) (controlInbox, error) {
+	cc, kind, err := host.Bind(ctx, js, render.StreamControl, render.ControllerUser, func(m jetstream.Msg) {
+		select {
+		case deliveries <- m:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return controlInbox{}, fmt.Errorf("taking the controller's CONTROL deliveries: %w", err)
+	}
+	return controlInbox{cc: cc, kind: kind}, nil
 }
 
 // dial joins the bus as the controller, trying again with a capped backoff until it answers or
@@ -318,8 +350,8 @@ func (l *loop) storeCtx(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // take settles one delivery from CONTROL.
-func (l *loop) take(ctx context.Context, m *nats.Msg) {
-	kind, node := Classify(m.Subject)
+func (l *loop) take(ctx context.Context, m jetstream.Msg) {
+	kind, node := Classify(m.Subject())
 	var s Settle
 	switch kind {
 	case KindReport:
@@ -329,9 +361,9 @@ func (l *loop) take(ctx context.Context, m *nats.Msg) {
 	default:
 		s = Settle{Verb: Term, Reason: "not a subject the mesh derives for CONTROL"}
 	}
-	l.settle(m, s)
-	ev := Event{Kind: kind, Node: node, Subject: m.Subject, Settle: s}
-	attrs := []any{"subject", m.Subject, "settled", string(s.Verb), "why", s.Reason}
+	l.settle(ctx, m, s)
+	ev := Event{Kind: kind, Node: node, Subject: m.Subject(), Settle: s}
+	attrs := []any{"subject", m.Subject(), "settled", string(s.Verb), "why", s.Reason}
 	switch s.Verb {
 	case Term:
 		l.log.Warn("controller: let a message go", attrs...)
@@ -348,11 +380,13 @@ func (l *loop) take(ctx context.Context, m *nats.Msg) {
 // settle tells the server what became of a delivery. An ack waits for the server's word, so
 // that "recorded" means "left the work queue"; a failed one is delivered again and recorded
 // again, which a report's last-per-node row takes without harm.
-func (l *loop) settle(m *nats.Msg, s Settle) {
+func (l *loop) settle(ctx context.Context, m jetstream.Msg, s Settle) {
 	var err error
 	switch s.Verb {
 	case Ack:
-		err = m.AckSync(nats.AckWait(l.cfg.StoreTimeout))
+		actx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
+		err = m.DoubleAck(actx)
+		cancel()
 	case Nak:
 		err = m.NakWithDelay(s.Delay)
 	case Term:
@@ -360,12 +394,12 @@ func (l *loop) settle(m *nats.Msg, s Settle) {
 	}
 	if err != nil {
 		l.log.Error("controller: settling a message failed; the server delivers it again after the ack wait",
-			"subject", m.Subject, "settle", string(s.Verb), "error", err)
+			"subject", m.Subject(), "settle", string(s.Verb), "error", err)
 	}
 }
 
 // published is when the bus took m, or now for a message without JetStream metadata.
-func published(m *nats.Msg) time.Time {
+func published(m jetstream.Msg) time.Time {
 	if meta, err := m.Metadata(); err == nil {
 		return meta.Timestamp
 	}
@@ -386,12 +420,12 @@ func (l *loop) generation(ctx context.Context, node string) (uint64, error) {
 	return l.declared[node], nil
 }
 
-func (l *loop) report(ctx context.Context, node string, m *nats.Msg) Settle {
+func (l *loop) report(ctx context.Context, node string, m jetstream.Msg) Settle {
 	declared, err := l.generation(ctx, node)
 	if err != nil {
 		return l.window.After(err, published(m), time.Now())
 	}
-	r, err := JudgeReport(m.Data, declared)
+	r, err := JudgeReport(m.Data(), declared)
 	switch {
 	case errors.Is(err, ErrSuperseded):
 		// Settled, not acted on: what it says is about what the node no longer runs.
@@ -426,12 +460,12 @@ func (l *loop) heard(m *nats.Msg) {
 }
 
 // enrol answers an enrolment request at the address its payload carries.
-func (l *loop) enrol(ctx context.Context, node string, m *nats.Msg) Settle {
+func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 	if l.mesh == nil {
 		// Which nodes exist is the description's to say, and none was handed over yet.
 		return Settle{Verb: Nak, Delay: l.cfg.Retry, Reason: "no description reconciled yet to check the node against"}
 	}
-	ask, err := JudgeEnrolment(l.mesh, m.Subject, m.Data)
+	ask, err := JudgeEnrolment(l.mesh, m.Subject(), m.Data())
 	if errors.Is(err, host.ErrNotEnrolment) {
 		// No address of the node's own to answer at: nothing can be said to anyone.
 		return Settle{Verb: Term, Reason: err.Error()}

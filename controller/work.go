@@ -9,11 +9,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/render"
 )
 
 // SeatWork is a seat's work queue as the bus has it: who holds the seat, whether the holder's
-// worker is bound (a subscription takes its deliveries), and how much work waits.
+// worker is bound (a subscription takes its deliveries, or a pull request waits on it), and how
+// much work waits.
 type SeatWork struct {
 	Seat   string `json:"seat"`
 	Holder string `json:"holder,omitempty"` // the holder's user, empty when the seat has none
@@ -49,13 +51,14 @@ func Seats(ctx context.Context, js jetstream.JetStream, seats []string, holders 
 			return nil, fmt.Errorf("reading seat %s's work queue: %w", seat, err)
 		}
 		w.Waiting = s.CachedInfo().State.Msgs
-		c, err := s.PushConsumer(ctx, render.WorkerConsumer(seat))
+		info, err := host.ConsumerInfo(ctx, js, s.CachedInfo().Config.Name, render.WorkerConsumer(seat))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("reading seat %s's worker: %w", seat, err)
 		}
 		if err == nil {
-			info := c.CachedInfo()
-			w.Bound, w.Unacknowledged = info.PushBound, info.NumAckPending
+			// A push worker is bound while a subscription takes its deliveries; a pull worker
+			// while a puller's request waits on it.
+			w.Bound, w.Unacknowledged = info.PushBound || info.NumWaiting > 0, info.NumAckPending
 		}
 		out = append(out, w)
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,34 +11,74 @@ import (
 	"github.com/meshbus/meshctl/render"
 )
 
-// Consume binds the push consumer stream/consumer and takes its deliveries with handle, in the
-// consumer's deliver group when it has one. Binding asks the server about the consumer
-// ($JS.API.CONSUMER.INFO.<stream>.<consumer>, the one API call a host is granted) and then
-// subscribes its deliver subject; a refusal of either is a *bus.PermissionError in the error
-// chain, naming the subject.
+// Consume binds the consumer stream/consumer and takes its messages with handle, whichever kind
+// the mesh derives (bus.consumers). Binding asks the server about the consumer
+// ($JS.API.CONSUMER.INFO.<stream>.<consumer>, the one API call a host is granted), whose answer
+// says the kind: a push consumer has a deliver subject, which Consume subscribes, in the
+// consumer's deliver group when it has one; a pull consumer is asked for messages on
+// $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>, answered on the host's inbox. So a host needs
+// to be told nothing about the mode, and a mesh that changes it needs no new membership. A
+// refusal of the binding, the subscription or the first pull request is a *bus.PermissionError
+// in the error chain, naming the subject.
 //
-// handle runs on the connection's delivery goroutine, one message at a time. Stop the returned
-// context to stop taking deliveries; messages received and not acknowledged are redelivered
-// after the consumer's ack wait.
+// handle runs on the library's delivery goroutine, one message at a time. Stop the returned
+// context to stop taking messages; messages received and not acknowledged are redelivered after
+// the consumer's ack wait.
 func (h *Host) Consume(ctx context.Context, stream, consumer string, handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
 	var cc jetstream.ConsumeContext
 	err := h.Check(ctx, func(ctx context.Context) error {
-		// PushConsumer, not Stream(...).Consumer: the stream handle asks STREAM.INFO first,
-		// which no host is granted.
-		pc, err := h.js.PushConsumer(ctx, stream, consumer)
-		if err != nil {
-			return err
-		}
-		cc, err = pc.Consume(handle)
+		var err error
+		cc, _, err = Bind(ctx, h.js, stream, consumer, handle)
 		return err
 	})
 	if err != nil {
 		if cc != nil {
 			cc.Stop()
 		}
-		return nil, fmt.Errorf("taking deliveries of consumer %s on stream %s as %q: %w", consumer, stream, h.user, err)
+		return nil, fmt.Errorf("taking messages of consumer %s on stream %s as %q: %w", consumer, stream, h.user, err)
 	}
 	return cc, nil
+}
+
+// Bind binds the existing consumer stream/consumer over js and takes its messages with handle,
+// pushed or pulled as the consumer's info says (see Host.Consume, which also reports a refusal
+// as the error), and says which kind it bound: model.ConsumersPull or model.ConsumersPush. It
+// asks the server nothing but CONSUMER.INFO before it starts taking.
+func Bind(ctx context.Context, js jetstream.JetStream, stream, consumer string, handle jetstream.MessageHandler) (jetstream.ConsumeContext, string, error) {
+	// Consumer and PushConsumer, not Stream(...).Consumer: the stream handle asks STREAM.INFO
+	// first, which no host is granted. Each asks CONSUMER.INFO and refuses the other kind, so
+	// a push consumer costs a second INFO.
+	c, err := js.Consumer(ctx, stream, consumer)
+	if errors.Is(err, jetstream.ErrNotPullConsumer) {
+		pc, err := js.PushConsumer(ctx, stream, consumer)
+		if err != nil {
+			return nil, "", err
+		}
+		cc, err := pc.Consume(handle)
+		return cc, model.ConsumersPush, err
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	cc, err := c.Consume(handle)
+	return cc, model.ConsumersPull, err
+}
+
+// ConsumerInfo is what the server says of the consumer stream/consumer, whichever kind it is,
+// asking CONSUMER.INFO only.
+func ConsumerInfo(ctx context.Context, js jetstream.JetStream, stream, consumer string) (*jetstream.ConsumerInfo, error) {
+	c, err := js.Consumer(ctx, stream, consumer)
+	if errors.Is(err, jetstream.ErrNotPullConsumer) {
+		pc, err := js.PushConsumer(ctx, stream, consumer)
+		if err != nil {
+			return nil, err
+		}
+		return pc.CachedInfo(), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.CachedInfo(), nil
 }
 
 // Declarations takes node's declarations from its consumer on NODES: what the controller
@@ -53,9 +94,10 @@ func (h *Host) Events(ctx context.Context, inst model.Instance, handle jetstream
 	return h.Consume(ctx, render.StreamEvents, render.InstanceConsumer(inst), handle)
 }
 
-// Work takes a seat's work, as its holder, from the seat's worker consumer in the worker's queue
-// group: the seat is authority, the queue group is delivery, so the day two holders are allowed
-// no work is done twice.
+// Work takes a seat's work, as its holder, from the seat's worker consumer: in the worker's queue
+// group when it pushes, as one of its pullers when it is pulled. The seat is authority, the
+// queue group or the shared durable is delivery, so the day two holders are allowed no work is
+// done twice.
 func (h *Host) Work(ctx context.Context, seat string, handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
 	return h.Consume(ctx, render.SeatStreamName(seat), render.WorkerConsumer(seat), handle)
 }

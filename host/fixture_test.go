@@ -13,11 +13,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/model"
 )
 
 // matrixMesh is examples/seed plus the callers, followers and holder the seed leaves without a
 // live job (see its header).
 const matrixMesh = "testdata/mesh"
+
+// eachKind runs test as a parallel subtest for each kind of consumer a mesh may derive.
+func eachKind(t *testing.T, test func(t *testing.T, kind string)) {
+	t.Parallel()
+	for _, kind := range []string{model.ConsumersPull, model.ConsumersPush} {
+		t.Run(kind, func(t *testing.T) { test(t, kind) })
+	}
+}
 
 // token is a payload no other message of the test carries, so a job finds its own message among
 // whatever earlier jobs left in a stream.

@@ -81,10 +81,13 @@ func grantsOf(p render.Principal) []withheld {
 
 // Every grant the derivation makes is needed: taken away alone, for every principal of the matrix
 // mesh, and made live by a reload, it makes one of that principal's jobs fail with a refusal of
-// exactly what it granted. A grant no job needs is one the derivation should not make.
-func TestEveryGrantIsNeeded(t *testing.T) {
+// exactly what it granted. A grant no job needs is one the derivation should not make. Each kind
+// of consumer derives its own grants, so each is proved.
+func TestEveryGrantIsNeeded(t *testing.T) { eachKind(t, everyGrantIsNeeded) }
+
+func everyGrantIsNeeded(t *testing.T, kind string) {
 	t.Parallel()
-	b := hosttest.Start(t, matrixMesh)
+	b := hosttest.StartConsumers(t, matrixMesh, kind)
 	all := jobs()
 	defer b.Install(t, b.Desired.Principals)
 	for i, p := range b.Desired.Principals {

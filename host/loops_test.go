@@ -16,24 +16,27 @@ import (
 )
 
 // loopJobs are the controller loop's own ways of doing its jobs (package controller), which
-// differ from the host package's: it takes CONTROL's deliveries on a plain subscription to its
-// deliver subject, feeding a channel, and settles each with an ack, a nak with a delay or a term;
-// and it hears every node's heartbeat on one subscription. The agent's loop uses the host
-// package's own calls (Declarations, Report, Heartbeat, Ack), which the node's jobs cover.
+// differ from the host package's: it binds CONTROL with host.Bind on its own connection, feeding
+// a channel, and settles each delivery with an ack, a nak with a delay or a term; and it hears
+// every node's heartbeat on one subscription. The agent's loop uses the host package's own calls
+// (Declarations, Report, Heartbeat, Ack), which the node's jobs cover.
 func loopJobs() []job {
 	return []job{
-		{user: ctl, name: "as the controller loop: take CONTROL on its deliver subject, hold one report with a delayed nak, then ack it, and term another",
+		{user: ctl, name: "as the controller loop: take CONTROL, hold one report with a delayed nak, then ack it, and term another",
 			do: func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
 				node, err := b.Join(render.NodeUser("one"))
 				if err != nil {
 					return helper("node.one", err)
 				}
-				got := newMessages()
-				sub, err := as.Subscribe(ctx, render.DeliverSubject(ctl), got.handle)
-				if err != nil {
+				got := newDeliveries()
+				var cc jetstream.ConsumeContext
+				if err := as.Check(ctx, func(ctx context.Context) (err error) {
+					cc, _, err = host.Bind(ctx, as.JetStream(), render.StreamControl, ctl, got.handle)
+					return err
+				}); err != nil {
 					return err
 				}
-				defer unsubscribe(as, sub)
+				defer stop(as, cc)
 				held, dropped := token("held"), token("dropped")
 				for _, tok := range [][]byte{held, dropped} {
 					if _, err := node.Report(ctx, "one", tok); err != nil {
@@ -42,18 +45,20 @@ func loopJobs() []job {
 				}
 				heldDeliveries, acked, termed := 0, false, false
 				for !acked || !termed {
-					m, err := got.next(ctx)
-					if err != nil {
-						return err
+					var m jetstream.Msg
+					select {
+					case m = <-got.ch:
+					case <-ctx.Done():
+						return fmt.Errorf("no delivery: %w", ctx.Err())
 					}
 					switch {
-					case bytes.Equal(m.Data, held) && heldDeliveries == 0:
+					case bytes.Equal(m.Data(), held) && heldDeliveries == 0:
 						heldDeliveries++
 						err = as.Check(ctx, func(context.Context) error { return m.NakWithDelay(50 * time.Millisecond) })
-					case bytes.Equal(m.Data, held):
-						err = as.Check(ctx, func(context.Context) error { return m.AckSync() })
+					case bytes.Equal(m.Data(), held):
+						err = as.Check(ctx, m.DoubleAck)
 						acked = true
-					case bytes.Equal(m.Data, dropped):
+					case bytes.Equal(m.Data(), dropped):
 						err = as.Check(ctx, func(context.Context) error { return m.Term() })
 						termed = true
 					default: // an earlier job's leftover: not this job's to settle

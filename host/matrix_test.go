@@ -15,6 +15,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
+	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -23,10 +24,12 @@ import (
 const jobTimeout = 5 * time.Second
 
 // Every principal of the matrix mesh does every one of its jobs, end to end, on one bus the
-// controller created through the product's own plan and apply.
-func TestEveryPrincipalDoesItsJobs(t *testing.T) {
+// controller created through the product's own plan and apply, with pull and with push consumers.
+func TestEveryPrincipalDoesItsJobs(t *testing.T) { eachKind(t, everyPrincipalDoesItsJobs) }
+
+func everyPrincipalDoesItsJobs(t *testing.T, kind string) {
 	t.Parallel()
-	b := hosttest.Start(t, matrixMesh)
+	b := hosttest.StartConsumers(t, matrixMesh, kind)
 	all := jobs()
 	for _, user := range b.Desired.Users() {
 		if !slices.ContainsFunc(all, func(j job) bool { return j.user == user }) {
@@ -125,6 +128,7 @@ func refusals() []refusal {
 		subscribing(audit, "hear another module's inbox", "_INBOX.two.shop.>"),
 		binding(audit, "bind another module's consumer", render.StreamEvents, "two_shop"),
 		subscribing(audit, "take another module's deliveries", render.DeliverSubject("two_shop")),
+		publishing(audit, "pull another module's consumer", render.PullSubject(render.StreamEvents, "two_shop")),
 		publishing(audit, "ack another module's deliveries", ack(render.StreamEvents, "two_shop")),
 		binding(audit, "bind the controller's events consumer", render.StreamEvents, ctl),
 		subscribing(audit, "serve another module's tool", status),
@@ -148,7 +152,7 @@ func refusals() []refusal {
 		persisting(telegram, "send itself work", sendWork),
 		subscribing(telegram, "take its seat's work outside the queue group", render.DeliverSubject(seatWorker)),
 		queueing(telegram, "take its seat's work in another queue group", render.DeliverSubject(seatWorker), "elsewhere"),
-		publishing(telegram, "pull its seat's work instead of taking deliveries", "$JS.API.CONSUMER.MSG.NEXT."+seatStream+"."+seatWorker),
+		publishing(shop, "pull the worker of a seat it does not hold", render.PullSubject(seatStream, seatWorker)),
 		persisting(builder, "send its own seat work", buildWork),
 		binding(builder, "bind another seat's worker", seatStream, seatWorker),
 		// The JetStream API.
@@ -170,6 +174,7 @@ func refusals() []refusal {
 		// A node: another node's declarations, inbox and control subjects.
 		binding(nodeOne, "bind another node's declarations", render.StreamNodes, "two"),
 		subscribing(nodeOne, "take another node's declarations", render.DeliverSubject("two")),
+		publishing(nodeOne, "pull another node's declarations", render.PullSubject(render.StreamNodes, "two")),
 		subscribing(nodeOne, "hear another node's declaration live", render.DeclareSubject("two")),
 		publishing(nodeOne, "ack another node's declarations", ack(render.StreamNodes, "two")),
 		persisting(nodeOne, "report as another node", render.ReportSubject("two")),
@@ -232,12 +237,34 @@ func refusals() []refusal {
 	}
 }
 
+// byKind is what a principal is refused with one kind of consumer and not the other: the
+// other kind's way of taking the same messages.
+func byKind(kind string) []refusal {
+	seatStream, seatWorker := render.SeatStreamName(telegramSender), render.WorkerConsumer(telegramSender)
+	if kind == model.ConsumersPush {
+		return []refusal{
+			publishing("one.telegram", "pull its seat's work instead of taking deliveries", render.PullSubject(seatStream, seatWorker)),
+			publishing("node.one", "pull its declarations instead of taking deliveries", render.PullSubject(render.StreamNodes, "one")),
+		}
+	}
+	return []refusal{
+		queueing("one.telegram", "take its seat's work as pushed deliveries", render.DeliverSubject(seatWorker), seatWorker),
+		subscribing("node.one", "take its declarations as pushed deliveries", render.DeliverSubject("one")),
+		subscribing("two.audit", "take its events as pushed deliveries", render.DeliverSubject("two_audit")),
+		subscribing(ctl, "take CONTROL as pushed deliveries", render.DeliverSubject(ctl)),
+	}
+}
+
 // Every principal is refused what is not its job, and the refusal is a *bus.PermissionError
-// naming the subject — reported by Check, not a timeout.
+// naming the subject — reported by Check, not a timeout — with pull and with push consumers.
 func TestEveryPrincipalIsRefusedWhatIsNotItsJob(t *testing.T) {
+	eachKind(t, everyPrincipalIsRefusedWhatIsNotItsJob)
+}
+
+func everyPrincipalIsRefusedWhatIsNotItsJob(t *testing.T, kind string) {
 	t.Parallel()
-	b := hosttest.Start(t, matrixMesh)
-	rs := refusals()
+	b := hosttest.StartConsumers(t, matrixMesh, kind)
+	rs := append(refusals(), byKind(kind)...)
 	if len(rs) < 40 {
 		t.Errorf("only %d refusals; the matrix asks for at least 40", len(rs))
 	}

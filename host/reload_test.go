@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/model"
@@ -16,7 +18,13 @@ import (
 // ackPending is how many of a consumer's deliveries await an ack, read as the controller.
 func ackPending(t *testing.T, ctx context.Context, b *hosttest.Mesh, stream, consumer string) int {
 	t.Helper()
-	c, err := b.MustJoin(t, ctl).JetStream().PushConsumer(ctx, stream, consumer)
+	c, err := b.MustJoin(t, ctl).JetStream().Consumer(ctx, stream, consumer)
+	if errors.Is(err, jetstream.ErrNotPullConsumer) {
+		var pc jetstream.PushConsumer
+		if pc, err = b.MustJoin(t, ctl).JetStream().PushConsumer(ctx, stream, consumer); err == nil {
+			return pc.CachedInfo().NumAckPending
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,6 +157,9 @@ func dump(m *model.Mesh) string {
 	}
 	line("  replicas: %d", bus.Replicas)
 	line("  events_max_age: %s", bus.EventsMaxAge)
+	if bus.Consumers != model.ConsumersPull {
+		line("  consumers: %s", bus.Consumers)
+	}
 	switch r := bus.Reload; {
 	case r.Manual:
 		line("  reload: manual")

@@ -212,6 +212,7 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	b.accountsFile, _ = d.optional(f, "accounts_file")
 	b.listen, _ = d.optional(f, "listen")
 	b.eventsMaxAge, _ = d.optional(f, "events_max_age")
+	b.consumers, _ = d.optional(f, "consumers")
 	if v, ok := f["replicas"]; ok {
 		if n, ok := d.integer(v.val, "bus.replicas"); ok {
 			b.replicas, b.replicasPos = n, d.pos(v.val)

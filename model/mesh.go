@@ -54,8 +54,20 @@ type Bus struct {
 	Replicas             int
 	Reload               Reload
 	EventsMaxAge         time.Duration
-	Pos                  Pos
+	// Consumers is how hosts take deliveries, ConsumersPull or ConsumersPush: every consumer
+	// the mesh derives is of that kind, and each principal is granted what that kind needs.
+	Consumers string
+	Pos       Pos
 }
+
+// The kinds of consumer a mesh may derive. Pull is the default: the client libraries are
+// leaving push (nats.go's jetstream keeps it "mainly for the purpose of ease of migration",
+// npm nats v2's consumers.get refuses it, nats-py's nats-jetstream has none), and a pull
+// consumer needs no deliver subject, so no subscribe grant beyond the principal's inbox.
+const (
+	ConsumersPull = "pull"
+	ConsumersPush = "push"
+)
 
 // Embedded reports whether meshctl runs the bus itself.
 func (b Bus) Embedded() bool { return b.URL == "" }

@@ -70,6 +70,7 @@ var (
 		{name: "replicas", kind: integerValue, doc: "Replicas of every stream."},
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},
+		{name: "consumers", kind: scalarValue, doc: "How hosts take deliveries: pull (the default; they ask for messages) or push (the server sends them to a deliver subject)."},
 	})
 	controllerSection = newSection("controller", []key{
 		{name: "follows", kind: namesValue, doc: "Events the controller follows: module/event or seat:SEAT/event."},

@@ -31,13 +31,13 @@ type rawMesh struct {
 }
 
 type rawBus struct {
-	url, fingerprint, accountsFile, listen, eventsMaxAge name
-	replicas                                             int
-	replicasPos                                          Pos
-	allowPlaintext                                       bool
-	allowPlaintextPos                                    Pos
-	reload                                               *rawReload
-	pos                                                  Pos
+	url, fingerprint, accountsFile, listen, eventsMaxAge, consumers name
+	replicas                                                        int
+	replicasPos                                                     Pos
+	allowPlaintext                                                  bool
+	allowPlaintextPos                                               Pos
+	reload                                                          *rawReload
+	pos                                                             Pos
 }
 
 type rawReload struct {
@@ -599,7 +599,7 @@ func (r *rawMesh) resolveHolders(ctx context.Context, diags *diagnostics, ix *in
 }
 
 func (r *rawMesh) validateBus(diags *diagnostics) Bus {
-	b := Bus{Replicas: 1, EventsMaxAge: DefaultEventsMaxAge}
+	b := Bus{Replicas: 1, EventsMaxAge: DefaultEventsMaxAge, Consumers: ConsumersPull}
 	if r.bus == nil {
 		b.Listen = DefaultListen
 		return b
@@ -671,6 +671,13 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 		} else {
 			b.EventsMaxAge = d
 		}
+	}
+	switch v := rb.consumers.val; v {
+	case "":
+	case ConsumersPull, ConsumersPush:
+		b.Consumers = v
+	default:
+		diags.add(rb.consumers.pos, "bus.consumers must be pull or push, not %s", Quote(v))
 	}
 	return b
 }

@@ -367,11 +367,11 @@ func TestARefusedReloadLetsTheOldQueueDeliverAgain(t *testing.T) {
 	js := f.js(s)
 	paused := func() bool {
 		t.Helper()
-		c, err := js.PushConsumer(ctx, "SEAT_MAILER", "SEAT_MAILER_worker")
+		info, err := host.ConsumerInfo(ctx, js, "SEAT_MAILER", "SEAT_MAILER_worker")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c.CachedInfo().Paused
+		return info.Paused
 	}
 	f.write(strings.Replace(quickMesh, "  - name: mailer\n", "  - name: postbox\n    formerly: [mailer]\n", 1))
 	p, err := s.Plan(ctx, f.mesh(), plan.Options{})

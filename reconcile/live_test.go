@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 )
@@ -40,7 +41,9 @@ func TestCreateFromEmptyThenConverged(t *testing.T) {
 func TestEveryMutableFieldIsUpdatedInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	f := newFixture(t, quickMesh)
+	// Push consumers: they have every mutable field a pull consumer has, and two more (the
+	// server refuses a deliver group or a rate limit on a pull consumer).
+	f := newFixture(t, strings.Replace(quickMesh, "bus:\n", "bus:\n  consumers: push\n", 1))
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)
 	js := f.js(s)
@@ -298,17 +301,13 @@ func TestAHolderChangeKeepsTheQueuedWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker, err := js.PushConsumer(ctx, render.SeatStreamName("mailer"), render.WorkerConsumer("mailer"))
-	if err != nil {
-		t.Fatalf("the new holder cannot bind the worker: %v", err)
-	}
 	got := make(chan string, 10)
-	cc, err := worker.Consume(func(m jetstream.Msg) {
+	cc, _, err := host.Bind(ctx, js, render.SeatStreamName("mailer"), render.WorkerConsumer("mailer"), func(m jetstream.Msg) {
 		got <- string(m.Data())
 		_ = m.Ack()
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the new holder cannot bind the worker: %v", err)
 	}
 	defer cc.Stop()
 	seen := map[string]bool{}
@@ -325,7 +324,7 @@ func TestAHolderChangeKeepsTheQueuedWork(t *testing.T) {
 	cjs, _ := jetstream.New(courier.Conn)
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := cjs.PushConsumer(short, render.SeatStreamName("mailer"), render.WorkerConsumer("mailer")); err == nil {
+	if _, err := host.ConsumerInfo(short, cjs, render.SeatStreamName("mailer"), render.WorkerConsumer("mailer")); err == nil {
 		t.Fatal("the former holder can still bind the seat's worker")
 	}
 	info := "$JS.API.CONSUMER.INFO." + render.SeatStreamName("mailer") + "." + render.WorkerConsumer("mailer")

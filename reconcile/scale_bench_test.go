@@ -286,6 +286,10 @@ func createAll(ctx context.Context, js jetstream.JetStream, d *render.Desired) e
 		return err
 	}
 	return each(d.Consumers, func(c render.Consumer) error {
+		if c.Config.DeliverSubject == "" {
+			_, err := js.CreateConsumer(ctx, c.Stream, c.Config)
+			return err
+		}
 		_, err := js.CreatePushConsumer(ctx, c.Stream, c.Config)
 		return err
 	})

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
@@ -30,6 +31,8 @@ type Options struct {
 	// OwnEmbedded asks for the embedded bus to be started even when another meshctl
 	// process serves one: only `watch`, which must own the bus it keeps up, sets it.
 	OwnEmbedded bool
+	// BusLog receives the embedded bus's log when this session starts the bus; nil discards it.
+	BusLog server.Logger
 	// ReadOnly connects without writing the state directory or the accounts config: no
 	// credential is minted and no accounts config installed; where one would be needed,
 	// Connect fails (ErrNeedsApply, or state.ErrNoController). diff sets it.
@@ -304,7 +307,7 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 		}
 	}
 	started := time.Now()
-	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen})
+	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen, Logger: s.opts.BusLog})
 	if err != nil {
 		return err
 	}

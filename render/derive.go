@@ -116,12 +116,13 @@ func Derive(m *model.Mesh) *Desired {
 
 	instances := m.Instances()
 	d.Principals = make([]Principal, 0, 1+2*len(m.Nodes)+len(instances))
+	pull := m.Bus.Consumers != model.ConsumersPush
 	d.Principals = append(d.Principals, controllerPrincipal(m))
 	for _, n := range m.Nodes {
-		d.Principals = append(d.Principals, nodePrincipal(n.Name), enrolPrincipal(n.Name))
+		d.Principals = append(d.Principals, nodePrincipal(n.Name, pull), enrolPrincipal(n.Name))
 	}
 	for _, inst := range instances {
-		d.Principals = append(d.Principals, instancePrincipal(inst, modules[inst.Module], holds[inst]))
+		d.Principals = append(d.Principals, instancePrincipal(inst, modules[inst.Module], holds[inst], pull))
 	}
 	slices.SortFunc(d.Principals, func(a, b Principal) int { return strings.Compare(a.User, b.User) })
 
@@ -151,6 +152,19 @@ func (g *grants) addGrant(gr Grant) {
 	}
 	g.seen[gr.String()] = true
 	g.list = append(g.list, gr)
+}
+
+// take grants what taking a consumer's messages needs, by the mesh's kind of consumer. A push
+// consumer delivers on its deliver subject, which the client subscribes (in queue group queue
+// when it has one). A pull consumer is asked: the client publishes the request on the pull
+// subject and the messages, the server's heartbeats and its status replies come back to the
+// reply subject, an inbox of its own already granted.
+func take(pub, sub *grants, pull bool, job, stream, consumer, queue string) {
+	if pull {
+		pub.add(job, PullSubject(stream, consumer))
+		return
+	}
+	sub.addGrant(Grant{Subject: DeliverSubject(consumer), Queue: queue, Job: job})
 }
 
 func (g *grants) sorted() []Grant {
@@ -201,10 +215,16 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	sub.add("its own inbox", Inbox(ControllerUser)+".>")
 	pub.add("acknowledge what its CONTROL consumer delivers", ackSubject(StreamControl, ControllerUser))
 	// A push consumer delivers on `_DELIVER.<its name>`, and a client bound to it subscribes
-	// exactly that: the server refused the first binding without it (seed 002).
-	sub.add("take deliveries of its CONTROL consumer", DeliverSubject(ControllerUser))
+	// exactly that: the server refused the first binding without it (seed 002). Pulling needs
+	// nothing more: the pull subjects are under `$JS.API.>`, the answers come to its inbox.
+	pull := m.Bus.Consumers != model.ConsumersPush
+	if !pull {
+		sub.add("take deliveries of its CONTROL consumer", DeliverSubject(ControllerUser))
+	}
 	if len(c.Follows) > 0 {
-		sub.add("take deliveries of its EVENTS consumer", DeliverSubject(ControllerUser)+".>")
+		if !pull {
+			sub.add("take deliveries of its EVENTS consumer", DeliverSubject(ControllerUser)+".>")
+		}
 		// Without this every followed event would be redelivered for ever (seed 000: "the
 		// controller could not have consumed a module event").
 		pub.add("acknowledge what its EVENTS consumer delivers", ackSubject(StreamEvents, ControllerUser))
@@ -239,13 +259,13 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	return Principal{User: ControllerUser, Kind: KindController, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
 
-func nodePrincipal(node string) Principal {
+func nodePrincipal(node string, pull bool) Principal {
 	var pub, sub grants
 	user := NodeUser(node)
 	pub.add("report, enrol and heartbeat to the controller", "mesh.control."+node+".>")
 	pub.add("bind its declaration consumer", consumerInfo(StreamNodes, node))
 	pub.add("acknowledge its declarations", ackSubject(StreamNodes, node))
-	sub.add("take deliveries of its declaration consumer", DeliverSubject(node))
+	take(&pub, &sub, pull, "take deliveries of its declaration consumer", StreamNodes, node, "")
 	sub.add("hear its declaration live", DeclareSubject(node))
 	sub.add("its own inbox", Inbox(user)+".>")
 	return Principal{User: user, Kind: KindNode, Node: node, Publish: pub.sorted(), Subscribe: sub.sorted()}
@@ -259,7 +279,7 @@ func enrolPrincipal(node string) Principal {
 	return Principal{User: user, Kind: KindEnrol, Node: node, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
 
-func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Seat) Principal {
+func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Seat, pull bool) Principal {
 	var pub, sub grants
 	user := InstanceUser(inst)
 	consumer := InstanceConsumer(inst)
@@ -271,7 +291,7 @@ func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Sea
 		// $JS.API.CONSUMER.INFO.EVENTS.<consumer> (host's TestEveryGrantIsNeeded).
 		pub.add("bind its EVENTS consumer", consumerInfo(StreamEvents, consumer))
 		pub.add("acknowledge the events it follows", ackSubject(StreamEvents, consumer))
-		sub.add("take deliveries of its EVENTS consumer", DeliverSubject(consumer))
+		take(&pub, &sub, pull, "take deliveries of its EVENTS consumer", StreamEvents, consumer, "")
 		// A module that follows nothing has no consumer, and so no ack, info or delivery
 		// grant: seed 002's reference grants every module its consumer's acks, but a
 		// subject for a consumer that does not exist is a grant no job needs.
@@ -294,11 +314,16 @@ func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Sea
 	serves := len(mod.Serves) > 0
 	for _, s := range holds {
 		// Taking work from the role's queue: the worker consumer it binds (asked about,
-		// delivered on in its queue group, acknowledged), each on the seat's own stream.
+		// delivered on in its queue group or pulled from, acknowledged), each on the seat's own
+		// stream.
 		stream, worker := SeatStreamName(s.Name), WorkerConsumer(s.Name)
 		pub.add("bind the worker consumer of seat "+s.Name, consumerInfo(stream, worker))
 		pub.add("acknowledge work of seat "+s.Name, ackSubject(stream, worker))
-		sub.addGrant(Grant{Subject: DeliverSubject(worker), Queue: worker, Job: "take work of seat " + s.Name + " in its queue group"})
+		job := "take work of seat " + s.Name + " in its queue group"
+		if pull {
+			job = "pull work of seat " + s.Name + " from its worker"
+		}
+		take(&pub, &sub, pull, job, stream, worker, worker)
 		for _, a := range s.Accepts {
 			sub.add("hear work of seat "+s.Name+" live", AcceptSubject(s.Name, a))
 		}
@@ -339,8 +364,15 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 	replicas := m.Bus.Replicas
 	var eventConsumers []Consumer
 	ackWait := 30 * time.Second
+	pull := m.Bus.Consumers != model.ConsumersPush
 
-	push := func(stream, name, deliver, description string, filters []string) Consumer {
+	// consumer is a durable with explicit acks in either kind; a pull consumer has no deliver
+	// subject (the server refuses to turn one kind into the other, so a change of
+	// bus.consumers replaces every consumer).
+	consumer := func(stream, name, deliver, description string, filters []string) Consumer {
+		if pull {
+			deliver = ""
+		}
 		desc, meta := owned(description)
 		cfg := jetstream.ConsumerConfig{
 			Durable: name, Description: desc, DeliverSubject: deliver,
@@ -360,10 +392,10 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 	var consumers []Consumer
 	// No max-deliver on CONTROL: the controller's own window bounds redelivery, and a
 	// server that dead-lettered first would discard the report the stream exists to keep.
-	consumers = append(consumers, push(StreamControl, ControllerUser, DeliverSubject(ControllerUser),
+	consumers = append(consumers, consumer(StreamControl, ControllerUser, DeliverSubject(ControllerUser),
 		"meshctl: the controller takes nodes' reports and enrolment requests", nil))
 	if f := m.Controller.Follows; len(f) > 0 {
-		eventConsumers = append(eventConsumers, push(StreamEvents, ControllerUser, controllerEventsDeliver,
+		eventConsumers = append(eventConsumers, consumer(StreamEvents, ControllerUser, controllerEventsDeliver,
 			"meshctl: the events the controller follows", eventSubjects(f)))
 	}
 	for _, inst := range instances {
@@ -372,12 +404,12 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 			continue
 		}
 		name := InstanceConsumer(inst)
-		eventConsumers = append(eventConsumers, push(StreamEvents, name, DeliverSubject(name),
+		eventConsumers = append(eventConsumers, consumer(StreamEvents, name, DeliverSubject(name),
 			"meshctl: the events "+InstanceUser(inst)+" follows", eventSubjects(mod.Follows)))
 	}
 	consumers = append(consumers, eventConsumers...)
 	for _, n := range m.Nodes {
-		consumers = append(consumers, push(StreamNodes, n.Name, DeliverSubject(n.Name),
+		consumers = append(consumers, consumer(StreamNodes, n.Name, DeliverSubject(n.Name),
 			"meshctl: declarations to node "+n.Name, []string{DeclareSubject(n.Name)}))
 	}
 
@@ -423,10 +455,13 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 		})
 		// A queue group even though the seat guarantees one holder: the seat is authority,
 		// the queue group is delivery, and the day two holders are allowed no message is
-		// processed twice.
-		c := push(stream, WorkerConsumer(s.Name), DeliverSubject(WorkerConsumer(s.Name)),
+		// processed twice. A pull consumer needs none: every puller of one durable shares its
+		// messages, each handed to one of them.
+		c := consumer(stream, WorkerConsumer(s.Name), DeliverSubject(WorkerConsumer(s.Name)),
 			"meshctl: the holder of seat "+s.Name+" takes its work", nil)
-		c.Config.DeliverGroup = WorkerConsumer(s.Name)
+		if !pull {
+			c.Config.DeliverGroup = WorkerConsumer(s.Name)
+		}
 		consumers = append(consumers, c)
 	}
 	slices.SortFunc(streams, func(a, b jetstream.StreamConfig) int { return strings.Compare(a.Name, b.Name) })

@@ -101,6 +101,13 @@ func SeatTool(seat, tool string) string { return "mesh.seat." + seat + ".tool." 
 func ackSubject(stream, consumer string) string {
 	return "$JS.ACK." + stream + "." + consumer + ".>"
 }
+
+// PullSubject is where a client asks a pull consumer for its next messages; they come back
+// to the reply subject of the request, an inbox of the asker's.
+func PullSubject(stream, consumer string) string {
+	return "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer
+}
+
 func consumerInfo(stream, consumer string) string {
 	return "$JS.API.CONSUMER.INFO." + stream + "." + consumer
 }

@@ -91,6 +91,21 @@ var migrations = []string{
 		reported_at TEXT NOT NULL,
 		recorded_at TEXT NOT NULL
 	) STRICT;`,
+
+	// 4: the refusals the bus reported lately, one row per distinct refusal with the advice
+	// watch logged for it, so that `meshctl status` can list them; RecordRefusal keeps the
+	// table to the newest maxRefusals rows.
+	`CREATE TABLE refusals (
+		user       TEXT NOT NULL,
+		op         TEXT NOT NULL,
+		subject    TEXT NOT NULL,
+		queue      TEXT NOT NULL,
+		advice     TEXT NOT NULL,
+		count      INTEGER NOT NULL,
+		first_at   TEXT NOT NULL,
+		last_at    TEXT NOT NULL,
+		PRIMARY KEY (user, op, subject, queue)
+	) STRICT;`,
 }
 
 // schemaVersion is the version this binary writes.

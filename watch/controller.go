@@ -132,7 +132,7 @@ var (
 	seatWaitingDesc = prometheus.NewDesc("meshctl_controller_seat_work_waiting",
 		"Work in each seat's queue: not yet delivered, or delivered and not yet acknowledged.", []string{"seat"}, nil)
 	seatBoundDesc = prometheus.NewDesc("meshctl_controller_seat_worker_bound",
-		"1 when a subscription takes the seat's worker deliveries (its holder is at work), else 0.", []string{"seat"}, nil)
+		"1 when the seat's holder is at work on its worker (a subscription takes its deliveries, or a pull request waits on it), else 0.", []string{"seat"}, nil)
 )
 
 // scrapeTimeout bounds reading the seats' queues from the bus at a scrape.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -222,7 +223,7 @@ func hasConsumer(t *testing.T, js jetstream.JetStream, stream, name string) bool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	_, err := js.PushConsumer(ctx, stream, name) // every consumer meshctl makes is push
+	_, err := host.ConsumerInfo(ctx, js, stream, name)
 	switch {
 	case err == nil:
 		return true

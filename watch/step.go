@@ -115,6 +115,7 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 			Cost:        l.cfg.Cost,
 			Logf:        func(format string, args ...any) { l.log.Info(fmt.Sprintf(format, args...)) },
 			OwnEmbedded: true,
+			BusLog:      l.refusals.serverLog(),
 		})
 		if err != nil {
 			return done(OutcomeError, err)
@@ -129,6 +130,7 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 
 	conn.mesh = m
 	l.listen(ctx, conn, false)
+	l.refusals.mesh.Store(m)
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	stopWatching := cancelOnDisconnect(conn.sess.Conn.Conn, cancelRun)
 	res, err := conn.sess.Reconcile(runCtx, m, reconcile.RunOptions{

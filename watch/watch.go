@@ -258,7 +258,19 @@ func Run(ctx context.Context, c Config) error {
 		<-beatsDone
 	}()
 
-	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, changes: changes, syncs: make(chan chan error),
+	refused := newRefusals(c.Logger, m.reg)
+	recordCtx, stopRecording := context.WithCancel(context.Background())
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		refused.record(recordCtx, store)
+	}()
+	defer func() {
+		stopRecording()
+		<-recorded
+	}()
+
+	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, refusals: refused, changes: changes, syncs: make(chan chan error),
 		hearing: newHearing(c.onHeard)}
 	l.run(ctx)
 	c.Logger.Info("stopped")
@@ -271,7 +283,9 @@ type loop struct {
 	log     *slog.Logger
 	store   *state.Store
 	metrics *metrics
-	changes <-chan struct{}
+	// refusals are what the embedded bus refused, counted, explained and recorded.
+	refusals *refusals
+	changes  <-chan struct{}
 
 	// embedded is shared with the reconcile goroutine, which starts and stops the bus.
 	embedded embeddedBus

@@ -124,13 +124,13 @@ func TestDriftIsHealedOnResync(t *testing.T) {
 	// resync is what finds it.
 	mark := h.mark()
 	ctx := context.Background()
-	cons, err := js.PushConsumer(ctx, "EVENTS", "beta_postman")
+	cons, err := js.Consumer(ctx, "EVENTS", "beta_postman")
 	if err != nil {
 		t.Fatal(err)
 	}
 	edited := cons.CachedInfo().Config
 	edited.Description = "edited by hand"
-	if _, err := js.UpdatePushConsumer(ctx, "EVENTS", edited); err != nil {
+	if _, err := js.UpdateConsumer(ctx, "EVENTS", edited); err != nil {
 		t.Fatal(err)
 	}
 	c := h.waitFor(mark, "healing the edited consumer", func(c Cycle) bool {
@@ -139,7 +139,7 @@ func TestDriftIsHealedOnResync(t *testing.T) {
 	if c.Drift != 1 {
 		t.Errorf("the resync counted %d change(s) as drift; want 1", c.Drift)
 	}
-	if cons, err := js.PushConsumer(ctx, "EVENTS", "beta_postman"); err != nil || cons.CachedInfo().Config.Description == "edited by hand" {
+	if cons, err := js.Consumer(ctx, "EVENTS", "beta_postman"); err != nil || cons.CachedInfo().Config.Description == "edited by hand" {
 		t.Errorf("EVENTS/beta_postman after the resync healed it: %v", err)
 	}
 

@@ -54,6 +54,7 @@ func TestOneExitCodeTable(t *testing.T) {
 		"diff":        {{"-f", invalid}, {"--from", valid, "-f", invalid}, {"--from", invalid, "-f", valid}},
 		"apply":       {{"-f", invalid}, {"-f", invalid, "--dry-run"}},
 		"credentials": {{"issue", "one.shop", "-f", invalid}, {"list", "-f", invalid}, {"revoke", "one.shop", "-f", invalid}},
+		"explain":     {{"-f", invalid, "nats-server.log"}},
 		// watch reports an invalid tree and keeps running: the last good state stays live
 		// (watch's own tests hold it to that).
 		"watch": nil,
@@ -72,7 +73,7 @@ func TestOneExitCodeTable(t *testing.T) {
 	for name, runs := range onInvalid {
 		for _, args := range runs {
 			args := append([]string{name}, args...)
-			if name != "validate" {
+			if name != "validate" && name != "explain" { // the two that read no state
 				args = append(args, "--state", filepath.Join(t.TempDir(), "state"))
 			}
 			code, stdout, stderr := meshctl(t, args...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -26,7 +27,9 @@ changes, and the latest applies with who ran them, from which git commit, and ho
 ended. Per node it shows whether the node enrolled, the generation the controller last
 declared to it and the one it last reported applying, and the last heartbeat watch
 heard from it: watch records them in STATE/heartbeats.json when a node is first heard,
-goes silent (30s without one) or comes back, and otherwise once a minute.
+goes silent (30s without one) or comes back, and otherwise once a minute. It lists what
+the embedded bus refused lately, as 'meshctl watch' recorded it: the user, the subject,
+how often, and the line of YAML that would grant it or why none can.
 
 While 'meshctl watch' serves the embedded bus, it also reads the bus, as the controller:
 each seat's holder, whether the holder's worker is bound, and the work waiting in its
@@ -40,7 +43,7 @@ Example:
 func runStatus(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "status", statusHelp)
 	sf := f.stateFlag()
-	n := f.Int("n", 10, "how many holder changes and applies to show")
+	n := f.Int("n", 10, "how many holder changes, applies and refusals to show")
 	out := f.outputFlag("text", "json")
 	if done, code := f.parseNoArgs(args, "the state directory", "--state"); done {
 		return code
@@ -65,6 +68,11 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	history, err := st.History(ctx, *n)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
+	refusals, err := st.Refusals(ctx, *n)
 	if err != nil {
 		e.errorf("%v", err)
 		return exitError
@@ -104,7 +112,8 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 			Heartbeats    heartbeatsSeen          `json:"heartbeats"`
 			Seats         []controller.SeatWork   `json:"seats,omitempty"`
 			Backlogs      []controller.Backlog    `json:"backlogs,omitempty"`
-		}{busStatus{running, url, pid}, inv, changes, history, nodes, beats, seats, backlogs})
+			Refusals      []state.Refusal         `json:"refusals"`
+		}{busStatus{running, url, pid}, inv, changes, history, nodes, beats, seats, backlogs, refusals})
 		return exitOK
 	}
 
@@ -125,6 +134,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	}
 	printNodes(e.stdout, nodes, beats)
 	printWork(e.stdout, seats, backlogs)
+	printRefusals(e.stdout, w, refusals)
 	if len(changes) > 0 {
 		fmt.Fprintln(e.stdout, "\nHolder changes (newest first):")
 		for _, c := range changes {
@@ -146,6 +156,23 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stdout, "\nNo apply has been recorded in this state directory.")
 	}
 	return exitOK
+}
+
+// printRefusals lists what the embedded bus refused lately, as `meshctl watch` recorded it,
+// each with what the description would have to say to grant it or why nothing can.
+func printRefusals(out io.Writer, w *tabwriter.Writer, refusals []state.Refusal) {
+	if len(refusals) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\nRefused by the bus (newest first):")
+	for _, r := range refusals {
+		what := r.Op + " " + r.Subject
+		if r.Queue != "" {
+			what += " in queue group " + r.Queue
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%d time(s)\t%s\n", r.LastAt.Local().Format(time.DateTime), r.User, what, r.Count, r.Advice)
+	}
+	_ = w.Flush()
 }
 
 func instance(i *state.Instance) string {

@@ -10,7 +10,8 @@
 //
 // Every client library must be told three things to work under the grants meshctl derives (see
 // docs/hosts/javascript.md): the inbox prefix `_INBOX.<user>`, to bind the existing consumer
-// and never create one or look up its stream, and the deliver group of a seat's worker.
+// and never create one or look up its stream, and (push consumers only) the deliver group of a
+// seat's worker.
 
 import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
@@ -198,13 +199,23 @@ function describe(err, user) {
 // consume binds the existing consumer stream/consumer and hands its deliveries to handle, one at
 // a time, until stopped. It is the one place a consumer is bound.
 //
-// The consumers are push today: getPushConsumer asks the server about the consumer
+// The mesh's bus.consumers says whether its consumers are pulled (the default) or pushed, and
+// the consumer's own info says which it is: js.consumers.get asks the server about the consumer
 // ($JS.API.CONSUMER.INFO.<stream>.<consumer>, the one JetStream API call a host is granted) and
-// subscribes its deliver subject in the consumer's deliver group, which the library takes from
-// that answer. Never js.streams.get or a consumer create: a host is granted neither. A pull
-// consumer would be bound here with js.consumers.get(stream, consumer) instead.
+// binds a pull consumer, which asks for messages on $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
+// and takes them, and the server's heartbeats, on the host's inbox. A push consumer it refuses,
+// and getPushConsumer binds it instead: it subscribes the deliver subject in the consumer's
+// deliver group, which the library takes from that answer. Never js.streams.get or a consumer
+// create: a host is granted neither.
 async function consume(js, stream, consumer, handle) {
-  const c = await js.consumers.getPushConsumer(stream, consumer);
+  let c;
+  try {
+    c = await js.consumers.get(stream, consumer);
+  } catch (err) {
+    // The library's own words for a consumer with a deliver subject (jsmstream_api.js).
+    if (err?.message !== "not a pull consumer") throw err;
+    c = await js.consumers.getPushConsumer(stream, consumer);
+  }
   const messages = await c.consume();
   const done = (async () => {
     for await (const msg of messages) {

@@ -104,10 +104,19 @@ func runHost(ctx context.Context, t *testing.T, node string, args ...string) (in
 // the order on its own consumer, takes the mail as the mailer seat's holder in the worker's
 // deliver group, reports the seat's `sent` event, which the controller hears, and leaves cleanly
 // on SIGINT with nothing left unacknowledged; and it is refused, by name, a seat it does not hold.
+// With pull consumers (the quickstart's) and with push consumers: the host learns which from the
+// consumer's info.
 func TestTheJavaScriptHostDoesTheSeedJobs(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{model.ConsumersPull, model.ConsumersPush} {
+		t.Run(kind, func(t *testing.T) { javaScriptHostDoesTheSeedJobs(t, kind) })
+	}
+}
+
+func javaScriptHostDoesTheSeedJobs(t *testing.T, kind string) {
+	t.Parallel()
 	node := nodeOrSkip(t)
-	b := hosttest.Start(t, "../quickstart")
+	b := hosttest.StartConsumers(t, "../quickstart", kind)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	shop := membershipFile(t, b, "alpha.shop")
@@ -213,11 +222,11 @@ func TestTheJavaScriptHostDoesTheSeedJobs(t *testing.T) {
 		{render.StreamEvents, "beta_postman"},
 		{render.SeatStreamName("mailer"), render.WorkerConsumer("mailer")},
 	} {
-		pc, err := controller.JetStream().PushConsumer(ctx, c.stream, c.consumer)
+		info, err := host.ConsumerInfo(ctx, controller.JetStream(), c.stream, c.consumer)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info := pc.CachedInfo(); info.NumAckPending != 0 || info.NumPending != 0 {
+		if info.NumAckPending != 0 || info.NumPending != 0 {
 			t.Errorf("%s/%s: %d unacknowledged, %d pending after the host left", c.stream, c.consumer, info.NumAckPending, info.NumPending)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/render"
 )
@@ -142,11 +143,11 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 		{render.StreamEvents, "beta_postman"},
 		{render.SeatStreamName("mailer"), render.WorkerConsumer("mailer")},
 	} {
-		pc, err := controller.JetStream().PushConsumer(ctx, c.stream, c.consumer)
+		info, err := host.ConsumerInfo(ctx, controller.JetStream(), c.stream, c.consumer)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info := pc.CachedInfo(); info.NumAckPending != 0 || info.NumPending != 0 {
+		if info.NumAckPending != 0 || info.NumPending != 0 {
 			t.Errorf("%s/%s: %d unacknowledged, %d pending after the host left", c.stream, c.consumer, info.NumAckPending, info.NumPending)
 		}
 	}

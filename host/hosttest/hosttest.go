@@ -45,9 +45,20 @@ type Mesh struct {
 // t ends.
 func Start(t testing.TB, dir string) *Mesh {
 	t.Helper()
+	return StartConsumers(t, dir, "")
+}
+
+// StartConsumers is Start with the mesh's consumers of kind (model.ConsumersPull or
+// model.ConsumersPush) whatever bus.consumers says, "" keeping the description's own: one
+// description proves both kinds.
+func StartConsumers(t testing.TB, dir, kind string) *Mesh {
+	t.Helper()
 	m, err := model.Load(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if kind != "" {
+		m.Bus.Consumers = kind
 	}
 	b := &Mesh{Model: m, Desired: render.Derive(m), passwords: map[string]string{},
 		hashes: map[string]string{}, hosts: map[string]*host.Host{}}

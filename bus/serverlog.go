@@ -1,0 +1,89 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+)
+
+// ServerLog is the embedded server's logger (EmbeddedOptions.Logger) writing to meshctl's
+// structured log. Levels map as the operator needs them: the server's errors and warnings at
+// their own level; its notices (the start-up banner, JetStream's limits, "Server is ready"),
+// debug and trace at debug, since meshctl says in its own words when the bus starts and stops.
+//
+// A permission violation is handed to OnRefusal as a PermissionError and logged at debug only:
+// a principal retrying a refused request would repeat one line many times a second, so the
+// caller counts them and logs each distinct one once per interval, explained (watch does).
+type ServerLog struct {
+	Log       *slog.Logger
+	OnRefusal func(PermissionError)
+}
+
+// Noticef logs the server's notices at debug.
+func (l *ServerLog) Noticef(format string, v ...any) { l.log(slog.LevelDebug, format, v) }
+
+// Warnf logs the server's warnings at warn.
+func (l *ServerLog) Warnf(format string, v ...any) { l.log(slog.LevelWarn, format, v) }
+
+// Fatalf logs at error: a fatal server error is returned by StartEmbedded, and must not exit.
+func (l *ServerLog) Fatalf(format string, v ...any) { l.log(slog.LevelError, format, v) }
+
+// Errorf logs the server's errors at error, but for permission violations (see ServerLog).
+func (l *ServerLog) Errorf(format string, v ...any) {
+	line := fmt.Sprintf(format, v...)
+	if r, ok := ParseServerViolation(line); ok {
+		if l.OnRefusal != nil {
+			l.OnRefusal(r)
+		}
+		l.Log.Debug("bus: "+line, "part", "bus")
+		return
+	}
+	l.Log.Error("bus: "+line, "part", "bus")
+}
+
+// Debugf logs at debug.
+func (l *ServerLog) Debugf(format string, v ...any) { l.log(slog.LevelDebug, format, v) }
+
+// Tracef logs at debug.
+func (l *ServerLog) Tracef(format string, v ...any) { l.log(slog.LevelDebug, format, v) }
+
+func (l *ServerLog) log(level slog.Level, format string, v []any) {
+	if ctx := context.Background(); l.Log.Enabled(ctx, level) {
+		l.Log.Log(ctx, level, "bus: "+fmt.Sprintf(format, v...), "part", "bus")
+	}
+}
+
+// The server's log line of a violation (nats-server server/client.go pubPermissionViolation,
+// replySubjectViolation, subPermissionViolation), after the client's own prefix, which ends in
+// the quoted "<account>/user:<user>" once the client has logged in:
+//
+//	127.0.0.1:40452 - cid:6 - "v1.55.0:go" - "MESH/user:two.shop" - Publish Violation - Subject "b.c"
+//	… - "MESH/user:two.shop" - Subscription Violation - Subject "q.r", Queue: "grp", SID 1
+var serverViolationRe = regexp.MustCompile(`("(?:[^"\\]|\\.)*") - (Publish|Subscription) Violation - (Subject|Reply) ("(?:[^"\\]|\\.)*")(?:, Queue: ("(?:[^"\\]|\\.)*"))?`)
+
+// ParseServerViolation reads a permission violation from a line of the server's log, as the
+// embedded server writes it and as an external server writes it to its log file. ok is false
+// for any other line, and for a violation of a client that has not logged in as a user.
+func ParseServerViolation(line string) (r PermissionError, ok bool) {
+	m := serverViolationRe.FindStringSubmatch(line)
+	if m == nil {
+		return PermissionError{}, false
+	}
+	_, user, found := strings.Cut(unquote(m[1]), "/user:")
+	if !found || user == "" {
+		return PermissionError{}, false
+	}
+	r = PermissionError{User: user, Op: OpPublish, Subject: unquote(m[4])}
+	switch {
+	case m[2] == "Subscription":
+		r.Op = OpSubscribe
+		if m[5] != "" {
+			r.Queue = unquote(m[5])
+		}
+	case m[3] == "Reply":
+		r.Op = OpReply
+	}
+	return r, true
+}
