@@ -226,7 +226,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Channels, not handlers: the library would run a handler on its own goroutine, and the
 	// loop's state (the window above all) is owned by this one alone.
 	deliveries := make(chan jetstream.Msg, deliveryBuffer)
-	inbox, err := bindControl(ctx, js, deliveries)
+	inbox, err := c.bindControl(ctx, js, deliveries)
 	if err != nil {
 		return err
 	}
@@ -269,7 +269,7 @@ func (c *Controller) Run(ctx context.Context) error {
 				// subscription would wait on a deliver subject nothing delivers to, a puller
 				// would ask a consumer that no longer pulls.
 				inbox.cc.Stop()
-				if inbox, err = bindControl(ctx, js, deliveries); err != nil {
+				if inbox, err = c.bindControl(ctx, js, deliveries); err != nil {
 					return err
 				}
 			}
@@ -296,18 +296,28 @@ type controlInbox struct {
 
 // bindControl binds the CONTROL consumer, whichever kind it is, handing its messages to
 // deliveries. The library runs the handler on its own goroutine; the loop takes them from the
-// channel on its own.
-func bindControl(ctx context.Context, js jetstream.JetStream, deliveries chan<- jetstream.Msg) (controlInbox, error) {
-	cc, kind, err := host.Bind(ctx, js, render.StreamControl, render.ControllerUser, func(m jetstream.Msg) {
-		select {
-		case deliveries <- m:
-		case <-ctx.Done():
+// channel on its own. A binding the bus cannot answer yet is tried again with a capped backoff
+// until ctx ends: right after a reload of the accounts config the account's JetStream may
+// answer "no responders" for a moment, and a controller that gave up then would take no
+// report or enrolment until watch restarted.
+func (c *Controller) bindControl(ctx context.Context, js jetstream.JetStream, deliveries chan<- jetstream.Msg) (controlInbox, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		cc, kind, err := host.Bind(ctx, js, render.StreamControl, render.ControllerUser, func(m jetstream.Msg) {
+			select {
+			case deliveries <- m:
+			case <-ctx.Done():
+			}
+		})
+		if err == nil {
+			return controlInbox{cc: cc, kind: kind}, nil
 		}
-	})
-	if err != nil {
-		return controlInbox{}, fmt.Errorf("taking the controller's CONTROL deliveries: %w", err)
+		c.log.Warn("controller: the CONTROL consumer cannot be bound yet; trying again", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return controlInbox{}, fmt.Errorf("taking the controller's CONTROL deliveries: %w (and then %w)", err, ctx.Err())
+		case <-time.After(wait):
+		}
 	}
-	return controlInbox{cc: cc, kind: kind}, nil
 }
 
 // dial joins the bus as the controller, trying again with a capped backoff until it answers or
