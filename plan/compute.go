@@ -135,7 +135,13 @@ func Compute(target Target, live Live, o Options) *Plan {
 		c := Change{Kind: KindStream, Name: have.Config.Name, Action: Delete,
 			Reason: "meshctl made it and the mesh no longer derives it", Before: &have.Config,
 			AtStake: &AtStake{Messages: have.Messages}}
-		if m := moveOf(target.Bus, have.Config.Name); m != nil {
+		m := moveOf(target.Bus, have.Config.Name)
+		if m != nil && blocked[m.Stream] {
+			// Its work has nowhere to go while the new queue's name is someone else's: it
+			// stays, with its consumers, until the conflict is resolved.
+			continue
+		}
+		if m != nil {
 			// Its work moves to the new queue first (reconcile/drain.go): nothing is lost.
 			c.Reason = "seat " + m.Seat + " was renamed: its work queue is now " + m.Stream + movedWork(have.Messages)
 			c.Move, c.AtStake, c.Risk = m, nil, RiskDisruptive

@@ -6,30 +6,35 @@ import (
 	"github.com/meshbus/meshctl/render"
 )
 
-// A renamed seat's old queue moves into the new one, each message readdressed; no other
-// stream has a move.
-func TestTheMoveOfARenamedSeatsQueue(t *testing.T) {
+// A renamed seat whose new work queue's name is taken by someone else's stream: the work
+// cannot move there, so the old queue stays, with its consumers and its messages, until the
+// conflict is resolved. Deleting it would lose the work the rename is meant to keep.
+func TestARenamedSeatsQueueStaysWhileItsNewQueueIsInConflict(t *testing.T) {
 	t.Parallel()
-	d := &render.Desired{Formerly: map[string]string{"mailer": "postbox", "sms-out": "postbox"}}
-	m := moveOf(d, "SEAT_SMS_OUT")
-	if m == nil || m.Seat != "postbox" || m.Stream != "SEAT_POSTBOX" {
-		t.Fatalf("move %+v", m)
-	}
-	for subject, want := range map[string]string{
-		"mesh.seat.sms-out.accept.send":     "mesh.seat.postbox.accept.send",
-		"mesh.seat.sms-out.accept.send.now": "mesh.seat.postbox.accept.send.now",
-		"mesh.seat.sms-out.accept.":         "",
-		"mesh.seat.mailer.accept.send":      "",
-		"mesh.seat.sms-out.event.sent":      "",
-	} {
-		got, ok := m.Readdress(subject)
-		if got != want || ok != (want != "") {
-			t.Errorf("%s moves to %q (%v), want %q", subject, got, ok, want)
+	before := meshOf(t, "nodes:\n  - name: one\nseats:\n  - name: postbox\n    accepts: [send]\n")
+	after := meshOf(t, "nodes:\n  - name: one\nseats:\n  - name: mailbox\n    formerly: [postbox]\n    accepts: [send]\n")
+	live := serverView(LiveOf(before))
+	for i := range live.Streams {
+		if live.Streams[i].Config.Name == render.SeatStreamName("postbox") {
+			live.Streams[i].Messages = 3
 		}
 	}
-	for _, stream := range []string{"SEAT_POSTBOX", "EVENTS", "SEAT_OTHER"} {
-		if m := moveOf(d, stream); m != nil {
-			t.Errorf("%s has a move: %+v", stream, m)
+	foreign := live.Streams[0]
+	foreign.Config.Name = render.SeatStreamName("mailbox")
+	foreign.Config.Subjects = []string{"someone.elses.>"}
+	foreign.Config.Metadata = nil
+	live.Streams = append(live.Streams, foreign)
+
+	p := Compute(after, live, Options{})
+	for _, c := range p.Changes {
+		if c.Kind == KindStream && c.Name == render.SeatStreamName("postbox") && c.Action == Delete {
+			t.Fatalf("the old queue is deleted though its work has nowhere to go: %s (%s)", c.ID(), c.Reason)
 		}
+		if c.Kind == KindConsumer && c.Stream == render.SeatStreamName("postbox") {
+			t.Fatalf("the old queue's consumer is changed: %s %s", c.Action, c.ID())
+		}
+	}
+	if len(p.Conflicts()) != 1 {
+		t.Fatalf("want the new queue's name reported as the one conflict, got %d", len(p.Conflicts()))
 	}
 }
