@@ -1,9 +1,9 @@
 package reconcile
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
@@ -12,9 +12,7 @@ import (
 )
 
 // BenchmarkCheckAccounts is the server's parser check of a whole generated accounts config
-// (7,001 and 28,001 users), as bus.CheckAccounts makes it ("file": two files and
-// ProcessConfigFile, which also digests them) and as the parser alone with the accounts
-// inlined ("string": ProcessConfigString).
+// (7,001 and 28,001 users), as bus.CheckAccounts makes it before every change is installed.
 func BenchmarkCheckAccounts(b *testing.B) {
 	for _, n := range []int{5000, 20000} {
 		g := meshgen.Scaled(n)
@@ -25,19 +23,49 @@ func BenchmarkCheckAccounts(b *testing.B) {
 			}
 			conf := render.AccountsConfig(render.Derive(m).Principals, map[string]string{})
 			dir := b.TempDir()
-			b.Run("file", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bus.CheckAccounts(conf, dir); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReloadAccounts is the server's own reload of a whole generated accounts config on
+// the embedded bus, and the proof that follows it (one login as the generation principal).
+func BenchmarkReloadAccounts(b *testing.B) {
+	for _, n := range []int{5000, 20000} {
+		g := meshgen.Scaled(n)
+		b.Run(g.String(), func(b *testing.B) {
+			m, err := model.Parse(g.Files())
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir := b.TempDir()
+			conf := render.AccountsConfig(render.Derive(m).Principals, map[string]string{})
+			stamped, gen, err := stamp(conf, filepath.Join(dir, "bus", "accounts.conf"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{StateDir: dir, Listen: "127.0.0.1:-1", InitialAccounts: stamped})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Shutdown()
+			b.Run("reload", func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if err := bus.CheckAccounts(conf, dir); err != nil {
+					if err := e.Reload(); err != nil {
 						b.Fatal(err)
 					}
 				}
 			})
-			b.Run("string", func(b *testing.B) {
+			b.Run("proof", func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					o := &server.Options{}
-					if err := o.ProcessConfigString("listen: \"127.0.0.1:-1\"\njetstream {\n  store_dir: \"/tmp/x\"\n}\n" + string(conf)); err != nil {
+					if err := proveOnce(context.Background(), bus.Target{URL: e.URL()}, gen); err != nil {
 						b.Fatal(err)
 					}
 				}
