@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -23,11 +24,13 @@ import (
 // state is not yet written; meshctl's own connections (a one-shot command's controller and its
 // proofs) acknowledge nothing. It is decided by the server's own counters: every connection it
 // ever accepted (Varz.TotalConnections) must be accounted for in Connz, open and closed, each
-// by an authorized user of meshctl's, or closed before it authenticated. The server keeps only
-// its last MaxClosedClients closed connections, so totals that do not add up mean "not known",
-// and the bus is stopped cleanly. A bus with routes or leaf nodes is stopped cleanly too: other
-// servers hold its state. The check is made again once the server refuses new clients, so a
-// client that connected after the first check is seen, and its work then stopped cleanly.
+// by an authorized user of meshctl's or closed because it failed to authenticate; and the
+// server must require authentication at all, or a user name is only what a client claims. The
+// server keeps only its last MaxClosedClients closed connections, so totals that do not add up
+// mean "not known", and the bus is stopped cleanly. A bus with routes or leaf nodes is stopped
+// cleanly too: other servers hold its state. The check is made again once the server refuses
+// new clients, so a client that connected after the first check is seen, and the stop is then
+// the clean one.
 
 // StopForExit stops the bus for a process that exits right after it returns. When only
 // connections of the users in own were ever made to it (the rule above), it returns true at
@@ -70,34 +73,49 @@ func onlyConnectionsOf(srv *server.Server, own []string) (total uint64, ok bool)
 	if srv.NumRoutes() > 0 || srv.NumLeafNodes() > 0 {
 		return 0, false
 	}
-	v, err := srv.Varz(nil)
-	if err != nil {
-		return 0, false
-	}
-	total = v.TotalConnections
-	c, err := srv.Connz(&server.ConnzOptions{State: server.ConnAll, Username: true, Limit: int(total) + 1})
-	if err != nil || uint64(c.Total) != total || len(c.Conns) != c.Total {
-		return total, false
-	}
-	for _, ci := range c.Conns {
-		if !ownOrUnauthenticated(ci, own) {
+	// A connection just closed is out of the open list a moment before the server records it
+	// among the closed (saveClosedClient runs in a goroutine of its own), so totals that do not
+	// add up are read again for a while; ones that never do are connections it no longer
+	// remembers.
+	for deadline := time.Now().Add(accountingWait); ; time.Sleep(5 * time.Millisecond) {
+		v, err := srv.Varz(nil)
+		if err != nil {
+			return 0, false
+		}
+		total = v.TotalConnections
+		if !v.AuthRequired {
+			// Anyone gets in, under any user name it claims.
 			return total, false
 		}
+		c, err := srv.Connz(&server.ConnzOptions{State: server.ConnAll, Username: true, Limit: int(total) + 1})
+		if err != nil {
+			return total, false
+		}
+		if uint64(c.Total) != total || len(c.Conns) != c.Total {
+			if time.Now().After(deadline) {
+				return total, false
+			}
+			continue
+		}
+		for _, ci := range c.Conns {
+			if !ownOrUnauthenticated(ci, own) {
+				return total, false
+			}
+		}
+		return total, true
 	}
-	return total, true
 }
 
+// accountingWait bounds how long onlyConnectionsOf waits for the server's connection counts to
+// add up.
+const accountingWait = time.Second
+
 func ownOrUnauthenticated(ci *server.ConnInfo, own []string) bool {
-	if ci.AuthorizedUser == "" {
-		// Refused at login, or never sent its credentials: it did nothing on the bus. A
-		// connection the server let in without authenticating (a bus with no users) did.
-		return ci.Stop != nil && (ci.Reason == server.AuthenticationViolation.String() ||
-			ci.Reason == server.AuthenticationTimeout.String())
+	// Refused at login, or never sent its credentials: it did nothing on the bus. The user it
+	// names is only the one it claimed.
+	if ci.Stop != nil && (ci.Reason == server.AuthenticationViolation.String() ||
+		ci.Reason == server.AuthenticationTimeout.String()) {
+		return true
 	}
-	for _, u := range own {
-		if ci.AuthorizedUser == u {
-			return true
-		}
-	}
-	return false
+	return ci.AuthorizedUser != "" && slices.Contains(own, ci.AuthorizedUser)
 }

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,8 +25,8 @@ const exitHelperEnv = "MESHCTL_TEST_EXIT_HELPER_STATE"
 
 // TestStopForExitHelper is the process that takes StopForExit and exits at once, as a one-shot
 // meshctl does: it creates streams and consumers, stores and deletes messages as "own", has
-// "other" acknowledge four deliveries when MESHCTL_TEST_EXIT_OTHER is set, and prints whether
-// the stop was the fast one.
+// "other" acknowledge four deliveries when MESHCTL_TEST_EXIT_OTHER is set (and otherwise only
+// fail to log in), and prints whether the stop was the fast one.
 func TestStopForExitHelper(t *testing.T) {
 	dir := os.Getenv(exitHelperEnv)
 	if dir == "" {
@@ -87,6 +88,11 @@ func TestStopForExitHelper(t *testing.T) {
 			}
 		}
 		oc.Close()
+	}
+	// A login the server refused did nothing on the bus.
+	if c, err := Dial(ctx, Target{URL: e.URL()}, Credential{User: exitOther.name, Password: "wrong"}); err == nil {
+		c.Close()
+		t.Fatal("a wrong password logged in")
 	}
 	fast := e.StopForExit([]string{exitOwn.name}, func() {})
 	out, _ := json.Marshal(map[string]bool{"fast": fast})
@@ -182,6 +188,50 @@ func TestStopForExitKeepsEverything(t *testing.T) {
 				if ci.AckFloor.Stream != 5 {
 					t.Errorf("ORDERS-c0's ack floor is %d after the restart, want 5", ci.AckFloor.Stream)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkStop is the stop of an embedded bus holding 300 consumers: "clean" is Shutdown,
+// which stops them one at a time, "forExit" StopForExit when only meshctl used the bus (the
+// time until a one-shot command may exit).
+func BenchmarkStop(b *testing.B) {
+	for _, mode := range []string{"clean", "forExit"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				ctx := context.Background()
+				dir := filepath.Join(b.TempDir(), "state")
+				own := testUser{name: "own", password: "own-pw", pub: []string{">"}, sub: []string{">"}}
+				e, err := StartEmbedded(ctx, EmbeddedOptions{StateDir: dir, Listen: "127.0.0.1:-1", InitialAccounts: accountsFor(b, own)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := Dial(ctx, Target{URL: e.URL()}, Credential{User: own.name, Password: own.password})
+				if err != nil {
+					b.Fatal(err)
+				}
+				js, _ := jetstream.New(c.Conn)
+				s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := range 300 {
+					if _, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("c%d", i)}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				c.Close()
+				b.StartTimer()
+				if mode == "clean" {
+					e.Shutdown()
+				} else if !e.StopForExit([]string{own.name}, func() {}) {
+					b.Fatal("the stop for exit was the clean one")
+				}
+				b.StopTimer()
+				e.Shutdown()
+				b.StartTimer()
 			}
 		})
 	}
