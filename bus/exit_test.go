@@ -25,8 +25,8 @@ const exitHelperEnv = "MESHCTL_TEST_EXIT_HELPER_STATE"
 
 // TestStopForExitHelper is the process that takes StopForExit and exits at once, as a one-shot
 // meshctl does: it creates streams and consumers, stores and deletes messages as "own", has
-// "other" acknowledge four deliveries when MESHCTL_TEST_EXIT_OTHER is set (and otherwise only
-// fail to log in), and prints whether the stop was the fast one.
+// "other" acknowledge four deliveries when MESHCTL_TEST_EXIT_OTHER is set ("open": and stay
+// connected; otherwise it only fails to log in), and prints whether the stop was the fast one.
 func TestStopForExitHelper(t *testing.T) {
 	dir := os.Getenv(exitHelperEnv)
 	if dir == "" {
@@ -68,7 +68,8 @@ func TestStopForExitHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	if os.Getenv("MESHCTL_TEST_EXIT_OTHER") != "" {
+	other := os.Getenv("MESHCTL_TEST_EXIT_OTHER")
+	if other != "" {
 		oc := dialAs(t, e.URL(), exitOther)
 		ojs, err := jetstream.New(oc.Conn)
 		if err != nil {
@@ -87,7 +88,9 @@ func TestStopForExitHelper(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		oc.Close()
+		if other != "open" {
+			oc.Close()
+		}
 	}
 	// A login the server refused did nothing on the bus.
 	if c, err := Dial(ctx, Target{URL: e.URL()}, Credential{User: exitOther.name, Password: "wrong"}); err == nil {
@@ -100,13 +103,14 @@ func TestStopForExitHelper(t *testing.T) {
 	os.Exit(0) // as a one-shot command does: nothing of the server's stop runs after this
 }
 
-// runExitHelper runs the helper process on dir and returns whether it took the fast stop.
-func runExitHelper(t *testing.T, dir string, other bool) bool {
+// runExitHelper runs the helper process on dir and returns whether it took the fast stop, and
+// what it wrote.
+func runExitHelper(t *testing.T, dir, other string) (bool, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStopForExitHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), exitHelperEnv+"="+dir)
-	if other {
-		cmd.Env = append(cmd.Env, "MESHCTL_TEST_EXIT_OTHER=1")
+	if other != "" {
+		cmd.Env = append(cmd.Env, "MESHCTL_TEST_EXIT_OTHER="+other)
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -115,26 +119,26 @@ func runExitHelper(t *testing.T, dir string, other bool) bool {
 	for _, line := range strings.Split(string(out), "\n") {
 		var got struct{ Fast *bool }
 		if json.Unmarshal([]byte(line), &got) == nil && got.Fast != nil {
-			return *got.Fast
+			return *got.Fast, string(out)
 		}
 	}
 	t.Fatalf("helper process said nothing of its stop:\n%s", out)
-	return false
+	return false, ""
 }
 
 // TestStopForExitKeepsEverything takes the fast stop in a process of its own that exits right
 // after it, starts the bus again on the same store, and finds every stream, consumer, stored
-// message and deletion; with another client having acknowledged deliveries, the stop is the
-// clean one and the acknowledgements are there too.
+// message and deletion; with another client having acknowledged deliveries (gone since, or still
+// connected), the stop is the clean one and the acknowledgements are there too.
 func TestStopForExitKeepsEverything(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		other bool
-	}{{"only own connections", false}, {"another client acknowledged", true}} {
+		other string
+	}{{"only own connections", ""}, {"another client acknowledged", "closed"}, {"another client still connected", "open"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "state")
-			if fast := runExitHelper(t, dir, tc.other); fast == tc.other {
-				t.Fatalf("fast stop = %v with another client = %v", fast, tc.other)
+			if fast, out := runExitHelper(t, dir, tc.other); fast != (tc.other == "") {
+				t.Fatalf("fast stop = %v with another client %q:\n%s", fast, tc.other, out)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -175,7 +179,7 @@ func TestStopForExitKeepsEverything(t *testing.T) {
 			if _, err := orders.GetMsg(ctx, 10); err != nil {
 				t.Errorf("message 10 after the restart: %v", err)
 			}
-			if tc.other {
+			if tc.other != "" {
 				cons, err := orders.Consumer(ctx, "ORDERS-c0")
 				if err != nil {
 					t.Fatal(err)
