@@ -27,8 +27,9 @@ import (
 // by an authorized user of meshctl's or closed because it failed to authenticate; and the
 // server must require authentication at all, or a user name is only what a client claims. The
 // server keeps only its last MaxClosedClients closed connections, so totals that do not add up
-// mean "not known", and the bus is stopped cleanly. A bus with routes or leaf nodes is stopped
-// cleanly too: other servers hold its state. The check is made again once the server refuses
+// mean "not known", and the bus is stopped cleanly. A clustered bus, or one with routes, leaf
+// nodes or gateways, is stopped cleanly too: other servers hold its state, and its stop hands
+// over what it leads. The check is made again once the server refuses
 // new clients, so a client that connected after the first check is seen, and the stop is then
 // the clean one.
 
@@ -70,7 +71,7 @@ func (e *Embedded) StopForExit(own []string, slow func()) (fast bool) {
 // onlyConnectionsOf reports whether every client connection srv ever accepted is one of the
 // users in own, or was closed before it authenticated, and how many it accepted.
 func onlyConnectionsOf(srv *server.Server, own []string) (total uint64, ok bool) {
-	if srv.NumRoutes() > 0 || srv.NumLeafNodes() > 0 {
+	if srv.JetStreamIsClustered() || srv.NumRoutes() > 0 || srv.NumLeafNodes() > 0 || srv.NumOutboundGateways() > 0 {
 		return 0, false
 	}
 	// A connection just closed is out of the open list a moment before the server records it
