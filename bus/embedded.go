@@ -71,6 +71,7 @@ type Embedded struct {
 	url      string
 	unlock   func()
 	stopOnce sync.Once
+	stopped  chan struct{} // closed once the server has stopped and the state directory is free
 	// halfWritten are the consumers a killed server left half-written, removed at start.
 	halfWritten []string
 	control     *control // the control socket other meshctl processes reach this bus through
@@ -214,7 +215,7 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("starting the embedded bus on %s: not ready for connections after 10s", listenOf(o))
 	}
-	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL(), halfWritten: halfWritten}
+	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL(), halfWritten: halfWritten, stopped: make(chan struct{})}
 	rec, err := json.Marshal(busRecord{URL: e.url, PID: os.Getpid(), Started: time.Now().UTC()})
 	if err == nil {
 		err = atomicfile.Write(filepath.Join(dir, busRecordName), rec)
@@ -311,20 +312,30 @@ func (e *Embedded) ConfigLoadTime() time.Time { return e.srv.ConfigTime() }
 func (e *Embedded) Reloader() Reloader { return embeddedReloader{e} }
 
 // Shutdown stops the server, waits until it has stopped, removes bus.json and releases the state
-// directory. Calling it again does nothing.
+// directory. Calling it again, or after StopForExit, waits for the same stop.
 func (e *Embedded) Shutdown() {
-	e.stopOnce.Do(func() {
-		e.srv.Shutdown()
-		e.srv.WaitForShutdown()
-		// Only our own record: a file naming another pid is not ours to remove.
-		path := filepath.Join(e.dir, busRecordName)
-		if rec, err := readBusRecord(path); err == nil && rec.PID == os.Getpid() && rec.URL == e.url {
-			os.Remove(path)
-		}
-		if e.unlock != nil {
-			e.unlock()
-		}
-	})
+	e.stopOnce.Do(e.stop)
+	<-e.stopped
+}
+
+// stop stops the server cleanly and then frees the state directory.
+func (e *Embedded) stop() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	e.removeRecord()
+	if e.unlock != nil {
+		e.unlock()
+	}
+	close(e.stopped)
+}
+
+// removeRecord removes bus.json when it is this process's own: a file naming another pid is not
+// ours to remove.
+func (e *Embedded) removeRecord() {
+	path := filepath.Join(e.dir, busRecordName)
+	if rec, err := readBusRecord(path); err == nil && rec.PID == os.Getpid() && rec.URL == e.url {
+		os.Remove(path)
+	}
 }
 
 // busRecord is bus.json: how a second meshctl process finds the bus a `meshctl watch` keeps up.

@@ -24,7 +24,7 @@ type testUser struct {
 // accountsFor renders a MESH account the way render does — JetStream enabled on the account,
 // every bcrypt hash double-quoted (an unquoted `$…` is a variable reference to the parser) — so
 // these tests exercise the shapes the live file has.
-func accountsFor(t *testing.T, users ...testUser) []byte {
+func accountsFor(t testing.TB, users ...testUser) []byte {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("accounts {\n  MESH {\n    jetstream: enabled\n    users = [\n")

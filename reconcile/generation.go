@@ -58,6 +58,8 @@ type generation struct {
 	File     string `json:"file"`
 	SHA256   string `json:"sha256"`
 	Password string `json:"password"`
+	// Controller is the controller's hash the file carries (login.go), "" when it carries none.
+	Controller string `json:"controller,omitempty"`
 }
 
 // describes reports whether g is the record of exactly conf, written at path.
@@ -113,10 +115,13 @@ func saveGeneration(stateDir string, g generation) error {
 // generationBlock is how render writes the generation principal: the text between a
 // rendering's users and its end, split around the hash. It is taken from render itself, so
 // the block always reads as render writes users, and no second copy of the layout exists.
-var generationBlock = sync.OnceValues(func() (layout, error) {
-	const placeholder = "GENERATION-HASH"
+var generationBlock = sync.OnceValues(func() (layout, error) { return userBlock(GenerationUser) })
+
+// userBlock is how render writes user's entry, split around its hash, and how a rendering ends.
+func userBlock(user string) (layout, error) {
+	const placeholder = "USER-HASH"
 	empty := render.AccountsConfig(nil, nil)
-	one := render.AccountsConfig([]render.Principal{{User: GenerationUser}}, map[string]string{GenerationUser: placeholder})
+	one := render.AccountsConfig([]render.Principal{{User: user}}, map[string]string{user: placeholder})
 	// empty is head+tail, one is head+block+tail; any split of empty whose halves are a
 	// prefix and a suffix of one inserts the block the same way.
 	for k := min(len(empty), commonPrefix(empty, one)); k >= 0; k-- {
@@ -130,8 +135,8 @@ var generationBlock = sync.OnceValues(func() (layout, error) {
 			return layout{tail: tail, before: before, after: after}, nil
 		}
 	}
-	return layout{}, errors.New("render's accounts layout has no place for the generation principal")
-})
+	return layout{}, fmt.Errorf("render's accounts layout has no place for the user %s", user)
+}
 
 type layout struct {
 	tail          []byte // how every rendering ends, after its last user
@@ -172,7 +177,7 @@ func stamp(rendered []byte, path string) ([]byte, generation, error) {
 	out = append(out, hash...)
 	out = append(out, l.after...)
 	out = append(out, l.tail...)
-	return out, generation{File: absPath(path), SHA256: digest(out), Password: password}, nil
+	return out, generation{File: absPath(path), SHA256: digest(out), Password: password, Controller: controllerHashIn(rendered)}, nil
 }
 
 // unstamp returns conf without its generation principal — the rendering it was stamped

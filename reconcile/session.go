@@ -37,6 +37,9 @@ type Options struct {
 	// credential is minted and no accounts config installed; where one would be needed,
 	// Connect fails (ErrNeedsApply, or state.ErrNoController). diff sets it.
 	ReadOnly bool
+	// ExitsAfterClose says the process exits right after Close (a one-shot command), so an
+	// embedded bus only meshctl used need not wait for the server's slow stop (exit.go).
+	ExitsAfterClose bool
 }
 
 // Session is a connection to the bus as the controller, and what an apply needs beside it:
@@ -65,7 +68,7 @@ type Session struct {
 	locked bool
 }
 
-// Close disconnects and, when this process runs the embedded bus, stops it cleanly. A
+// Close disconnects and, when this process runs the embedded bus, stops it (stopEmbedded). A
 // one-shot command first waits for any other meshctl process that holds a lease on the bus
 // (an `apply --wait` queued behind this one) to finish with it, or for Connect's context to
 // end; `watch` stops at once, as it was told to.
@@ -81,12 +84,7 @@ func (s *Session) Close() {
 		if !s.opts.OwnEmbedded {
 			s.waitForHolders()
 		}
-		if n := embeddedConsumers(s.Embedded); n >= largeBus {
-			// Said before, so a minute of stopping does not look like a hang.
-			s.logf("stopping the embedded bus: %d consumers, about %s (nats-server stops them one at a time)",
-				n, stopEstimate(n))
-		}
-		s.Embedded.Shutdown()
+		s.stopEmbedded()
 	}
 }
 
@@ -230,11 +228,14 @@ func (s *Session) bootstrapAccounts(ctx context.Context, m *model.Mesh, path str
 }
 
 // controllerCanLogIn reports whether the accounts config at path lets the controller in
-// with its password.
+// with its password: known without bcrypt when it is the file meshctl wrote (login.go).
 func (s *Session) controllerCanLogIn(path string) bool {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return false
+	}
+	if s.knownToLetControllerIn(path, data) {
+		return true
 	}
 	users, err := plan.ParseUsers(data)
 	if err != nil {
@@ -316,7 +317,7 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 	if gone := e.RemovedHalfWritten(); len(gone) > 0 {
 		s.logf("removed %d consumer(s) a killed server had left half-written, to be created whole again: %s", len(gone), strings.Join(gone, ", "))
 	}
-	if n := embeddedConsumers(e); n >= largeBus && !s.opts.OwnEmbedded {
+	if n := embeddedConsumers(e); n >= largeBus && !s.opts.OwnEmbedded && !s.opts.ExitsAfterClose {
 		s.logf("the embedded bus holds %d consumers: stopping it when this command ends takes about %s; "+
 			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))
 	}

@@ -233,7 +233,7 @@ func (s *Store) ControllerPassword(ctx context.Context, cost int) (string, error
 }
 
 func (s *Store) controllerPassword(ctx context.Context, cost int) (string, error) {
-	if pw, err := s.verifiedControllerPassword(ctx, s.db); err != nil || pw != "" {
+	if pw, err := s.verifiedControllerPassword(ctx, s.db, true); err != nil || pw != "" {
 		return pw, err
 	}
 	// Hash before taking the write lock: at DefaultCost bcrypt takes ~100ms, during which every
@@ -247,7 +247,7 @@ func (s *Store) controllerPassword(ctx context.Context, cost int) (string, error
 		// Check again under the write lock: two meshctl processes starting together must not
 		// both mint, or the one that wrote its file first would hold a password the other
 		// overwrote.
-		verified, err := s.verifiedControllerPassword(ctx, tx)
+		verified, err := s.verifiedControllerPassword(ctx, tx, true)
 		if err != nil || verified != "" {
 			pw = verified
 			return err
@@ -264,8 +264,9 @@ type querier interface {
 }
 
 // verifiedControllerPassword returns the password in controller.password if the stored hash
-// accepts it, and "" when there is nothing usable.
-func (s *Store) verifiedControllerPassword(ctx context.Context, q querier) (string, error) {
+// accepts it, and "" when there is nothing usable. A pair known to match is not checked with
+// bcrypt again (verified.go); remember records one that bcrypt accepted.
+func (s *Store) verifiedControllerPassword(ctx context.Context, q querier, remember bool) (string, error) {
 	path := filepath.Join(s.dir, controllerPasswordFileName)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -283,8 +284,16 @@ func (s *Store) verifiedControllerPassword(ctx context.Context, q querier) (stri
 	if err != nil {
 		return "", fmt.Errorf("reading the controller's hash: %w", err)
 	}
-	if pw == "" || bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) != nil {
+	if pw == "" {
 		return "", nil
+	}
+	if !s.knownToMatch(hash, pw) {
+		if bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) != nil {
+			return "", nil
+		}
+		if remember {
+			s.rememberMatch(hash, pw)
+		}
 	}
 	// The file may have been restored or copied with a wider mode; it is a plaintext password.
 	if err := os.Chmod(path, fileMode); err != nil {
@@ -317,6 +326,8 @@ func (s *Store) storeControllerPassword(ctx context.Context, tx *sql.Tx, m []min
 	if err := atomicfile.Write(path, []byte(m[0].password+"\n")); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	// Bound to the new hash: if the commit fails, the old hash and this record disagree.
+	s.rememberMatch(m[0].hash, m[0].password)
 	return nil
 }
 

@@ -4,5 +4,6 @@ package main
 import "os"
 
 func main() {
+	exitsAfterCommand = true
 	os.Exit(runWithSignals(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -83,8 +83,14 @@ func (s stateFlag) loadAndOpen(ctx context.Context, e *env, dir string) (*model.
 	return m, st, code
 }
 
+// exitsAfterCommand is set by main: the process exits once its one command is done, so a
+// session may leave an embedded bus only meshctl used to stop with it. Commands run in-process
+// by tests keep the clean stop, since their process goes on.
+var exitsAfterCommand bool
+
 // connect loads nothing: it reaches the bus m names as the controller. o.Logf is set here.
 func connect(ctx context.Context, e *env, m *model.Mesh, st *state.Store, o reconcile.Options) (*reconcile.Session, error) {
+	o.ExitsAfterClose = exitsAfterCommand
 	o.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }
 	return reconcile.Connect(ctx, m, st, o)
 }
