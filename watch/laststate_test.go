@@ -3,6 +3,7 @@ package watch
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -119,4 +120,20 @@ func last(s []string) string {
 		return ""
 	}
 	return s[len(s)-1]
+}
+
+// A watch killed before it could say it stopped leaves a file naming a process that is gone:
+// that is no running watch either.
+func TestAStateFileOfAKilledWatchIsNotRunning(t *testing.T) {
+	t.Parallel()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if s := (State{PID: gone.Process.Pid}); s.Running() {
+		t.Errorf("a state file of pid %d, which exited, says its watch runs", s.PID)
+	}
+	if s := (State{PID: os.Getpid()}); !s.Running() {
+		t.Error("a state file of this process, which runs and did not stop, says its watch does not run")
+	}
 }
