@@ -35,7 +35,10 @@
 // controller minted or revoked a credential it asks for a reconcile, so the reconcile loop stays
 // the one writer of the accounts config. The controller is started anew when the session came
 // back with a controller credential minted since. What it heard of the nodes' heartbeats is
-// written to STATE/heartbeats.json for `meshctl status`, at a bounded rate (heartbeats.go).
+// written to STATE/heartbeats.json for `meshctl status`, at a bounded rate (heartbeats.go);
+// the state its reconciles left, an invalid description's problems or a refusal's reason
+// included, to STATE/watch.json when that state changes (laststate.go): /healthz names the
+// state alone.
 //
 // What it must not do: force a refused plan, apply a description that does not
 // validate, or log a password: logs carry plan summaries, object names and errors, which

@@ -38,7 +38,8 @@ type metrics struct {
 
 // health is what /healthz answers: the state the last reconcile left, never its problems'
 // text. Any local user can ask /healthz, and a problem quotes the description back — where a
-// file is a symlink to a secret, the secret. The problems go to the log.
+// file is a symlink to a secret, the secret. The problems go to the log and to the state
+// file (StateFileName, 0600) that meshctl status reads.
 type health struct {
 	ok    bool
 	state string
@@ -48,10 +49,10 @@ type health struct {
 var healthStates = map[Outcome]string{
 	OutcomeOK:       "ok: the last reconcile applied its changes; the bus is in sync",
 	OutcomeNoop:     "ok: the bus is in sync",
-	OutcomeInvalid:  "invalid: the description does not validate; nothing was applied and the last good state stays live (the problems are in watch's log)",
-	OutcomeRefused:  "refused: the plan would lose data or delete most of the mesh; nothing was applied (the reason is in watch's log, and in meshctl diff)",
-	OutcomeConflict: "conflict: objects meshctl does not own are in the way; they and what depends on them are left alone, everything else was applied (they are named in watch's log, and in meshctl diff)",
-	OutcomeError:    "error: the last reconcile failed and is retried (the reason is in watch's log)",
+	OutcomeInvalid:  "invalid: the description does not validate; nothing was applied and the last good state stays live (the problems are in watch's log and in meshctl status)",
+	OutcomeRefused:  "refused: the plan would lose data or delete most of the mesh; nothing was applied (the reason is in watch's log, in meshctl status and in meshctl diff)",
+	OutcomeConflict: "conflict: objects meshctl does not own are in the way; they and what depends on them are left alone, everything else was applied (they are named in watch's log, in meshctl status and in meshctl diff)",
+	OutcomeError:    "error: the last reconcile failed and is retried (the reason is in watch's log and in meshctl status)",
 }
 
 func newMetrics() *metrics {

@@ -271,8 +271,10 @@ func Run(ctx context.Context, c Config) error {
 	}()
 
 	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, refusals: refused, changes: changes, syncs: make(chan chan error),
-		hearing: newHearing(c.onHeard)}
+		hearing: newHearing(c.onHeard),
+		state:   newStateRecorder(c.StateDir, func(format string, args ...any) { c.Logger.Warn(fmt.Sprintf(format, args...)) })}
 	l.run(ctx)
+	l.state.stopped(time.Now())
 	c.Logger.Info("stopped")
 	return nil
 }
@@ -299,6 +301,8 @@ type loop struct {
 
 	// The advisories heard on the connection (see advisory.go).
 	hearing *hearing
+	// state keeps STATE/watch.json, the state the reconciles left, for meshctl status.
+	state *stateRecorder
 }
 
 type stepResult struct {
@@ -459,10 +463,11 @@ func backoff(lo, hi time.Duration, failures int) time.Duration {
 // maxLoggedChanges bounds the objects one log line names; the summary counts them all.
 const maxLoggedChanges = 10
 
-// report records a finished reconcile in the metrics and the health answer, tells OnCycle,
-// and logs it: one line saying what changed, or why nothing did.
+// report records a finished reconcile in the metrics, the health answer and the state file,
+// tells OnCycle, and logs it: one line saying what changed, or why nothing did.
 func (l *loop) report(c Cycle, retryIn time.Duration) {
 	l.metrics.observe(c)
+	l.state.cycle(l.cfg.Dir, c, time.Now())
 	// Told last, so that whoever waits on it finds the metrics, health and log up to date.
 	if l.cfg.OnCycle != nil {
 		defer l.cfg.OnCycle(c)

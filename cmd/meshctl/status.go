@@ -24,9 +24,11 @@ Reads the state store and shows, without touching the bus: whether an embedded b
 being served from the state directory (by 'meshctl watch'), the inventory of the last
 successful apply (nodes, module instances, seats and their holders), the latest holder
 changes, and the latest applies with who ran them, from which git commit, and how they
-ended. Per node it shows whether the node enrolled, the generation the controller last
-declared to it and the one it last reported applying, and the last heartbeat watch
-heard from it: watch records them in STATE/heartbeats.json when a node is first heard,
+ended. It shows the state 'meshctl watch' left (STATE/watch.json, written when the state
+changes): since when, the trigger and outcome of the reconcile that brought it, an invalid
+description's problems or a refusal's reason, and whether that watch still runs. Per
+node it shows whether the node enrolled, the generation the controller last declared to
+it and the one it last reported applying, and the last heartbeat watch heard from it: watch records them in STATE/heartbeats.json when a node is first heard,
 goes silent (30s without one) or comes back, and otherwise once a minute. It lists what
 the embedded bus refused lately, as 'meshctl watch' recorded it: the user, the subject,
 how often, and the line of YAML that would grant it or why none can.
@@ -87,6 +89,10 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		fmt.Fprintf(e.stderr, "the nodes' heartbeats are left out: %v\n", err)
 	}
+	watched, err := readWatchState(st.Dir())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "watch's last state is left out: %v\n", err)
+	}
 	var seats []controller.SeatWork
 	var backlogs []controller.Backlog
 	if running {
@@ -105,6 +111,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(struct {
 			EmbeddedBus   busStatus               `json:"embedded_bus"`
+			Watch         *watchSeen              `json:"watch"`
 			Inventory     state.Inventory         `json:"inventory"`
 			HolderChanges []state.HolderChange    `json:"holder_changes"`
 			History       []state.ApplyRecord     `json:"history"`
@@ -113,7 +120,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 			Seats         []controller.SeatWork   `json:"seats,omitempty"`
 			Backlogs      []controller.Backlog    `json:"backlogs,omitempty"`
 			Refusals      []state.Refusal         `json:"refusals"`
-		}{busStatus{running, url, pid}, inv, changes, history, nodes, beats, seats, backlogs, refusals})
+		}{busStatus{running, url, pid}, watched, inv, changes, history, nodes, beats, seats, backlogs, refusals})
 		return exitOK
 	}
 
@@ -124,7 +131,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(w, "Embedded bus:\tnot running (commands start one for their own run)\n")
 	}
 	fmt.Fprintf(w, "Last applied:\t%d node(s), %d module instance(s), %d seat(s)\n", len(inv.Nodes), len(inv.Instances), len(inv.Seats))
-	_ = w.Flush()
+	printWatch(e.stdout, w, watched)
 	if len(inv.Holders) > 0 {
 		fmt.Fprintln(e.stdout, "\nSeat holders:")
 		for _, h := range inv.Holders {
