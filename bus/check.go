@@ -70,7 +70,7 @@ func RemoveStaleChecks(dir string) ([]string, error) {
 			continue
 		}
 		if pid, _, named := strings.Cut(rest, "-"); named {
-			if n, err := strconv.Atoi(pid); err == nil && processAlive(n) {
+			if n, err := strconv.Atoi(pid); err == nil && ProcessAlive(n) {
 				continue
 			}
 		}

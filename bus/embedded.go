@@ -371,7 +371,7 @@ func RunningEmbedded(stateDir string) (url string, ok bool) {
 // control socket (ControlReloader), never by a signal.
 func RunningEmbeddedProcess(stateDir string) (url string, pid int, ok bool) {
 	rec, err := readBusRecord(filepath.Join(stateDir, busDirName, busRecordName))
-	if err != nil || rec.URL == "" || !processAlive(rec.PID) {
+	if err != nil || rec.URL == "" || !ProcessAlive(rec.PID) {
 		return "", 0, false
 	}
 	host, err := hostOf(rec.URL)
@@ -397,10 +397,10 @@ func hostOf(raw string) (string, error) {
 	return u.Host, nil
 }
 
-// processAlive reports whether pid names a running process. Signal 0 checks without delivering
-// anything; EPERM means it exists but is not ours to signal. pid ≤ 0 would address a process
-// group, never one process, so it is never alive here.
-func processAlive(pid int) bool {
+// ProcessAlive reports whether pid names a running process on this host. Signal 0 checks
+// without delivering anything; EPERM means it exists but is not ours to signal. pid ≤ 0 would
+// address a process group, never one process, so it is never alive here.
+func ProcessAlive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}

@@ -57,7 +57,7 @@ func (r pidFileReloader) Reload(ctx context.Context) error {
 	}
 	// Checked first, so a stale pid file reads as "not running" rather than as whatever a
 	// signal to a missing process says.
-	if !processAlive(pid) {
+	if !ProcessAlive(pid) {
 		return fmt.Errorf("reloading the bus: pid %d from %s is not running (a stale pid file?)", pid, r.path)
 	}
 	p, err := os.FindProcess(pid)

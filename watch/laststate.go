@@ -2,16 +2,15 @@ package watch
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 
+	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 )
 
@@ -54,15 +53,7 @@ type CycleState struct {
 // its process is alive. A process is alive when signal 0 reaches it; EPERM means it exists but
 // is not ours to signal.
 func (s State) Running() bool {
-	if !s.StoppedAt.IsZero() || s.PID <= 0 {
-		return false
-	}
-	p, err := os.FindProcess(s.PID)
-	if err != nil {
-		return false
-	}
-	err = p.Signal(syscall.Signal(0))
-	return err == nil || errors.Is(err, syscall.EPERM)
+	return s.StoppedAt.IsZero() && bus.ProcessAlive(s.PID)
 }
 
 // ReadState reads the state file of the state directory; a missing file is fs.ErrNotExist: no
