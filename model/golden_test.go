@@ -164,6 +164,16 @@ func dump(m *model.Mesh) string {
 		line("  reload: pid_file %s", r.PIDFile)
 	case len(r.Command) > 0:
 		line("  reload: command %q", r.Command)
+	case r.SystemUser != "":
+		line("  reload: system_user %s password_file %s", r.SystemUser, r.PasswordFile)
+	}
+	for _, s := range bus.Servers {
+		if s.Name == "" {
+			continue // bus.url's one server, printed above
+		}
+		line("  server %s @ %s", s.Name, s.Pos)
+		line("    url: %s accounts_file: %s fingerprint: %s", s.URL, s.AccountsFile, s.Fingerprint)
+		line("    reload: %+v copy: %q", s.Reload, s.Copy)
 	}
 
 	c := m.Controller

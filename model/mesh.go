@@ -54,7 +54,10 @@ type Bus struct {
 	Replicas             int
 	Reload               Reload
 	EventsMaxAge         time.Duration
-	Pos                  Pos
+	// Servers are the external bus's servers, each reading its own accounts file: one for
+	// bus.url (named ""), the cluster's for bus.servers. Empty for the embedded bus.
+	Servers []Server
+	Pos     Pos
 }
 
 // Embedded reports whether meshctl runs the bus itself.
@@ -64,6 +67,9 @@ func (b Bus) Embedded() bool { return b.URL == "" }
 type Reload struct {
 	PIDFile string   // SIGHUP the process whose pid this file holds
 	Command []string // or run this command
+	// Or ask the server through the system account, as SystemUser with the password held in
+	// PasswordFile.
+	SystemUser, PasswordFile string
 	// Manual: neither; the operator reloads, and meshctl says the config is written but not live.
 	Manual bool
 }
