@@ -2,14 +2,13 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // A bus of several servers — a cluster — is one Target with Others: a client connection
@@ -104,61 +103,10 @@ func commandOutput(out []byte) string {
 	return ": " + text
 }
 
-// SystemReloader asks one server to reload through the system account: it logs in to t alone
-// as user, with the password read from passwordFile on every reload (so a rotated password
-// needs no restart of meshctl), and requests $SYS.REQ.SERVER.<that server's id>.RELOAD. Unlike
-// a signal, the server answers once it has re-read its config, with the error when it refused
-// it (nats-server 2.10 or later).
-func SystemReloader(t Target, user, passwordFile string) Reloader {
-	return systemReloader{t: Target{URL: t.URL, Fingerprint: t.Fingerprint}, user: user, passwordFile: passwordFile}
-}
-
-type systemReloader struct {
-	t                  Target
-	user, passwordFile string
-}
-
-func (r systemReloader) Describe() string {
-	return fmt.Sprintf("ask %s through the system account as %q", r.t.Address(), r.user)
-}
-
-// systemReloadWait bounds the wait for a server's answer to a reload request: a server
-// re-reading thousands of users answers well within it.
-const systemReloadWait = 10 * time.Second
-
-// ErrReloadRefused is returned (wrapped) when the server answered a reload request with an
-// error: it did not take its config, and the error says why.
-var ErrReloadRefused = errors.New("the server refused to reload")
-
-func (r systemReloader) Reload(ctx context.Context) error {
-	data, err := os.ReadFile(r.passwordFile)
-	if err != nil {
-		return fmt.Errorf("reloading %s: reading the system user's password file: %w", r.t.Address(), err)
-	}
-	password := strings.TrimSpace(string(data))
-	c, err := Dial(ctx, r.t, Credential{User: r.user, Password: password})
-	if err != nil {
-		return fmt.Errorf("reloading %s through the system account: %w", r.t.Address(), err)
-	}
-	defer c.Close()
-	id := c.ConnectedServerId()
-	ctx, cancel := context.WithTimeout(ctx, systemReloadWait)
-	defer cancel()
-	msg, err := c.RequestWithContext(ctx, "$SYS.REQ.SERVER."+id+".RELOAD", nil)
-	if err != nil {
-		return fmt.Errorf("reloading %s through the system account (is %q a user of the system account?): %w", r.t.Address(), r.user, err)
-	}
-	var resp struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return fmt.Errorf("reloading %s: the server's answer does not read: %w", r.t.Address(), err)
-	}
-	if resp.Error != nil {
-		return fmt.Errorf("reloading %s: %w: %s", r.t.Address(), ErrReloadRefused, resp.Error.Description)
-	}
-	return nil
+// DialAlone connects to t's server and no other: a server of a cluster tells a client about
+// its peers, and nats.go, refused by the server it asked, tries them — so a login proving
+// what one server serves would pass on another. It never reconnects either.
+func DialAlone(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (*Conn, error) {
+	t.Others = ""
+	return Dial(ctx, t, cred, append(opts, nats.IgnoreDiscoveredServers(), nats.NoReconnect())...)
 }

@@ -164,8 +164,6 @@ func dump(m *model.Mesh) string {
 		line("  reload: pid_file %s", r.PIDFile)
 	case len(r.Command) > 0:
 		line("  reload: command %q", r.Command)
-	case r.SystemUser != "":
-		line("  reload: system_user %s password_file %s", r.SystemUser, r.PasswordFile)
 	}
 	for _, s := range bus.Servers {
 		if s.Name == "" {

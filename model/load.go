@@ -240,36 +240,24 @@ func (d *decoder) reload(n *yaml.Node) *rawReload {
 	r := &rawReload{pos: d.pos(n)}
 	if n.Kind == yaml.ScalarNode {
 		if n.Value != "none" {
-			d.errorf(n, `bus.reload must be "none", {pid_file: PATH}, {command: [ARGV...]} or {system_user: USER, password_file: PATH}, not %s`, Quote(n.Value))
+			d.errorf(n, `bus.reload must be "none", {pid_file: PATH} or {command: [ARGV...]}, not %s`, Quote(n.Value))
 		}
 		r.manual = true
 		return r
 	}
 	f := d.section(n, reloadSection)
 	r.pidFile, _ = d.optional(f, "pid_file")
-	r.systemUser, _ = d.optional(f, "system_user")
-	r.passwordFile, _ = d.optional(f, "password_file")
 	if v, ok := f["command"]; ok {
 		r.command = d.strings(v.val, "bus.reload.command")
 		if len(r.command) == 0 {
 			d.errorf(v.val, "bus.reload.command must name a program to run")
 		}
 	}
-	ways := 0
-	for _, set := range []bool{r.pidFile.val != "", len(r.command) > 0, r.systemUser.val != ""} {
-		if set {
-			ways++
-		}
+	if r.pidFile.val != "" && len(r.command) > 0 {
+		d.errorf(n, "bus.reload takes either pid_file or command, not both")
 	}
-	switch {
-	case ways > 1:
-		d.errorf(n, "bus.reload takes one of pid_file, command or system_user, not several")
-	case ways == 0:
-		d.errorf(n, `bus.reload needs pid_file, command or system_user (or write reload: none)`)
-	case r.systemUser.val != "" && r.passwordFile.val == "":
-		d.errorf(n, "bus.reload.system_user needs password_file: the file holding its password, which never goes into a description")
-	case r.systemUser.val == "" && r.passwordFile.val != "":
-		d.errorf(n, "bus.reload.password_file is system_user's password; it goes with system_user")
+	if r.pidFile.val == "" && len(r.command) == 0 {
+		d.errorf(n, `bus.reload needs pid_file or command (or write reload: none)`)
 	}
 	return r
 }

@@ -67,9 +67,6 @@ func (b Bus) Embedded() bool { return b.URL == "" }
 type Reload struct {
 	PIDFile string   // SIGHUP the process whose pid this file holds
 	Command []string // or run this command
-	// Or ask the server through the system account, as SystemUser with the password held in
-	// PasswordFile.
-	SystemUser, PasswordFile string
 	// Manual: neither; the operator reloads, and meshctl says the config is written but not live.
 	Manual bool
 }

@@ -60,13 +60,11 @@ var (
 	reloadSection = newSection("bus.reload", []key{
 		{name: "pid_file", kind: scalarValue, doc: "Send SIGHUP to the process whose pid this file holds."},
 		{name: "command", kind: namesValue, doc: "Run this command (program and arguments) to reload the server."},
-		{name: "system_user", kind: scalarValue, doc: "Ask the server to reload through the system account ($SYS.REQ.SERVER.<id>.RELOAD, nats-server 2.10 or later), logged in as this system user."},
-		{name: "password_file", kind: scalarValue, doc: "The file holding system_user's password (only the password, readable by meshctl alone): a password is never written in a description."},
 	})
 	serverSection = newSection("a server", []key{
 		{name: "url", kind: scalarValue, required: true, doc: "This server's URL (nats:// or tls://), without user or password."},
 		{name: "accounts_file", kind: scalarValue, required: true, doc: "The accounts config this server includes: where meshctl writes it, or with copy, the local file copy puts in place."},
-		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How this server is told to re-read its accounts config: none, {pid_file: PATH}, {command: [ARGV...]} or {system_user: USER, password_file: PATH}.`},
+		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How this server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "copy", kind: namesValue, doc: "A command (program and arguments, no shell) that puts the accounts config onto a server off the control host; the argument {file} is replaced by the local file's path."},
 		{name: "fingerprint", kind: scalarValue, doc: "Hex SHA-256 of this server's leaf certificate, where it differs from bus.fingerprint."},
 	})
@@ -77,7 +75,7 @@ var (
 		{name: "listen", kind: scalarValue, doc: "The embedded bus's listen address, host:port (loopback unless allow_plaintext_listen)."},
 		{name: "allow_plaintext_listen", kind: boolValue, doc: "The operator's word that the network the embedded bus listens on is trusted."},
 		{name: "replicas", kind: integerValue, doc: "Replicas of every stream."},
-		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, {pid_file: PATH}, {command: [ARGV...]} or {system_user: USER, password_file: PATH}.`},
+		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},
 		{name: "servers", kind: listValue, section: serverSection, doc: "The servers of a cluster, each with its own accounts file and reload; instead of url, accounts_file and reload."},
 	})

@@ -42,10 +42,10 @@ type rawBus struct {
 }
 
 type rawReload struct {
-	pidFile, systemUser, passwordFile name
-	command                           []string
-	manual                            bool
-	pos                               Pos
+	pidFile name
+	command []string
+	manual  bool
+	pos     Pos
 }
 
 type rawController struct {

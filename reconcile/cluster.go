@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/model"
@@ -63,7 +67,7 @@ func externalAccounts(m *model.Mesh, stateDir string) (Accounts, bus.Target) {
 	var targets []bus.Target
 	for _, srv := range m.Bus.Servers {
 		t := bus.Target{URL: srv.URL, Fingerprint: srv.Fingerprint}
-		a := Accounts{Path: srv.AccountsFile, Reloader: reloaderFor(srv.Reload, t), Target: t, StateDir: stateDir, Server: srv.Name}
+		a := Accounts{Path: srv.AccountsFile, Reloader: reloaderFor(srv.Reload), Target: t, StateDir: stateDir, Server: srv.Name}
 		if len(srv.Copy) > 0 {
 			a.Copy = bus.CopyCommand(srv.Copy, model.CopyFileArg)
 		}
@@ -195,15 +199,114 @@ func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, erro
 	return first, strings.Join(reasons, "; "), nil
 }
 
-func reloaderFor(r model.Reload, t bus.Target) bus.Reloader {
+func reloaderFor(r model.Reload) bus.Reloader {
 	switch {
 	case r.PIDFile != "":
 		return bus.PIDFileReloader(r.PIDFile)
 	case len(r.Command) > 0:
 		return bus.CommandReloader(r.Command)
-	case r.SystemUser != "":
-		return bus.SystemReloader(t, r.SystemUser, r.PasswordFile)
 	default:
 		return bus.NoReloader()
 	}
+}
+
+// A cluster's JetStream API answers through its meta leader, and the streams' and consumers'
+// own leaders: while one of them is being elected again — the server that led it stopped, or
+// the connection moved to another server — a call goes unanswered, or is answered "temporarily
+// unavailable" (10008) or "can not handle request" (10009); right after a stream goes from
+// one replica to three, a consumer's update to three fails (10126) until the stream's new
+// peers are in place. Each of those passes within seconds, so on a cluster every call is
+// retried, each attempt bounded, for at most metaRetryWait: an apply outlives a leader change
+// instead of failing on it. Every call retried is idempotent (a create of what exists with
+// the same config returns it, a delete of what is gone is done).
+
+// metaRetryWait bounds how long a call is retried through a leader change; metaAttemptWait
+// bounds one attempt, so a request the old leader took with it is asked again soon.
+const (
+	metaRetryWait   = 30 * time.Second
+	metaAttemptWait = 4 * time.Second
+)
+
+// clusterAPI is an API retrying transient cluster errors.
+type clusterAPI struct{ API }
+
+// retrying wraps api for a bus of several servers; one server has no leader to lose.
+func retrying(api API, t bus.Target) API {
+	if t.Others == "" {
+		return api
+	}
+	return clusterAPI{api}
+}
+
+// transient reports whether err is one a leader change explains.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10008, 10009, 10126:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+func retryCall[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	deadline := time.Now().Add(metaRetryWait)
+	for {
+		actx, cancel := context.WithTimeout(ctx, metaAttemptWait)
+		v, err := f(actx)
+		cancel()
+		if err == nil || !transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func retry(ctx context.Context, f func(context.Context) error) error {
+	_, err := retryCall(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+	return err
+}
+
+func (a clusterAPI) ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, error) {
+	return retryCall(ctx, a.API.ListStreams)
+}
+
+func (a clusterAPI) ListConsumers(ctx context.Context, stream string) ([]*jetstream.ConsumerInfo, error) {
+	return retryCall(ctx, func(ctx context.Context) ([]*jetstream.ConsumerInfo, error) { return a.API.ListConsumers(ctx, stream) })
+}
+
+func (a clusterAPI) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	return retry(ctx, func(ctx context.Context) error { return a.API.CreateStream(ctx, cfg) })
+}
+
+func (a clusterAPI) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	return retry(ctx, func(ctx context.Context) error { return a.API.UpdateStream(ctx, cfg) })
+}
+
+func (a clusterAPI) DeleteStream(ctx context.Context, name string) error {
+	return retry(ctx, func(ctx context.Context) error { return a.API.DeleteStream(ctx, name) })
+}
+
+func (a clusterAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	return retry(ctx, func(ctx context.Context) error { return a.API.CreateConsumer(ctx, stream, cfg) })
+}
+
+func (a clusterAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	return retry(ctx, func(ctx context.Context) error { return a.API.UpdateConsumer(ctx, stream, cfg) })
+}
+
+func (a clusterAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
+	return retry(ctx, func(ctx context.Context) error { return a.API.DeleteConsumer(ctx, stream, name) })
+}
+
+// StreamInfo is retried too: the data-loss guard reads a stream's state from its leader.
+func (a clusterAPI) StreamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
+	return retryCall(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) { return a.API.StreamInfo(ctx, stream) })
 }

@@ -219,7 +219,7 @@ var errNotServed = errors.New("the server was not seen serving it")
 
 // proveOnce logs in once as the generation principal of g.
 func proveOnce(ctx context.Context, t bus.Target, g generation) error {
-	c, err := bus.Dial(ctx, t, bus.Credential{User: GenerationUser, Password: g.Password})
+	c, err := bus.DialAlone(ctx, t, bus.Credential{User: GenerationUser, Password: g.Password})
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) {
 			return errNotServed

@@ -183,7 +183,7 @@ func (s *Session) connect(ctx context.Context) error {
 	if s.Conn != nil {
 		s.Conn.Close()
 	}
-	s.Conn, s.API = conn, api
+	s.Conn, s.API = conn, retrying(api, s.Target)
 	return nil
 }
 

@@ -1,0 +1,191 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/bus"
+)
+
+// clusterMesh describes a mesh on the test cluster: every server with its own accounts file,
+// reloaded through the system account.
+func clusterMesh(c *bus.TestCluster) string {
+	var b strings.Builder
+	b.WriteString("bus:\n  replicas: 3\n  servers:\n")
+	for _, srv := range c.Servers {
+		fmt.Fprintf(&b, "    - url: %s\n      accounts_file: %s\n      reload: {pid_file: %s}\n", srv.URL, srv.AccountsFile, srv.PIDFile)
+	}
+	b.WriteString(`nodes:
+  - name: alpha
+modules:
+  - name: shop
+    on: [alpha]
+    emits: [order.placed]
+  - name: audit
+    on: [alpha]
+    follows: [shop/order.placed]
+`)
+	return b.String()
+}
+
+// loginAlone logs in to one server of the cluster alone, not through the pool, which could
+// answer from another server.
+func loginAlone(ctx context.Context, srv *bus.TestClusterServer, user, password string) error {
+	c, err := bus.DialAlone(ctx, bus.Target{URL: srv.URL}, bus.Credential{User: user, Password: password})
+	if err != nil {
+		return err
+	}
+	c.Close()
+	return nil
+}
+
+// eachServer waits until want holds for the login on every server given, and fails naming the
+// first that does not.
+func eachServer(t *testing.T, ctx context.Context, servers []*bus.TestClusterServer, user, password string, admits bool) {
+	t.Helper()
+	for _, srv := range servers {
+		var err error
+		for range 50 {
+			err = loginAlone(ctx, srv, user, password)
+			if admits == (err == nil) && (admits || errors.Is(err, nats.ErrAuthorization)) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if admits && err != nil {
+			t.Fatalf("server %s does not let %s in: %v", srv.Name, user, err)
+		}
+		if !admits && !errors.Is(err, nats.ErrAuthorization) {
+			t.Fatalf("server %s does not refuse %s: %v", srv.Name, user, err)
+		}
+	}
+}
+
+func configTimes(t *testing.T, c *bus.TestCluster) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, srv := range c.Servers {
+		at, err := srv.ConfigLoadTime()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, at)
+	}
+	return out
+}
+
+// One cluster, the whole life of a mesh on it: created from empty with R3, converged with no
+// call and no reload on any server, a credential issued and revoked on every server, a
+// server refusing its reload, a server down and back.
+func TestAMeshOnAThreeServerCluster(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := bus.StartTestCluster(t, 3)
+	f := newFixture(t, clusterMesh(c))
+	s := f.connect(ctx)
+	f.mustApply(ctx, s)
+
+	// Created from empty with the description's replicas, consumers inheriting them.
+	js := f.js(s)
+	for _, name := range []string{"CONTROL", "EVENTS", "NODES"} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := st.CachedInfo()
+		if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Fatalf("stream %s: replicas %d, cluster %+v; want R3 on three servers", name, info.Config.Replicas, info.Cluster)
+		}
+	}
+	// A push consumer: read its info from the API, which the pull-only Consumer handle
+	// would refuse.
+	msg, err := s.Conn.RequestWithContext(ctx, "$JS.API.CONSUMER.INFO.EVENTS.alpha_audit", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ci jetstream.ConsumerInfo
+	if err := json.Unmarshal(msg.Data, &ci); err != nil {
+		t.Fatal(err)
+	}
+	if ci.Config.Replicas != 0 || ci.Cluster == nil || len(ci.Cluster.Replicas) != 2 {
+		t.Fatalf("consumer alpha_audit does not inherit the stream's three replicas: replicas %d, cluster %+v", ci.Config.Replicas, ci.Cluster)
+	}
+
+	// Converged: no call, and no server reloaded.
+	before := configTimes(t, c)
+	f.mustConverge(ctx, s)
+	for i, at := range configTimes(t, c) {
+		if !at.Equal(before[i]) {
+			t.Fatalf("a converged apply reloaded server %s", c.Servers[i].Name)
+		}
+	}
+
+	// A credential issued is let in by every server alone; revoked, refused by every one.
+	pw := f.mint(ctx, "alpha.shop")["alpha.shop"]
+	f.mustApply(ctx, s)
+	eachServer(t, ctx, c.Servers, "alpha.shop", pw, true)
+	if _, err := f.store.Revoke(ctx, "alpha.shop"); err != nil {
+		t.Fatal(err)
+	}
+	f.mustApply(ctx, s)
+	eachServer(t, ctx, c.Servers, "alpha.shop", pw, false)
+
+	// One server refusing its reload leaves all three on the previous file.
+	n2 := c.Servers[1]
+	if err := os.WriteFile(n2.ConfigFile, []byte(strings.Replace(string(n2.Original), "server_name: n2", "server_name: renamed", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	audit := f.mint(ctx, "alpha.audit")["alpha.audit"]
+	_, _, err = f.apply(ctx, s, RunOptions{})
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("a server refusing its reload did not fail the apply as refused: %v", err)
+	}
+	eachServer(t, ctx, c.Servers, "alpha.audit", audit, false)
+	for _, srv := range c.Servers {
+		a := serverAccounts(s.Accounts, srv.URL)
+		g, _ := loadGeneration(a.StateDir, a.Server)
+		if err := proveOnce(ctx, a.Target, g); err != nil {
+			t.Fatalf("server %s is not seen serving the file its record names after the roll back: %v", srv.Name, err)
+		}
+	}
+	if err := os.WriteFile(n2.ConfigFile, n2.Original, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.mustApply(ctx, s)
+	eachServer(t, ctx, c.Servers, "alpha.audit", audit, true)
+
+	// One server down: the others are brought up to date, the apply says which is behind, and
+	// the next apply once it is back finishes the job.
+	n3 := c.Servers[2]
+	n3.Stop()
+	shop := f.mint(ctx, "alpha.shop")["alpha.shop"]
+	_, _, err = f.apply(ctx, s, RunOptions{})
+	if !errors.Is(err, ErrServerDown) || !strings.Contains(err.Error(), "server "+strings.TrimPrefix(n3.URL, "nats://")) {
+		t.Fatalf("an apply with a server down did not name it: %v", err)
+	}
+	eachServer(t, ctx, c.Servers[:2], "alpha.shop", shop, true)
+	c.Start(n3)
+	eachServer(t, ctx, c.Servers[2:], "alpha.shop", shop, false)
+	f.mustApply(ctx, s)
+	eachServer(t, ctx, c.Servers, "alpha.shop", shop, true)
+	f.mustConverge(ctx, s)
+}
+
+// serverAccounts is the Accounts of the server at url.
+func serverAccounts(a Accounts, url string) Accounts {
+	for _, s := range a.servers() {
+		if s.Target.URL == url {
+			return s
+		}
+	}
+	panic("no server at " + url)
+}
