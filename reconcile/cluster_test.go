@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/plan"
 )
 
 // clusterMesh describes a mesh on the test cluster: every server with its own accounts file,
@@ -188,4 +192,120 @@ func serverAccounts(a Accounts, url string) Accounts {
 		}
 	}
 	panic("no server at " + url)
+}
+
+// The JetStream meta leader stopped in the middle of an apply: the apply completes, or fails
+// quickly, and the next apply (with the server back) converges.
+func TestAMetaLeaderKilledMidApply(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := bus.StartTestCluster(t, 3)
+	f := newFixture(t, clusterMesh(c))
+	s := f.connect(ctx)
+	leader := c.WaitForMetaLeader()
+	killed := make(chan struct{})
+	var once sync.Once
+	started := time.Now()
+	_, _, err := f.apply(ctx, s, RunOptions{Progress: func(done, total int, ch plan.Change, err error) {
+		once.Do(func() {
+			leader.Stop()
+			close(killed)
+		})
+	}})
+	took := time.Since(started)
+	<-killed
+	t.Logf("the apply with its meta leader %s killed took %s: %v", leader.Name, took.Round(time.Millisecond), err)
+	if err != nil && !errors.Is(err, ErrServerDown) {
+		t.Fatalf("the apply failed on a leader change other than by naming the server down: %v", err)
+	}
+	c.Start(leader)
+	c.WaitForMetaLeader()
+	f.mustApply(ctx, s)
+	f.mustConverge(ctx, s)
+}
+
+// A module host connected to a server that stops reconnects to another of its membership's
+// servers and keeps consuming: every event published before, during and after is delivered.
+func TestAHostKeepsConsumingWhenItsServerStops(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := bus.StartTestCluster(t, 3)
+	f := newFixture(t, clusterMesh(c))
+	s := f.connect(ctx)
+	pw := f.mint(ctx, "alpha.shop", "alpha.audit")
+	f.mustApply(ctx, s)
+
+	// The auditor joins through n1 first, so stopping n1 is stopping its server.
+	opts := []nats.Option{nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	auditor, err := host.Join(ctx, host.NewMembership(s.Target, "alpha.audit", pw["alpha.audit"]), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auditor.Close()
+	if got := auditor.Conn().ConnectedUrl(); got != c.Servers[0].URL {
+		t.Fatalf("the auditor joined through %s, not the first server %s", got, c.Servers[0].URL)
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	cc, err := auditor.Events(ctx, model.Instance{Node: "alpha", Module: "audit"}, func(msg jetstream.Msg) {
+		// Seen when delivered: an ack lost with the server is a redelivery after the
+		// consumer's ack wait, not a loss.
+		mu.Lock()
+		seen[string(msg.Data())] = true
+		mu.Unlock()
+		_ = msg.Ack()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+
+	shop, err := host.Join(ctx, host.NewMembership(s.Target, "alpha.shop", pw["alpha.shop"]), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shop.Close()
+	publish := func(i int) {
+		t.Helper()
+		var err error
+		for range 100 {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = shop.JetStream().Publish(pctx, "mesh.mod.shop.event.order.placed", fmt.Appendf(nil, "order %d", i))
+			cancel()
+			if err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("publishing order %d: %v", i, err)
+	}
+	const total = 30
+	for i := range total / 2 {
+		publish(i)
+	}
+	c.Servers[0].Stop()
+	stopped := time.Now()
+	for i := total / 2; i < total; i++ {
+		publish(i)
+	}
+	t.Logf("published the second half in %s", time.Since(stopped).Round(time.Millisecond))
+	defer func() {
+		t.Logf("every event received %s after the server stopped", time.Since(stopped).Round(time.Millisecond))
+	}()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the auditor received %d of %d events after its server stopped", n, total)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := auditor.Conn().ConnectedUrl(); got == c.Servers[0].URL {
+		t.Fatalf("the auditor is still on the stopped server")
+	}
 }
