@@ -165,38 +165,47 @@ func (a Accounts) alreadyServes(ctx context.Context, data []byte) (bool, error) 
 
 // served reads the accounts config back as a plan compares it: the first server's file
 // without its generation principal, and why the bus is not known to serve it ("" when every
-// server is seen serving exactly the file meshctl wrote it, and all of them the same). conf
-// is the first server's file.
+// server is seen serving exactly the file meshctl wrote it, and all of them the same users).
+// conf is the first server's file. For a cluster the reason ends with which generation each
+// server serves, so a diff shows which server is behind.
 func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, error) {
 	servers := a.servers()
 	rendered, why, err := servers[0].servedServer(ctx, conf)
 	if len(servers) == 1 {
 		return rendered, why, err
 	}
-	var reasons []string
-	add := func(s Accounts, why string, err error) {
+	var reasons, generations []string
+	for i, s := range servers {
+		r := rendered
+		if i > 0 {
+			other, rerr := os.ReadFile(s.Path)
+			if rerr != nil {
+				reasons = append(reasons, fmt.Sprintf("%s has no accounts config meshctl can read at %s (%v)", s.name(), s.Path, rerr))
+				generations = append(generations, s.name()+" none")
+				continue
+			}
+			r, why, err = s.servedServer(ctx, other)
+		}
 		switch {
 		case err != nil:
 			reasons = append(reasons, fmt.Sprintf("%s is not seen serving anything (%v)", s.name(), err))
+			generations = append(generations, s.name()+" not reachable")
+			continue
 		case why != "":
 			reasons = append(reasons, s.name()+": "+why)
+			generations = append(generations, s.name()+" not proven")
+		default:
+			g, _ := loadGeneration(s.StateDir, s.Server)
+			generations = append(generations, fmt.Sprintf("%s serves %.12s", s.name(), g.SHA256))
+		}
+		if i > 0 && !bytes.Equal(r, rendered) {
+			reasons = append(reasons, fmt.Sprintf("%s has other users than %s (a change it missed while down?)", s.name(), servers[0].name()))
 		}
 	}
-	add(servers[0], why, err)
-	first := rendered
-	for _, s := range servers[1:] {
-		other, err := os.ReadFile(s.Path)
-		if err != nil {
-			reasons = append(reasons, fmt.Sprintf("%s has no accounts config meshctl can read at %s (%v)", s.name(), s.Path, err))
-			continue
-		}
-		r, why, err := s.servedServer(ctx, other)
-		add(s, why, err)
-		if err == nil && first != nil && !bytes.Equal(r, first) {
-			reasons = append(reasons, fmt.Sprintf("%s serves other users than %s (a change it missed while down?)", s.name(), servers[0].name()))
-		}
+	if len(reasons) == 0 {
+		return rendered, "", nil
 	}
-	return first, strings.Join(reasons, "; "), nil
+	return rendered, strings.Join(reasons, "; ") + "; generations: " + strings.Join(generations, ", "), nil
 }
 
 func reloaderFor(r model.Reload) bus.Reloader {

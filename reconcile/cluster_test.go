@@ -177,8 +177,28 @@ func TestAMeshOnAThreeServerCluster(t *testing.T) {
 		t.Fatalf("an apply with a server down did not name it: %v", err)
 	}
 	eachServer(t, ctx, c.Servers[:2], "alpha.shop", shop, true)
+	// The diff names the server that is behind, and which generation each serves.
+	p, err := s.Plan(ctx, f.mesh(), plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	_ = p.Text(&text, false)
+	n3Name := "server " + strings.TrimPrefix(n3.URL, "nats://")
+	if !strings.Contains(text.String(), n3Name+" not reachable") || !strings.Contains(text.String(), "generations: ") {
+		t.Fatalf("the diff does not say which server is behind:\n%s", text.String())
+	}
 	c.Start(n3)
 	eachServer(t, ctx, c.Servers[2:], "alpha.shop", shop, false)
+	p, err = s.Plan(ctx, f.mesh(), plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text.Reset()
+	_ = p.Text(&text, false)
+	if !strings.Contains(text.String(), n3Name+" has other users") {
+		t.Fatalf("the diff does not say the server back is behind:\n%s", text.String())
+	}
 	f.mustApply(ctx, s)
 	eachServer(t, ctx, c.Servers, "alpha.shop", shop, true)
 	f.mustConverge(ctx, s)
