@@ -20,12 +20,18 @@ import (
 	"github.com/meshbus/meshctl/plan"
 )
 
-// clusterMesh describes a mesh on the test cluster: every server with its own accounts file,
-// reloaded through the system account.
+// clusterMesh describes a mesh on the test cluster: every server with its own accounts file
+// and its own pid file to reload by. The last server's file is copied into place, as for a
+// server off the control host: meshctl writes a staging file and the copy command installs it.
 func clusterMesh(c *bus.TestCluster) string {
 	var b strings.Builder
 	b.WriteString("bus:\n  replicas: 3\n  servers:\n")
-	for _, srv := range c.Servers {
+	for i, srv := range c.Servers {
+		if i == len(c.Servers)-1 {
+			fmt.Fprintf(&b, "    - url: %s\n      accounts_file: %s.staged\n      copy: [cp, \"{file}\", %s]\n      reload: {pid_file: %s}\n",
+				srv.URL, srv.AccountsFile, srv.AccountsFile, srv.PIDFile)
+			continue
+		}
 		fmt.Fprintf(&b, "    - url: %s\n      accounts_file: %s\n      reload: {pid_file: %s}\n", srv.URL, srv.AccountsFile, srv.PIDFile)
 	}
 	b.WriteString(`nodes:
@@ -242,6 +248,25 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 	c.WaitForMetaLeader()
 	f.mustApply(ctx, s)
 	f.mustConverge(ctx, s)
+
+	// A replica change is an update in place, down and up again, the consumers following.
+	for _, replicas := range []string{"1", "3"} {
+		f.write(strings.Replace(clusterMesh(c), "replicas: 3", "replicas: "+replicas, 1))
+		res := f.mustApply(ctx, s)
+		for _, ch := range res.Plan.Changes {
+			if ch.Kind == plan.KindStream && ch.Action != plan.Update {
+				t.Fatalf("going to R%s planned %s %s, not an update in place", replicas, ch.Action, ch.ID())
+			}
+		}
+		f.mustConverge(ctx, s)
+		info, err := f.js(s).Stream(ctx, "EVENTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(info.CachedInfo().Config.Replicas); got != replicas {
+			t.Fatalf("EVENTS has %s replicas after going to R%s", got, replicas)
+		}
+	}
 }
 
 // A module host connected to a server that stops reconnects to another of its membership's
