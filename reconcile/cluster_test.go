@@ -267,6 +267,33 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 			t.Fatalf("EVENTS has %s replicas after going to R%s", got, replicas)
 		}
 	}
+
+	// The server the controller talks to stops in the middle of an apply holding an accounts
+	// change: the connection moves to another server, the others take the change, the apply
+	// names the one down, and once it is back the next apply converges.
+	f.mint(ctx, "alpha.shop")
+	var gone *bus.TestClusterServer
+	for _, srv := range c.Servers {
+		if srv.URL == s.Conn.ConnectedUrl() {
+			gone = srv
+		}
+	}
+	if gone == nil {
+		t.Fatalf("the controller is connected to %s, no server of the cluster", s.Conn.ConnectedUrl())
+	}
+	f.write(strings.Replace(clusterMesh(c), "emits: [order.placed]", "emits: [order.placed, order.paid]", 1))
+	var stopOnce sync.Once
+	_, _, err = f.apply(ctx, s, RunOptions{Progress: func(int, int, plan.Change, error) { stopOnce.Do(gone.Stop) }})
+	if !errors.Is(err, ErrServerDown) || !strings.Contains(err.Error(), strings.TrimPrefix(gone.URL, "nats://")) {
+		t.Fatalf("an apply whose server stopped did not name it down: %v", err)
+	}
+	if s.Conn.ConnectedUrl() == gone.URL || !s.Conn.IsConnected() {
+		t.Fatalf("the controller did not move to another server")
+	}
+	c.Start(gone)
+	c.WaitForMetaLeader()
+	f.mustApply(ctx, s)
+	f.mustConverge(ctx, s)
 }
 
 // A module host connected to a server that stops reconnects to another of its membership's
