@@ -174,6 +174,11 @@ func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, erro
 	if len(servers) == 1 {
 		return rendered, why, err
 	}
+	if err != nil {
+		// The first server is down: its file is still what the plan compares, and the
+		// reason says it is not seen serving it.
+		rendered, _ = unstamp(conf)
+	}
 	var reasons, generations []string
 	for i, s := range servers {
 		r := rendered
@@ -185,12 +190,14 @@ func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, erro
 				continue
 			}
 			r, why, err = s.servedServer(ctx, other)
+			if err != nil {
+				r, _ = unstamp(other)
+			}
 		}
 		switch {
 		case err != nil:
 			reasons = append(reasons, fmt.Sprintf("%s is not seen serving anything (%v)", s.name(), err))
 			generations = append(generations, s.name()+" not reachable")
-			continue
 		case why != "":
 			reasons = append(reasons, s.name()+": "+why)
 			generations = append(generations, s.name()+" not proven")
@@ -199,7 +206,7 @@ func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, erro
 			generations = append(generations, fmt.Sprintf("%s serves %.12s", s.name(), g.SHA256))
 		}
 		if i > 0 && !bytes.Equal(r, rendered) {
-			reasons = append(reasons, fmt.Sprintf("%s has other users than %s (a change it missed while down?)", s.name(), servers[0].name()))
+			reasons = append(reasons, fmt.Sprintf("%s and %s have different users (one missed a change while down?)", servers[0].name(), s.name()))
 		}
 	}
 	if len(reasons) == 0 {
