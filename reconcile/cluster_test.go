@@ -170,6 +170,20 @@ func TestAMeshOnAThreeServerCluster(t *testing.T) {
 	if err := os.WriteFile(n2.ConfigFile, n2.Original, 0o600); err != nil {
 		t.Fatal(err)
 	}
+
+	// The last server's copy failing leaves the two before it back on the previous file too.
+	last := c.Servers[2]
+	f.write(strings.Replace(clusterMesh(c), "copy: [cp, \"{file}\", "+last.AccountsFile+"]", "copy: [cp, \"{file}\", /nonexistent/dir/accounts.conf]", 1))
+	// A session reads the bus section when it connects, as a command does.
+	broken := f.connect(ctx)
+	_, _, err = f.apply(ctx, broken, RunOptions{})
+	broken.Close()
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "copying the accounts config") {
+		t.Fatalf("a failed copy did not fail the apply as refused: %v", err)
+	}
+	eachServer(t, ctx, c.Servers, "alpha.audit", audit, false)
+	f.write(clusterMesh(c))
+
 	f.mustApply(ctx, s)
 	eachServer(t, ctx, c.Servers, "alpha.audit", audit, true)
 
