@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,13 @@ type Target struct {
 	// Fingerprint, when set, is the hex SHA-256 of the server's leaf certificate DER, in either
 	// case and with or without ':' separators. The mesh's bus presents a certificate no public
 	// verifier accepts, so pinning it is how a client knows it reached the right server (seed 000).
+	// A cluster's servers may present different certificates: Fingerprint then lists each,
+	// separated by spaces, and any of them is the bus.
 	Fingerprint string
+	// Others are the URLs of a cluster's other servers, separated by commas (servers.go): a
+	// connection starts at any server that answers and moves to another when its server goes
+	// away. A string, so that a Target stays comparable.
+	Others string
 }
 
 // Credential is a principal's user and password on the bus.
@@ -114,11 +121,12 @@ func (e *FingerprintMismatchError) Error() string {
 	return fmt.Sprintf("certificate fingerprint mismatch: got %s, want %s", e.Got, e.Want)
 }
 
-// pinnedTLS accepts exactly the leaf certificate whose SHA-256 is want and nothing else.
+// pinnedTLS accepts exactly the leaf certificates whose SHA-256 is among want (the servers of
+// one bus) and nothing else.
 // InsecureSkipVerify only turns off name and chain verification, which the mesh's certificate
 // cannot pass ("certificate is not valid for any names", seed 000); the pin below is stricter. It
 // is VerifyConnection, not VerifyPeerCertificate: the latter is skipped on resumed sessions.
-func pinnedTLS(want string) *tls.Config {
+func pinnedTLS(want ...string) *tls.Config {
 	return &tls.Config{
 		InsecureSkipVerify: true, //nolint:gosec // replaced by the pin in VerifyConnection
 		MinVersion:         tls.VersionTLS12,
@@ -126,8 +134,8 @@ func pinnedTLS(want string) *tls.Config {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("the server presented no certificate to check the pinned fingerprint against")
 			}
-			if got := Fingerprint(cs.PeerCertificates[0].Raw); got != want {
-				return &FingerprintMismatchError{Got: got, Want: want}
+			if got := Fingerprint(cs.PeerCertificates[0].Raw); !slices.Contains(want, got) {
+				return &FingerprintMismatchError{Got: got, Want: strings.Join(want, " or ")}
 			}
 			return nil
 		},
@@ -151,8 +159,10 @@ const defaultConnectTimeout = 5 * time.Second
 // Errors name t.Address() and the user, never the password, and wrap the cause with %w (a pin
 // refusal is a *FingerprintMismatchError, a wrong password nats.ErrAuthorization).
 func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (*Conn, error) {
-	if err := t.check(); err != nil {
-		return nil, err
+	for _, s := range t.servers() {
+		if err := s.check(); err != nil {
+			return nil, err
+		}
 	}
 	addr := t.Address()
 	if cred.User == "" {
@@ -177,11 +187,11 @@ func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (
 		nats.PermissionErrOnSubscribe(true),
 	}
 	if t.Fingerprint != "" {
-		want, err := normalFingerprint(t.Fingerprint)
+		want, err := t.pins()
 		if err != nil {
 			return nil, fmt.Errorf("connecting to the bus at %s: %w", addr, err)
 		}
-		all = append(all, nats.Secure(pinnedTLS(want)))
+		all = append(all, nats.Secure(pinnedTLS(want...)))
 	}
 	all = append(all, opts...)
 	all = append(all,
@@ -189,7 +199,7 @@ func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (
 		nats.CustomInboxPrefix("_INBOX."+cred.User),
 		c.installHandlers,
 	)
-	nc, err := nats.Connect(t.URL, all...)
+	nc, err := nats.Connect(t.urls(), all...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the bus at %s as %q: %w", addr, cred.User, err)
 	}

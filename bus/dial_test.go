@@ -318,3 +318,19 @@ func TestACredentialDoesNotPrintItsPassword(t *testing.T) {
 		}
 	}
 }
+
+// A cluster's Target dials every server and pins every fingerprint its servers present.
+func TestAClusterTargetListsEveryServerAndPin(t *testing.T) {
+	a, b := strings.Repeat("ab", 32), strings.Repeat("CD", 32)
+	c := Cluster([]Target{{URL: "tls://10.0.0.1:4222", Fingerprint: a}, {URL: "tls://10.0.0.2:4222", Fingerprint: b}, {URL: "tls://10.0.0.3:4222", Fingerprint: a}})
+	if got := c.urls(); got != "tls://10.0.0.1:4222,tls://10.0.0.2:4222,tls://10.0.0.3:4222" {
+		t.Fatalf("urls %q", got)
+	}
+	pins, err := c.pins()
+	if err != nil || len(pins) != 2 || pins[0] != a || pins[1] != strings.ToLower(b) {
+		t.Fatalf("pins %v, %v", pins, err)
+	}
+	if len(c.servers()) != 3 {
+		t.Fatalf("servers %v", c.servers())
+	}
+}

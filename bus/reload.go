@@ -88,14 +88,7 @@ func (r commandReloader) Reload(ctx context.Context) error {
 	}
 	out, err := exec.CommandContext(ctx, r.argv[0], r.argv[1:]...).CombinedOutput()
 	if err != nil {
-		text := strings.TrimSpace(string(out))
-		if len(text) > maxReloadOutput {
-			text = text[:maxReloadOutput] + "… (truncated)"
-		}
-		if text == "" {
-			return fmt.Errorf("reloading the bus: %s: %w", r.Describe(), err)
-		}
-		return fmt.Errorf("reloading the bus: %s: %w: %s", r.Describe(), err, text)
+		return fmt.Errorf("reloading the bus: %s: %w%s", r.Describe(), err, commandOutput(out))
 	}
 	return nil
 }

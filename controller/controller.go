@@ -499,8 +499,7 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 	}
 	l.window.After(nil, published(m), time.Now())
 	answer := EnrolAnswer{Node: node}
-	membership, _ := json.Marshal(host.Membership{Address: l.cfg.Target.URL, Fingerprint: l.cfg.Target.Fingerprint,
-		User: render.NodeUser(node), Password: password})
+	membership, _ := json.Marshal(host.NewMembership(l.cfg.Target, render.NodeUser(node), password))
 	if answer.Membership, err = Seal(ask.Key, membership); err != nil {
 		return Settle{Verb: Term, Reason: err.Error()}
 	}
@@ -682,8 +681,7 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment) (published bool, 
 		if slices.Contains(keep, in.User) {
 			in.Membership = prev.Credentials[in.User].Sealed
 		} else {
-			membership, _ := json.Marshal(host.Membership{Address: l.cfg.Target.URL, Fingerprint: l.cfg.Target.Fingerprint,
-				User: in.User, Password: passwords[in.User]})
+			membership, _ := json.Marshal(host.NewMembership(l.cfg.Target, in.User, passwords[in.User]))
 			if in.Membership, err = Seal(e.PublicKey, membership); err != nil {
 				return false, err
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -39,11 +38,7 @@ type Host struct {
 // An address without a scheme is taken as nats://. Errors name the address and user, never the
 // password.
 func Join(ctx context.Context, m Membership, opts ...nats.Option) (*Host, error) {
-	address := strings.TrimSpace(m.Address)
-	if address != "" && !strings.Contains(address, "://") {
-		address = "nats://" + address
-	}
-	t := bus.Target{URL: address, Fingerprint: m.Fingerprint}
+	t := m.target()
 	h := &Host{user: m.User, address: t.Address(), closed: make(chan struct{})}
 	// After the caller's options, so it chains their closed handler rather than losing it;
 	// bus.Dial chains this one in turn.

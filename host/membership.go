@@ -20,6 +20,10 @@ type Membership struct {
 	Fingerprint string `json:"fingerprint"`
 	User        string `json:"user"`
 	Password    string `json:"password"`
+	// Servers, for a bus of several servers, is every server's URL, Address first (cluster.go):
+	// the host connects to whichever answers and moves on when its server goes away. A
+	// membership of one server has none, as before clusters.
+	Servers []string `json:"servers,omitempty"`
 }
 
 // String names the address and user and never the password, so a Membership printed by mistake

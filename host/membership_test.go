@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestReadMembershipReadsWhatIssuePrints(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := host.Membership{Address: "nats://127.0.0.1:4222", Fingerprint: "ab", User: "beta.postman", Password: secret}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
 }

@@ -168,6 +168,14 @@ func dump(m *model.Mesh) string {
 	case len(r.Command) > 0:
 		line("  reload: command %q", r.Command)
 	}
+	for _, s := range bus.Servers {
+		if s.Name == "" {
+			continue // bus.url's one server, printed above
+		}
+		line("  server %s @ %s", s.Name, s.Pos)
+		line("    url: %s accounts_file: %s fingerprint: %s", s.URL, s.AccountsFile, s.Fingerprint)
+		line("    reload: %+v copy: %q", s.Reload, s.Copy)
+	}
 
 	c := m.Controller
 	line("controller @ %s", c.Pos)

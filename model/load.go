@@ -228,6 +228,12 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	if v, ok := f["reload"]; ok {
 		b.reload = d.reload(v.val)
 	}
+	if v, ok := f["servers"]; ok {
+		b.serversPos = d.pos(v.val)
+		for _, item := range d.seq(v.val, "bus.servers") {
+			b.servers = append(b.servers, d.server(item))
+		}
+	}
 	return b
 }
 

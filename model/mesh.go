@@ -57,7 +57,10 @@ type Bus struct {
 	// Consumers is how hosts take deliveries, ConsumersPull or ConsumersPush: every consumer
 	// the mesh derives is of that kind, and each principal is granted what that kind needs.
 	Consumers string
-	Pos       Pos
+	// Servers are the external bus's servers, each reading its own accounts file: one for
+	// bus.url (named ""), the cluster's for bus.servers. Empty for the embedded bus.
+	Servers []Server
+	Pos     Pos
 }
 
 // The kinds of consumer a mesh may derive. Pull is the default: the client libraries are

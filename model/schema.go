@@ -61,6 +61,13 @@ var (
 		{name: "pid_file", kind: scalarValue, doc: "Send SIGHUP to the process whose pid this file holds."},
 		{name: "command", kind: namesValue, doc: "Run this command (program and arguments) to reload the server."},
 	})
+	serverSection = newSection("a server", []key{
+		{name: "url", kind: scalarValue, required: true, doc: "This server's URL (nats:// or tls://), without user or password."},
+		{name: "accounts_file", kind: scalarValue, required: true, doc: "The accounts config this server includes: where meshctl writes it, or with copy, the local file copy puts in place."},
+		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How this server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
+		{name: "copy", kind: namesValue, doc: "A command (program and arguments, no shell) that puts the accounts config onto a server off the control host; the argument {file} is replaced by the local file's path."},
+		{name: "fingerprint", kind: scalarValue, doc: "Hex SHA-256 of this server's leaf certificate, where it differs from bus.fingerprint."},
+	})
 	busSection = newSection("bus", []key{
 		{name: "url", kind: scalarValue, doc: "An external server's URL (nats:// or tls://), without user or password. Without it meshctl runs an embedded bus."},
 		{name: "fingerprint", kind: scalarValue, doc: "Hex SHA-256 of the external server's leaf certificate, pinned by every client."},
@@ -71,6 +78,7 @@ var (
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},
 		{name: "consumers", kind: scalarValue, doc: "How hosts take deliveries: pull (the default; they ask for messages) or push (the server sends them to a deliver subject)."},
+		{name: "servers", kind: listValue, section: serverSection, doc: "The servers of a cluster, each with its own accounts file and reload; instead of url, accounts_file and reload."},
 	})
 	controllerSection = newSection("controller", []key{
 		{name: "follows", kind: namesValue, doc: "Events the controller follows: module/event or seat:SEAT/event."},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -37,6 +36,8 @@ type rawBus struct {
 	allowPlaintext                                                  bool
 	allowPlaintextPos                                               Pos
 	reload                                                          *rawReload
+	servers                                                         []rawServer
+	serversPos                                                      Pos
 	pos                                                             Pos
 }
 
@@ -598,6 +599,12 @@ func (r *rawMesh) resolveHolders(ctx context.Context, diags *diagnostics, ix *in
 	return decls, holding, nil
 }
 
+// validFingerprint reports whether fp (lower case, no colons) is a hex SHA-256.
+func validFingerprint(fp string) bool {
+	raw, err := hex.DecodeString(fp)
+	return err == nil && len(raw) == 32
+}
+
 func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 	b := Bus{Replicas: 1, EventsMaxAge: DefaultEventsMaxAge, Consumers: ConsumersPull}
 	if r.bus == nil {
@@ -607,29 +614,17 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 	rb := r.bus
 	b.Pos = rb.pos
 	if rb.url.val != "" {
-		u, err := url.Parse(rb.url.val)
-		switch {
-		case err != nil || u.Host == "":
-			// The parser's own message may quote the URL, password and all: say what is wrong
-			// without repeating it.
-			diags.add(rb.url.pos, "bus.url is not a valid address; write it as nats://host:port or tls://host:port")
-		case u.User != nil:
-			diags.add(rb.url.pos, "bus.url must not carry a user or password (%s): meshctl dials as the controller with the credential in its state directory", plainText(u.Scheme+"://"+u.Host))
-		case u.Scheme != "nats" && u.Scheme != "tls":
-			diags.add(rb.url.pos, "bus.url scheme %s is not supported; use nats:// or tls://", Quote(u.Scheme))
-		default:
-			b.URL = u.Scheme + "://" + u.Host
-		}
+		b.URL = checkURL(diags, rb.url, "bus.url")
 	}
 	if rb.fingerprint.val != "" {
 		fp := strings.ToLower(strings.ReplaceAll(rb.fingerprint.val, ":", ""))
-		if raw, err := hex.DecodeString(fp); err != nil || len(raw) != 32 {
+		if !validFingerprint(fp) {
 			diags.add(rb.fingerprint.pos, "bus.fingerprint must be the SHA-256 of the bus's leaf certificate: 64 hex digits (colons allowed)")
 		} else {
 			b.Fingerprint = fp
 		}
 	}
-	external := rb.url.val != ""
+	external := rb.url.val != "" || rb.serversPos != (Pos{})
 	b.Listen = DefaultListen
 	if rb.listen.pos != (Pos{}) {
 		if external {
@@ -644,18 +639,24 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 		}
 		b.AllowPlaintextListen = rb.allowPlaintext
 	}
-	if rb.accountsFile.val != "" {
-		b.AccountsFile = rb.accountsFile.val
-	} else if external {
-		diags.add(rb.pos, "bus.accounts_file is required with bus.url: it is the file meshctl writes the users to and the server includes")
-	}
-	if rb.reload != nil {
-		if !external {
+	if rb.serversPos != (Pos{}) {
+		validateServers(diags, rb, &b)
+	} else {
+		if rb.accountsFile.val != "" {
+			b.AccountsFile = rb.accountsFile.val
+		} else if external {
+			diags.add(rb.pos, "bus.accounts_file is required with bus.url: it is the file meshctl writes the users to and the server includes")
+		}
+		if rb.reload != nil && !external {
 			diags.add(rb.reload.pos, "bus.reload is for an external bus: meshctl reloads its embedded bus itself")
 		}
-		b.Reload = Reload{PIDFile: rb.reload.pidFile.val, Command: rb.reload.command, Manual: rb.reload.manual}
-	} else if external {
-		b.Reload = Reload{Manual: true}
+		if external {
+			b.Reload = rb.reload.value()
+			// One server is a cluster of one: everything past the description reads Servers.
+			b.Servers = []Server{{URL: b.URL, AccountsFile: b.AccountsFile, Reload: b.Reload, Fingerprint: b.Fingerprint, Pos: rb.pos}}
+		} else if rb.reload != nil {
+			b.Reload = rb.reload.value()
+		}
 	}
 	if rb.replicasPos != (Pos{}) {
 		if rb.replicas < 1 || rb.replicas > 5 {
@@ -678,6 +679,10 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 		b.Consumers = v
 	default:
 		diags.add(rb.consumers.pos, "bus.consumers must be pull or push, not %s", Quote(v))
+	}
+	if rb.serversPos != (Pos{}) && rb.replicasPos != (Pos{}) && b.Replicas > len(b.Servers) && len(b.Servers) > 0 {
+		diags.add(rb.replicasPos, "bus.replicas is %d, but bus.servers names %d server(s): a stream cannot have more replicas than the cluster has servers",
+			b.Replicas, len(b.Servers))
 	}
 	return b
 }

@@ -25,8 +25,17 @@ type Accounts struct {
 	// StateDir keeps the generation record of the file last written.
 	StateDir string
 	// Verify, when set, is checked once the server is seen serving the new file: for example
-	// that the controller still logs in with JetStream.
+	// that the controller still logs in with JetStream. For a cluster, once every server is.
 	Verify func(ctx context.Context) error
+	// Server names this server of a cluster in messages and in its generation record; ""
+	// for the single server of bus.url or the embedded bus.
+	Server string
+	// Copy, when set, puts the file at Path onto a server that is not on the control host,
+	// before each reload.
+	Copy func(ctx context.Context, path string) error
+	// Others are the cluster's other servers, each with its own file, reload and record
+	// (cluster.go); a single server has none.
+	Others []Accounts
 }
 
 // ErrNotLive is returned (wrapped) when the accounts config was written but the operator
@@ -51,56 +60,62 @@ var errAtNextStart = errors.New("the embedded bus is not running; it reads the a
 // When the file on disk already is this rendering, as meshctl last wrote it, only its reload
 // is missing (the plan found the server serving another file): it is reloaded and proven,
 // not written again.
-func (a Accounts) write(ctx context.Context, data []byte) error {
+//
+// On success it returns how to put the previous file back (nil when there is nothing to put
+// back): a cluster's rolling change undoes the servers it changed when a later one refuses.
+func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx context.Context, cause error) error, err error) {
 	if a.StateDir == "" {
-		return errors.New("writing the accounts config: no state directory to keep its generation in")
+		return nil, errors.New("writing the accounts config: no state directory to keep its generation in")
 	}
 	dir := filepath.Dir(a.Path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return state.DiskError(fmt.Errorf("creating the directory of the accounts config: %w", err), dir)
+		return nil, state.DiskError(fmt.Errorf("creating the directory of the accounts config: %w", err), dir)
 	}
 	previous, err := os.ReadFile(a.Path)
 	existed := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("reading the accounts config in use: %w", err)
+		return nil, fmt.Errorf("reading the accounts config in use: %w", err)
 	}
-	prevGen, prevKnown := loadGeneration(a.StateDir)
+	prevGen, prevKnown := loadGeneration(a.StateDir, a.Server)
 	prevKnown = prevKnown && existed && prevGen.describes(a.Path, previous)
 	if prevKnown {
 		if rendered, _ := unstamp(previous); bytes.Equal(rendered, data) {
-			return a.reloadAgain(ctx, prevGen)
+			return nil, a.reloadAgain(ctx, prevGen)
 		}
 	}
 	if err := bus.CheckAccounts(data, dir); err != nil {
-		return state.DiskError(err, dir)
+		return nil, state.DiskError(err, dir)
 	}
 	stamped, gen, err := stamp(data, a.Path)
 	if err != nil {
-		return fmt.Errorf("writing the accounts config: %w", err)
+		return nil, fmt.Errorf("writing the accounts config: %w", err)
 	}
 	// The record first: a crash between the two leaves a record that describes no file on
 	// disk, which the next plan reads as "not proven" and repairs, never as proven.
-	if err := saveGeneration(a.StateDir, gen); err != nil {
-		return err
+	if err := saveGeneration(a.StateDir, a.Server, gen); err != nil {
+		return nil, err
 	}
 	if err := atomicfile.Write(a.Path, stamped); err != nil {
 		werr := state.DiskError(fmt.Errorf("writing the accounts config %s: %w", a.Path, err), dir)
-		if rerr := restoreGeneration(a.StateDir, prevGen, prevKnown); rerr != nil {
-			return errors.Join(werr, rerr)
+		if rerr := restoreGeneration(a.StateDir, a.Server, prevGen, prevKnown); rerr != nil {
+			return nil, errors.Join(werr, rerr)
 		}
-		return werr
+		return nil, werr
+	}
+	undo = func(ctx context.Context, cause error) error {
+		return a.restore(ctx, cause, previous, existed, prevGen, prevKnown)
 	}
 	err = a.reloadAndProve(ctx, gen)
 	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
-		return err
+		return undo, err
 	}
 	if errors.Is(err, bus.ErrNotServed) {
 		// The process serving the embedded bus stopped meanwhile: no server runs from this
 		// state directory, and the next to start reads this file, which its first plan then
 		// proves.
-		return fmt.Errorf("%w (%w)", errAtNextStart, err)
+		return nil, fmt.Errorf("%w (%w)", errAtNextStart, err)
 	}
-	return a.restore(ctx, err, previous, existed, prevGen, prevKnown)
+	return nil, undo(ctx, err)
 }
 
 // reloadAgain reloads a file that is already on disk as meshctl wrote it, and proves it.
@@ -113,8 +128,12 @@ func (a Accounts) reloadAgain(ctx context.Context, g generation) error {
 		"its log says why it does not load it", ErrRefused, err, a.Path)
 }
 
-// reloadAndProve reloads the server and waits until it is seen serving g's file.
+// reloadAndProve copies the file onto the server where it is not on the control host, reloads
+// the server and waits until it is seen serving g's file.
 func (a Accounts) reloadAndProve(ctx context.Context, g generation) error {
+	if err := a.copyFile(ctx); err != nil {
+		return err
+	}
 	if err := a.Reloader.Reload(ctx); err != nil {
 		return err
 	}
@@ -149,7 +168,7 @@ func (a Accounts) restore(ctx context.Context, cause error, previous []byte, exi
 		return fmt.Errorf("%w: %w; putting the previous accounts config back at %s failed too, so the new one stays "+
 			"there, not served: %w", ErrRefused, cause, a.Path, state.DiskError(werr, filepath.Dir(a.Path)))
 	}
-	if gerr := restoreGeneration(a.StateDir, prevGen, prevKnown); gerr != nil {
+	if gerr := restoreGeneration(a.StateDir, a.Server, prevGen, prevKnown); gerr != nil {
 		return fmt.Errorf("%w: %w; the previous accounts config is back at %s, but its generation could not be recorded: %w",
 			ErrRefused, cause, a.Path, gerr)
 	}
@@ -158,7 +177,10 @@ func (a Accounts) restore(ctx context.Context, cause error, previous []byte, exi
 	}
 	// Reloaded even when the new file was never taken: a server that took it late, after the
 	// proof gave up, goes back to the previous one.
-	rerr := a.Reloader.Reload(ctx)
+	rerr := a.copyFile(ctx)
+	if rerr == nil {
+		rerr = a.Reloader.Reload(ctx)
+	}
 	if !prevKnown {
 		if rerr != nil {
 			return fmt.Errorf("%w: %w; the previous accounts config is back at %s, and reloading it failed too (%v); "+
@@ -181,13 +203,21 @@ func (a Accounts) restore(ctx context.Context, cause error, previous []byte, exi
 		"so its users are as they were", ErrRefused, cause, a.Path)
 }
 
+// copyFile puts the file at Path onto the server, when the server is not on the control host.
+func (a Accounts) copyFile(ctx context.Context) error {
+	if a.Copy == nil {
+		return nil
+	}
+	return a.Copy(ctx, a.Path)
+}
+
 // restoreGeneration puts the previous generation record back, or removes the record when the
 // previous file carried none of meshctl's.
-func restoreGeneration(stateDir string, prev generation, known bool) error {
+func restoreGeneration(stateDir, server string, prev generation, known bool) error {
 	if !known {
 		prev = generation{}
 	}
-	return saveGeneration(stateDir, prev)
+	return saveGeneration(stateDir, server, prev)
 }
 
 // install writes a rendering, stamped, where no server reads it yet: the embedded bus's
@@ -201,7 +231,7 @@ func (a Accounts) install(data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(a.Path), 0o700); err != nil {
 		return state.DiskError(fmt.Errorf("writing the first accounts config: %w", err), filepath.Dir(a.Path))
 	}
-	if err := saveGeneration(a.StateDir, gen); err != nil {
+	if err := saveGeneration(a.StateDir, a.Server, gen); err != nil {
 		return err
 	}
 	if err := atomicfile.Write(a.Path, stamped); err != nil {
@@ -210,13 +240,13 @@ func (a Accounts) install(data []byte) error {
 	return nil
 }
 
-// served reads the accounts config on disk back as a plan compares it: without its
+// servedServer reads one server's accounts config on disk back as a plan compares it: without its
 // generation principal, and with the reason the server is not known to serve it ("" when it
 // is seen serving exactly this file). It costs one login, as the generation principal,
 // whose hash is the cheapest bcrypt.
-func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, error) {
+func (a Accounts) servedServer(ctx context.Context, conf []byte) ([]byte, string, error) {
 	rendered, stamped := unstamp(conf)
-	g, known := loadGeneration(a.StateDir)
+	g, known := loadGeneration(a.StateDir, a.Server)
 	switch {
 	case !stamped || !known:
 		return rendered, fmt.Sprintf("the accounts config at %s carries no generation meshctl recorded, "+

@@ -40,10 +40,14 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 		return "", err
 	}
 	data := render.AccountsConfig(render.Derive(m).Principals, hashes)
-	a := Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload), StateDir: store.Dir(),
-		Target: bus.Target{URL: m.Bus.URL, Fingerprint: m.Bus.Fingerprint}}
-	what := "the accounts config at " + a.Path + " is rewritten and reloaded (" + a.Reloader.Describe() + "), and the server is seen serving it"
-	if m.Bus.Embedded() {
+	a, _ := externalAccounts(m, store.Dir())
+	var what string
+	if !m.Bus.Embedded() {
+		what = "the accounts config at " + a.Path + " is rewritten and reloaded (" + a.Reloader.Describe() + "), and the server is seen serving it"
+		if len(a.Others) > 0 {
+			what = fmt.Sprintf("the accounts config of each of the %d servers is rewritten and reloaded, and every server is seen serving it", len(a.Others)+1)
+		}
+	} else {
 		a.Path = filepath.Join(store.Dir(), "bus", "accounts.conf")
 		if url, pid, ok := bus.RunningEmbeddedProcess(store.Dir()); ok {
 			a.Reloader, a.Target = bus.ControlReloader(store.Dir()), bus.Target{URL: url}

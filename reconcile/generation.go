@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,8 +50,23 @@ import (
 const GenerationUser = "_meshctl.generation"
 
 // generationFile is where the generation of the last accounts file written is kept, in the
-// state directory.
+// state directory: for the single server of bus.url, and with the server's name after it for
+// each server of a cluster (generationRecord), since each serves a file of its own.
 const generationFile = "accounts.generation"
+
+// generationRecord is the record's path in stateDir for the named server ("" for bus.url's).
+func generationRecord(stateDir, server string) string {
+	if server == "" {
+		return filepath.Join(stateDir, generationFile)
+	}
+	safe := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+			return r
+		}
+		return '_'
+	}, server)
+	return filepath.Join(stateDir, generationFile+"."+safe)
+}
 
 // generation is the record of the last accounts file meshctl wrote: where, its SHA-256, and
 // the generation principal's password in it.
@@ -79,10 +95,10 @@ func absPath(path string) string {
 	return path
 }
 
-// loadGeneration reads the record in stateDir; ok is false when there is none (or it does not
-// read back), which leaves the file on disk unproven, never wrongly proven.
-func loadGeneration(stateDir string) (generation, bool) {
-	data, err := os.ReadFile(filepath.Join(stateDir, generationFile))
+// loadGeneration reads the server's record in stateDir; ok is false when there is none (or it
+// does not read back), which leaves the file on disk unproven, never wrongly proven.
+func loadGeneration(stateDir, server string) (generation, bool) {
+	data, err := os.ReadFile(generationRecord(stateDir, server))
 	if err != nil {
 		return generation{}, false
 	}
@@ -93,9 +109,10 @@ func loadGeneration(stateDir string) (generation, bool) {
 	return g, true
 }
 
-// saveGeneration records g in stateDir (0600); the zero generation removes the record.
-func saveGeneration(stateDir string, g generation) error {
-	path := filepath.Join(stateDir, generationFile)
+// saveGeneration records g as the server's in stateDir (0600); the zero generation removes
+// the record.
+func saveGeneration(stateDir, server string, g generation) error {
+	path := generationRecord(stateDir, server)
 	if g == (generation{}) {
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -207,7 +224,7 @@ var errNotServed = errors.New("the server was not seen serving it")
 
 // proveOnce logs in once as the generation principal of g.
 func proveOnce(ctx context.Context, t bus.Target, g generation) error {
-	c, err := bus.Dial(ctx, t, bus.Credential{User: GenerationUser, Password: g.Password})
+	c, err := bus.DialAlone(ctx, t, bus.Credential{User: GenerationUser, Password: g.Password})
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) {
 			return errNotServed

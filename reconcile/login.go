@@ -46,7 +46,11 @@ func controllerHashIn(rendered []byte) string {
 // there and carries the controller hash the store holds now. False means "not known", never
 // "refused".
 func (s *Session) knownToLetControllerIn(path string, conf []byte) bool {
-	g, ok := loadGeneration(s.Store.Dir())
+	server := "" // the embedded bus's, and a single bus.url's
+	if path == s.Accounts.Path {
+		server = s.Accounts.Server
+	}
+	g, ok := loadGeneration(s.Store.Dir(), server)
 	if !ok || g.Controller == "" || !g.describes(path, conf) {
 		return false
 	}

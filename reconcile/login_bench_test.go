@@ -53,9 +53,9 @@ func BenchmarkControllerCanLogIn(b *testing.B) {
 				}
 			})
 			b.Run("parsed", func(b *testing.B) {
-				gen, _ := loadGeneration(dir)
+				gen, _ := loadGeneration(dir, "")
 				gen.Controller = ""
-				if err := saveGeneration(dir, gen); err != nil {
+				if err := saveGeneration(dir, "", gen); err != nil {
 					b.Fatal(err)
 				}
 				b.ReportAllocs()

@@ -345,7 +345,7 @@ func TestAConfigWrittenButNotReloadedIsNotInSync(t *testing.T) {
 	if out, err := exec.Command(bus.NATSServerBinary(t), "--signal", "reload="+strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
 		t.Fatalf("reloading the server: %v: %s", err, out)
 	}
-	g, _ := loadGeneration(f.stateDi)
+	g, _ := loadGeneration(f.stateDi, "")
 	if err := prove(ctx, s.Target, g, proofWait); err != nil {
 		t.Fatalf("after the operator's reload: %v", err)
 	}

@@ -184,7 +184,7 @@ func (s *Session) connect(ctx context.Context) error {
 	if s.Conn != nil {
 		s.Conn.Close()
 	}
-	s.Conn, s.API = conn, api
+	s.Conn, s.API = conn, retrying(api, s.Target)
 	return nil
 }
 
@@ -373,9 +373,8 @@ func (s *Session) rejoin(ctx context.Context, m *model.Mesh) error {
 }
 
 func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
-	s.Target = bus.Target{URL: m.Bus.URL, Fingerprint: m.Bus.Fingerprint}
-	s.Accounts = Accounts{Path: m.Bus.AccountsFile, Reloader: reloaderFor(m.Bus.Reload), Target: s.Target,
-		StateDir: s.Store.Dir(), Verify: s.verifyLogin}
+	s.Accounts, s.Target = externalAccounts(m, s.Store.Dir())
+	s.Accounts.Verify = s.verifyLogin
 	return s.letControllerIn(ctx, m)
 }
 
@@ -441,15 +440,4 @@ func (s *Session) loginWithJetStream(ctx context.Context) error {
 		return fmt.Errorf("logged in, but JetStream does not answer: %w", err)
 	}
 	return nil
-}
-
-func reloaderFor(r model.Reload) bus.Reloader {
-	switch {
-	case r.PIDFile != "":
-		return bus.PIDFileReloader(r.PIDFile)
-	case len(r.Command) > 0:
-		return bus.CommandReloader(r.Command)
-	default:
-		return bus.NoReloader()
-	}
 }

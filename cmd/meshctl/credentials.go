@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
@@ -247,9 +248,20 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "%s is revoked: it can no longer log in\n", principal)
 		return exitOK
 	}
-	membership, _ := json.Marshal(map[string]string{
+	fields := map[string]any{
 		"address": busAddress(m, st.Dir()), "fingerprint": m.Bus.Fingerprint, "user": principal, "password": password,
-	})
+	}
+	if len(m.Bus.Servers) > 1 {
+		// Every server, so a host reaches the bus through any of them; address stays the
+		// first, for a reader that knows only it.
+		var servers []bus.Target
+		for _, s := range m.Bus.Servers {
+			servers = append(servers, bus.Target{URL: s.URL, Fingerprint: s.Fingerprint})
+		}
+		t := host.NewMembership(bus.Cluster(servers), principal, password)
+		fields["servers"], fields["fingerprint"] = t.Servers, t.Fingerprint
+	}
+	membership, _ := json.Marshal(fields)
 	membership = append(membership, '\n')
 	if file != nil {
 		if werr := file.write(membership); werr != nil {

@@ -1,0 +1,112 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A bus of several servers — a cluster — is one Target with Others: a client connection
+// starts at whichever answers and moves to another when its server goes away, while what
+// concerns one server alone (its accounts file, its reload, the proof that it serves that
+// file) dials that server's own Target, never the pool, so an answer cannot come from a
+// different server than the one asked.
+
+// Cluster is the Target of a bus of several servers: a connection to it starts at any of
+// them and moves to another when its server goes away; every server's fingerprint pins it.
+func Cluster(servers []Target) Target {
+	if len(servers) == 0 {
+		return Target{}
+	}
+	t := servers[0]
+	var urls, pins []string
+	for _, s := range servers {
+		urls = append(urls, s.URL)
+		if s.Fingerprint != "" && !slices.Contains(pins, s.Fingerprint) {
+			pins = append(pins, s.Fingerprint)
+		}
+	}
+	t.Others = strings.Join(urls[1:], ",")
+	t.Fingerprint = strings.Join(pins, " ")
+	return t
+}
+
+// servers is t's URL and its Others, each the Target of one server.
+func (t Target) servers() []Target {
+	out := []Target{{URL: t.URL}}
+	if t.Others != "" {
+		for _, u := range strings.Split(t.Others, ",") {
+			out = append(out, Target{URL: u})
+		}
+	}
+	return out
+}
+
+// urls is the comma-separated server list nats.Connect takes.
+func (t Target) urls() string {
+	if t.Others == "" {
+		return t.URL
+	}
+	return t.URL + "," + t.Others
+}
+
+// pins is every fingerprint t lists, normalised: any of them is the bus.
+func (t Target) pins() ([]string, error) {
+	var out []string
+	for _, f := range strings.Fields(t.Fingerprint) {
+		n, err := normalFingerprint(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// CopyCommand runs argv (no shell) to put an accounts file written on the control host onto
+// the server that includes it — scp, rsync, a configuration tool — with every argument
+// fileArg replaced by the local file's path. It fails when the command exits non-zero.
+func CopyCommand(argv []string, fileArg string) func(ctx context.Context, path string) error {
+	argv = slices.Clone(argv)
+	return func(ctx context.Context, path string) error {
+		if len(argv) == 0 {
+			return errors.New("copying the accounts config: no copy command given")
+		}
+		args := slices.Clone(argv)
+		for i, a := range args {
+			if a == fileArg {
+				args[i] = path
+			}
+		}
+		out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("copying the accounts config: %s: %w%s", strings.Join(argv, " "), err, commandOutput(out))
+		}
+		return nil
+	}
+}
+
+// commandOutput is a failed command's output as an error's tail, bounded.
+func commandOutput(out []byte) string {
+	text := strings.TrimSpace(string(out))
+	if text == "" {
+		return ""
+	}
+	if len(text) > maxReloadOutput {
+		text = text[:maxReloadOutput] + "… (truncated)"
+	}
+	return ": " + text
+}
+
+// DialAlone connects to t's server and no other: a server of a cluster tells a client about
+// its peers, and nats.go, refused by the server it asked, tries them — so a login proving
+// what one server serves would pass on another. It never reconnects either.
+func DialAlone(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (*Conn, error) {
+	t.Others = ""
+	return Dial(ctx, t, cred, append(opts, nats.IgnoreDiscoveredServers(), nats.NoReconnect())...)
+}

@@ -1,0 +1,233 @@
+package bus
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TestCluster is a JetStream cluster of real nats-server processes on loopback for one test,
+// each with its own config file that includes its own accounts file and its own pid file to
+// reload it by — as an operator's cluster would be, so every server is written, reloaded and
+// proven on its own. Separate processes, because a SIGHUP in one process would reload every
+// embedded server in it.
+type TestCluster struct {
+	tb      TB
+	bin     string
+	Servers []*TestClusterServer
+}
+
+// TestClusterServer is one server of a TestCluster: stopped and started again on the same
+// ports, store and config.
+type TestClusterServer struct {
+	Name         string
+	URL          string
+	ConfigFile   string
+	AccountsFile string
+	PIDFile      string
+	// Original is the server config as written, to put back after a test made it refuse a
+	// reload.
+	Original []byte
+
+	monitor string // http://127.0.0.1:port
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+}
+
+// StartTestCluster starts n servers with routes to each other and waits for a JetStream meta
+// leader. Each server's accounts file starts as the operator's would: one account, nobody in
+// it.
+func StartTestCluster(tb TB, n int) *TestCluster {
+	tb.Helper()
+	c := &TestCluster{tb: tb, bin: NATSServerBinary(tb)}
+	dir := tb.TempDir()
+	ports := freePorts(tb, 3*n)
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
+	}
+	for i := range n {
+		sdir := filepath.Join(dir, fmt.Sprintf("n%d", i+1))
+		if err := os.MkdirAll(sdir, 0o700); err != nil {
+			tb.Fatalf("%v", err)
+		}
+		srv := &TestClusterServer{Name: fmt.Sprintf("n%d", i+1), URL: fmt.Sprintf("nats://127.0.0.1:%d", ports[i]),
+			ConfigFile: filepath.Join(sdir, "server.conf"), AccountsFile: filepath.Join(sdir, "mesh-accounts.conf"),
+			PIDFile: filepath.Join(sdir, "nats.pid"), monitor: fmt.Sprintf("http://127.0.0.1:%d", ports[2*n+i])}
+		srv.Original = fmt.Appendf(nil, `server_name: %s
+listen: "127.0.0.1:%d"
+http: "127.0.0.1:%d"
+pid_file: %q
+jetstream { store_dir: %q }
+cluster { name: mesh-test, listen: "127.0.0.1:%d", routes: [%s] }
+include "mesh-accounts.conf"
+`, srv.Name, ports[i], ports[2*n+i], srv.PIDFile, filepath.Join(sdir, "js"), ports[n+i], strings.Join(routes, ", "))
+		if err := os.WriteFile(srv.ConfigFile, srv.Original, 0o600); err != nil {
+			tb.Fatalf("%v", err)
+		}
+		if err := os.WriteFile(srv.AccountsFile, []byte("accounts { MESH { jetstream: enabled } }\n"), 0o600); err != nil {
+			tb.Fatalf("%v", err)
+		}
+		c.Servers = append(c.Servers, srv)
+	}
+	tb.Cleanup(func() {
+		for _, srv := range c.Servers {
+			srv.Stop()
+		}
+	})
+	for _, srv := range c.Servers {
+		if err := srv.start(c.bin); err != nil {
+			tb.Fatalf("starting the test cluster: %v", err)
+		}
+	}
+	for _, srv := range c.Servers {
+		if err := srv.waitReady(); err != nil {
+			tb.Fatalf("starting the test cluster: %v", err)
+		}
+	}
+	c.WaitForMetaLeader()
+	return c
+}
+
+func freePorts(tb TB, n int) []int {
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("%v", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+func (srv *TestClusterServer) start(bin string) error {
+	_ = os.Remove(srv.PIDFile)
+	cmd := exec.Command(bin, "-c", srv.ConfigFile)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	srv.mu.Lock()
+	srv.cmd = cmd
+	srv.mu.Unlock()
+	return nil
+}
+
+// waitReady waits until the server answers its monitoring port's health check and has
+// written its pid file (which its reload needs).
+func (srv *TestClusterServer) waitReady() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		_, perr := os.Stat(srv.PIDFile)
+		resp, err := http.Get(srv.monitor + "/varz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		if err == nil && perr == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("server %s did not start", srv.Name)
+}
+
+// Stop kills the server (a server lost); Start brings it back.
+func (srv *TestClusterServer) Stop() {
+	srv.mu.Lock()
+	cmd := srv.cmd
+	srv.cmd = nil
+	srv.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+// Running reports whether the server process runs.
+func (srv *TestClusterServer) Running() bool {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	return srv.cmd != nil
+}
+
+// Start starts a stopped server again, on its ports, store and config, and waits until it
+// answers.
+func (c *TestCluster) Start(srv *TestClusterServer) {
+	c.tb.Helper()
+	if err := srv.start(c.bin); err != nil {
+		c.tb.Fatalf("%v", err)
+	}
+	if err := srv.waitReady(); err != nil {
+		c.tb.Fatalf("%v", err)
+	}
+}
+
+// ConfigLoadTime is when the server last loaded its config (started or reloaded), from its
+// monitoring port.
+func (srv *TestClusterServer) ConfigLoadTime() (time.Time, error) {
+	var v struct {
+		ConfigLoadTime time.Time `json:"config_load_time"`
+	}
+	err := srv.monitorGet("/varz", &v)
+	return v.ConfigLoadTime, err
+}
+
+func (srv *TestClusterServer) monitorGet(path string, v any) error {
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(srv.monitor + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// MetaLeader is the running server that leads JetStream's meta group, as a running server
+// says, or nil.
+func (c *TestCluster) MetaLeader() *TestClusterServer {
+	for _, srv := range c.Servers {
+		if !srv.Running() {
+			continue
+		}
+		var jsz struct {
+			Meta *struct {
+				Leader string `json:"leader"`
+			} `json:"meta_cluster"`
+		}
+		if srv.monitorGet("/jsz", &jsz) != nil || jsz.Meta == nil || jsz.Meta.Leader == "" {
+			continue
+		}
+		for _, l := range c.Servers {
+			if l.Name == jsz.Meta.Leader && l.Running() {
+				return l
+			}
+		}
+	}
+	return nil
+}
+
+// WaitForMetaLeader waits until one running server leads JetStream's meta group.
+func (c *TestCluster) WaitForMetaLeader() *TestClusterServer {
+	c.tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if l := c.MetaLeader(); l != nil {
+			return l
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.tb.Fatalf("the test cluster elected no JetStream meta leader")
+	return nil
+}

@@ -1,0 +1,38 @@
+package host
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/meshbus/meshctl/bus"
+)
+
+// A cluster's membership lists every server and reads back as a target reaching each; one
+// of a single server carries no servers key, as memberships did before clusters.
+func TestAMembershipListsEveryServerOfACluster(t *testing.T) {
+	cluster := bus.Cluster([]bus.Target{{URL: "nats://10.0.0.1:4222"}, {URL: "nats://10.0.0.2:4222"}, {URL: "nats://10.0.0.3:4222"}})
+	line, err := json.Marshal(NewMembership(cluster, "alpha.shop", "pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadMembership(strings.NewReader(string(line)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.target(); got.URL != "nats://10.0.0.1:4222" || got.Others != "nats://10.0.0.2:4222,nats://10.0.0.3:4222" {
+		t.Fatalf("the membership %s reads back as %+v", line, got)
+	}
+	single, _ := json.Marshal(NewMembership(bus.Target{URL: "nats://10.0.0.1:4222"}, "alpha.shop", "pw"))
+	if strings.Contains(string(single), "servers") {
+		t.Fatalf("a single server's membership changed shape: %s", single)
+	}
+	// An older reader's address-only line, and servers written without a scheme, still work.
+	old, err := ReadMembership(strings.NewReader(`{"address":"10.0.0.1:4222","fingerprint":"","user":"u","password":"p","servers":["10.0.0.1:4222","10.0.0.2:4222"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := old.target(); got.URL != "nats://10.0.0.1:4222" || got.Others != "nats://10.0.0.2:4222" {
+		t.Fatalf("read back as %+v", got)
+	}
+}
