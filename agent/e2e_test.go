@@ -24,6 +24,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -53,30 +54,13 @@ modules:
     follows: [shop/order.placed]
 `
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // world is watch on a description of two nodes, and the agents of the nodes.
 type world struct {
 	t        *testing.T
 	dir      string
 	stateDir string
 	hup      chan os.Signal
-	logs     *lockedBuffer
+	logs     *lockedbuf.Buffer
 	metrics  string // host:port of watch's metrics, when served
 
 	mu      sync.Mutex
@@ -112,7 +96,7 @@ func (w *world) wait(what string, cond func() bool) {
 
 func startWorld(t *testing.T, description string) *world {
 	t.Helper()
-	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedBuffer{},
+	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedbuf.Buffer{},
 		more: make(chan struct{}), metrics: "127.0.0.1:" + strconv.Itoa(freePort(t))}
 	w.write(description)
 	stop := w.startWatch()
@@ -480,7 +464,7 @@ func TestAnAgentRejoinsAcrossABusRestart(t *testing.T) {
 	t.Parallel()
 	port := freePort(t)
 	description := strings.Replace(mesh, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(port), 1)
-	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedBuffer{}, more: make(chan struct{})}
+	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedbuf.Buffer{}, more: make(chan struct{})}
 	w.write(description)
 	stop := w.startWatch()
 	enrol := w.issueEnrolments("one")

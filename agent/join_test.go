@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
@@ -47,7 +48,7 @@ func TestARefusalRightAfterEnrollingIsTheExpectedWait(t *testing.T) {
 		{"just enrolled", time.Now(), "level=INFO msg=\"agent: waiting for the controller's reload", "level=WARN"},
 		{"enrolled long ago", time.Time{}, "level=WARN msg=\"agent: the bus does not let the node in yet", "waiting for the controller's reload"},
 	} {
-		logs := &lockedBuffer{}
+		logs := &lockedbuf.Buffer{}
 		a := &agent{log: slog.New(slog.NewTextHandler(logs, nil)), node: "one", enrolledAt: c.enrolledAt}
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		joined := make(chan *host.Host, 1)

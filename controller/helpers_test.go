@@ -1,12 +1,10 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
-
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,6 +20,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -62,27 +61,10 @@ type fixture struct {
 	ctrl      *Controller
 	passwords map[string]string // what the test may join as: every derived principal but instances
 
-	logs   *lockedBuffer
+	logs   *lockedbuf.Buffer
 	mu     sync.Mutex
 	events []Event
 	more   chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start loads the description, mints every node's and enrolment identity's credential, starts a
@@ -100,7 +82,7 @@ func start(t *testing.T, description string, opts ...func(*Config)) *fixture {
 func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	f := &fixture{t: t, dir: t.TempDir(), logs: &lockedBuffer{}, more: make(chan struct{})}
+	f := &fixture{t: t, dir: t.TempDir(), logs: &lockedbuf.Buffer{}, more: make(chan struct{})}
 	f.write(description)
 	var err error
 	if f.store, err = state.Open(filepath.Join(t.TempDir(), "state")); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -104,7 +105,7 @@ func mountTmpfs(t *testing.T, dir string) {
 // fixtureWithState is newFixture with the state directory at stateDir.
 func fixtureWithState(t *testing.T, yaml, stateDir string) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dir: t.TempDir(), stateDi: stateDir, log: &syncBuffer{}}
+	f := &fixture{t: t, dir: t.TempDir(), stateDi: stateDir, log: &lockedbuf.Buffer{}}
 	f.write(yaml)
 	st, err := state.Open(stateDir)
 	if err != nil {

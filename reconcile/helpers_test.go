@@ -1,13 +1,11 @@
 package reconcile
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
@@ -60,30 +59,13 @@ type fixture struct {
 	dir     string
 	stateDi string
 	store   *state.Store
-	log     *syncBuffer
+	log     *lockedbuf.Buffer
 	secrets []string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newFixture(t *testing.T, yaml string) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dir: t.TempDir(), stateDi: filepath.Join(t.TempDir(), "state"), log: &syncBuffer{}}
+	f := &fixture{t: t, dir: t.TempDir(), stateDi: filepath.Join(t.TempDir(), "state"), log: &lockedbuf.Buffer{}}
 	f.write(yaml)
 	st, err := state.Open(f.stateDi)
 	if err != nil {

@@ -1,18 +1,18 @@
 package watch
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 )
 
 // treeProbe runs a treeWatcher on a directory of the test's own and collects what it
@@ -21,12 +21,12 @@ type treeProbe struct {
 	t     *testing.T
 	dir   string
 	paths chan string
-	log   *lockedBuffer
+	log   *lockedbuf.Buffer
 }
 
 func startTreeProbe(t *testing.T, setup func(dir string), add addWatchFunc) *treeProbe {
 	t.Helper()
-	p := &treeProbe{t: t, dir: t.TempDir(), paths: make(chan string, 1000), log: &lockedBuffer{}}
+	p := &treeProbe{t: t, dir: t.TempDir(), paths: make(chan string, 1000), log: &lockedbuf.Buffer{}}
 	if setup != nil {
 		setup(p.dir)
 	}
@@ -194,22 +194,4 @@ func TestTheTreeWatcherFollowsARootThatIsASymlink(t *testing.T) {
 	if got := p.next(); got != "sub/mesh.yaml" {
 		t.Fatalf("report %q; want sub/mesh.yaml, in the directory the symlink names", got)
 	}
-}
-
-// lockedBuffer is a log destination the watcher's goroutine writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

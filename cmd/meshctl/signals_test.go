@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -54,28 +55,10 @@ func builtMeshctl(t *testing.T) string {
 	return builtBin
 }
 
-// lockedBuffer is an io.Writer a running process writes to while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // process is a meshctl started in the background.
 type process struct {
 	cmd            *exec.Cmd
-	stdout, stderr *lockedBuffer
+	stdout, stderr *lockedbuf.Buffer
 	exited         chan error
 }
 
@@ -87,7 +70,7 @@ func startMeshctl(t *testing.T, args ...string) *process {
 // startProgram starts the program bin in the background, killed at the end of the test.
 func startProgram(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(bin, args...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan error, 1)}
+	p := &process{cmd: exec.Command(bin, args...), stdout: &lockedbuf.Buffer{}, stderr: &lockedbuf.Buffer{}, exited: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -46,24 +46,6 @@ func nodeOrSkip(t *testing.T) string {
 		}
 	}
 	return node
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // membershipFile writes what `meshctl credentials issue user` prints to a private file.
@@ -148,7 +130,7 @@ func javaScriptHostDoesTheSeedJobs(t *testing.T, kind string) {
 
 	// Follow and take the seat's work.
 	cmd := exec.CommandContext(ctx, node, "host.mjs", "--membership", postman, "--seat", "mailer", "--emit", "sent")
-	var stderr syncBuffer
+	var stderr lockedbuf.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +16,9 @@ import (
 
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/render"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The README's walk-through, on the quickstart mesh: beta.postman follows shop's orders and holds
 // the mailer seat. It prints and acks the order shop placed, takes the mail shop sent, reports
@@ -82,7 +65,7 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	}
 
 	stdoutR, stdoutW := io.Pipe()
-	var stderr syncBuffer
+	var stderr lockedbuf.Buffer
 	interrupt, stop := context.WithCancel(ctx)
 	defer stop()
 	code := make(chan int, 1)
