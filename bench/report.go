@@ -232,6 +232,9 @@ func (r *report) writeCredentials(p *printer) {
 }
 
 func (r *report) writeAll(p *printer) {
+	p.f("## Where a command's time goes\n\n")
+	p.f("The parts of a command measured one by one, and which of them are the server's, are in\n" +
+		"[COSTS.md](COSTS.md): they are measured apart from this file, which `make bench` writes.\n\n")
 	p.f("## Every measurement\n\n")
 	p.f("Each row is one benchmark run alone in its own process (`go test -c` binaries, `-test.bench '^BenchmarkX$/^instances=N$' -test.benchmem`); " +
 		"peak RSS is that process's (the kernel's high-water mark, VmHWM, read while it ran), setup included; wall is the process's whole life: generating the mesh, " +
