@@ -102,7 +102,12 @@ func floorCreate(ctx context.Context, a floorArgs) (floorResult, error) {
 		return floorResult{}, err
 	}
 	if err := each(d.Consumers, func(c render.Consumer) error {
-		_, err := js.CreatePushConsumer(ctx, c.Stream, c.Config)
+		var err error
+		if c.Config.DeliverSubject == "" {
+			_, err = js.CreateConsumer(ctx, c.Stream, c.Config)
+		} else {
+			_, err = js.CreatePushConsumer(ctx, c.Stream, c.Config)
+		}
 		return err
 	}); err != nil {
 		return floorResult{}, err
