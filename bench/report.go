@@ -336,7 +336,7 @@ const embeddedDecision = `What this means for the embedded default (a mesh witho
 
 - **A large mesh's bus is kept up by a long-running process.** ` + "`meshctl watch`" + ` runs the embedded bus and keeps it up;
   every other command (` + "`diff`, `apply`, `credentials`" + `) finds it through the state directory
-  (` + "`bus.RunningEmbeddedProcess`" + `), uses it, and asks the watch to reload it with SIGHUP. They then pay only the
+  (` + "`bus.RunningEmbeddedProcess`" + `), uses it, and asks the watch to reload it over its control socket. They then pay only the
   diff or apply above — no start, no stop. An external nats-server (` + "`bus.url`" + `) is the same for meshctl.
 - **A one-shot command on the embedded default starts the bus and stops it again.** That costs the start and the stop
   above around its work, about 10 ms per consumer: nothing for the quickstart, seconds for a few hundred instances,

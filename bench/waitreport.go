@@ -164,13 +164,13 @@ const waitHow = `How these rows were measured:
   credential, applies, and stops the bus. The stop is the time from its "applied N change(s)" line on stderr to its exit.
 - **With ` + "`watch`" + ` serving**: ` + "`meshctl watch --debounce 1h --resync 1h`" + ` runs on a directory holding the bus section and one node;
   the whole mesh is written into it and ` + "`meshctl apply`" + ` on it is timed: the apply finds watch's bus through the state
-  directory, applies, and sends watch SIGHUP. The long debounce keeps watch from applying the written files itself; the
-  reconcile the SIGHUP causes (a no-op) is waited out before the next timing. Each first-apply run has a watch of its own,
+  directory, applies, and has watch reload the bus over its control socket, which starts no reconcile of watch's. The
+  long debounce keeps watch from applying the written files itself. Each first-apply run has a watch of its own,
   killed afterwards (its store is thrown away); the last one serves every row after.
 - **Converged diff and apply**: ` + "`meshctl diff`" + ` and ` + "`meshctl apply`" + ` on the applied mesh. The apply must say "the bus was already in
   sync" (its plan is empty, so it makes no mutating call) and must not make watch reconcile (it wrote no accounts config).
 - **One change**: the description edited so that one single-node module follows one more event, applied, then edited back
-  and applied, in turn: one consumer update and the accounts config with one user's grants changed, reloaded by watch.
+  and applied, in turn: one consumer update and the accounts config with one user's grants changed, reloaded through watch's control socket.
 - **A consumer deleted by hand**: as the controller, a bare client deletes one module's consumer on EVENTS (a different
   one each run) and polls every 10 ms until it exists again: watch hears the server's advisory and recreates it.
 - **The floors** run in processes of their own: the create floor starts an embedded bus configured as meshctl's (the
