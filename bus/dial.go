@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -200,11 +201,27 @@ func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (
 		c.installHandlers,
 	)
 	nc, err := nats.Connect(t.urls(), all...)
+	for try := 1; err != nil && cutOff(err) && try < cutOffTries && ctx.Err() == nil; try++ {
+		nc, err = nats.Connect(t.urls(), all...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the bus at %s as %q: %w", addr, cred.User, err)
 	}
 	c.Conn = nc
 	return c, nil
+}
+
+// cutOffTries is how many times a connect the server cut off is made before its error is
+// the answer.
+const cutOffTries = 3
+
+// cutOff reports whether a connect failed because the server closed the socket under it. A
+// server that refuses a login writes "Authorization Violation" and closes the connection at
+// once; a client still writing its CONNECT then sees a broken pipe or a reset, not the
+// refusal, and a refused credential would read as a network fault. Asked again, it reads
+// the refusal.
+func cutOff(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // violationBuffer is how many refusals Violations holds for a slow reader, and how many recent
