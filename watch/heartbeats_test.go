@@ -15,10 +15,8 @@ import (
 
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
-	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
-	"github.com/meshbus/meshctl/state"
 )
 
 // The heartbeat file is written when a node is first heard, goes silent or comes back, and
@@ -97,15 +95,7 @@ func TestAHeartbeatReachesTheFileStatusReads(t *testing.T) {
 		t.Fatalf("a heartbeat file before any heartbeat: %v", err)
 	}
 	ctx := context.Background()
-	m, err := model.Load(h.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := state.Open(h.stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	m, st := h.anotherTerminal()
 	node, err := st.Mint(ctx, []string{render.NodeUser("alpha")}, bcrypt.MinCost, "credentials issue")
 	if err != nil {
 		t.Fatal(err)

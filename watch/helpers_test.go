@@ -20,7 +20,9 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
 )
 
 // waitLimit is how long a test waits for a condition before it gives up. It is a failsafe,
@@ -291,4 +293,21 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// anotherTerminal is what a second meshctl command in another terminal starts from: the
+// description watch watches, and the state store it shares with watch (closed when the test
+// ends).
+func (h *harness) anotherTerminal() (*model.Mesh, *state.Store) {
+	h.t.Helper()
+	m, err := model.Load(h.dir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	st, err := state.Open(h.stateDir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { st.Close() })
+	return m, st
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
-	"github.com/meshbus/meshctl/state"
 )
 
 func planned(c Cycle, id string) bool {
@@ -229,15 +228,7 @@ func TestACredentialIssuedElsewhereWorksWithoutRestart(t *testing.T) {
 	url := h.busURL()
 
 	ctx := context.Background()
-	m, err := model.Load(h.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := state.Open(h.stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	m, st := h.anotherTerminal()
 	login := func(password string) error {
 		c, err := bus.Dial(ctx, bus.Target{URL: url}, bus.Credential{User: "alpha.shop", Password: password})
 		if err == nil {
@@ -285,15 +276,7 @@ func TestAControllerRevokedElsewhereIsMintedAnew(t *testing.T) {
 	// `meshctl credentials revoke controller` in another terminal: the reload it asks watch
 	// for locks watch's own connection out.
 	ctx := context.Background()
-	m, err := model.Load(h.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := state.Open(h.stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	m, st := h.anotherTerminal()
 	if _, err := st.Revoke(ctx, "controller"); err != nil {
 		t.Fatal(err)
 	}
@@ -326,15 +309,7 @@ func TestAOneShotCommandBootstrapsThroughWatch(t *testing.T) {
 	h.waitFor(0, "applying the quickstart at start", is(TriggerStart, OutcomeOK))
 
 	ctx := context.Background()
-	m, err := model.Load(h.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := state.Open(h.stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	m, st := h.anotherTerminal()
 	// Revoked in the store only: the accounts file in use still names the old credential.
 	if _, err := st.Revoke(ctx, "controller"); err != nil {
 		t.Fatal(err)
