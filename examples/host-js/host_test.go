@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
@@ -168,21 +167,7 @@ func javaScriptHostDoesTheSeedJobs(t *testing.T, kind string) {
 	}
 
 	// The seat's event reached the controller, which follows it.
-	got := make(chan jetstream.Msg, 4)
-	controller := b.MustJoin(t, render.ControllerUser)
-	cc, err := controller.ControllerEvents(ctx, func(m jetstream.Msg) { got <- m })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
-	select {
-	case m := <-got:
-		if m.Subject() != render.SeatEvent("mailer", "sent") || string(m.Data()) != "mail-17" {
-			t.Fatalf("the controller heard %s %q", m.Subject(), m.Data())
-		}
-	case <-ctx.Done():
-		t.Fatalf("the controller did not hear the seat's event; the host's log:\n%s", stderr.String())
-	}
+	b.WaitControllerHears(ctx, t, render.SeatEvent("mailer", "sent"), "mail-17", stderr.String)
 
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -200,6 +185,7 @@ func javaScriptHostDoesTheSeedJobs(t *testing.T, kind string) {
 			t.Errorf("the host's log does not say %q:\n%s", line, stderr.String())
 		}
 	}
+	controller := b.MustJoin(t, render.ControllerUser)
 	for _, c := range []struct{ stream, consumer string }{
 		{render.StreamEvents, "beta_postman"},
 		{render.SeatStreamName("mailer"), render.WorkerConsumer("mailer")},

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
@@ -97,21 +95,7 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	}
 
 	// The seat's event reached the controller, which follows it.
-	got := make(chan jetstream.Msg, 4)
-	controller := b.MustJoin(t, render.ControllerUser)
-	cc, err := controller.ControllerEvents(ctx, func(m jetstream.Msg) { got <- m })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
-	select {
-	case m := <-got:
-		if m.Subject() != render.SeatEvent("mailer", "sent") || string(m.Data()) != "mail-17" {
-			t.Fatalf("the controller heard %s %q", m.Subject(), m.Data())
-		}
-	case <-ctx.Done():
-		t.Fatalf("the controller did not hear the seat's event; the host's log:\n%s", stderr.String())
-	}
+	b.WaitControllerHears(ctx, t, render.SeatEvent("mailer", "sent"), "mail-17", stderr.String)
 
 	stop() // Ctrl-C
 	select {
@@ -122,6 +106,7 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the host did not leave when interrupted")
 	}
+	controller := b.MustJoin(t, render.ControllerUser)
 	for _, c := range []struct{ stream, consumer string }{
 		{render.StreamEvents, "beta_postman"},
 		{render.SeatStreamName("mailer"), render.WorkerConsumer("mailer")},

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
@@ -179,5 +180,26 @@ func (b *Mesh) Install(t testing.TB, principals []render.Principal) {
 	}
 	if err := b.Bus.Reload(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// WaitControllerHears waits, as the controller (which follows it), for one event on subject
+// carrying data, failing with log() when another arrives first or ctx ends: how a host's test
+// sees that what the host reported reached the control plane.
+func (b *Mesh) WaitControllerHears(ctx context.Context, t testing.TB, subject, data string, log func() string) {
+	t.Helper()
+	got := make(chan jetstream.Msg, 4)
+	cc, err := b.MustJoin(t, render.ControllerUser).ControllerEvents(ctx, func(m jetstream.Msg) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	select {
+	case m := <-got:
+		if m.Subject() != subject || string(m.Data()) != data {
+			t.Fatalf("the controller heard %s %q, not %s %q", m.Subject(), m.Data(), subject, data)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the controller did not hear %s; the host's log:\n%s", subject, log())
 	}
 }
