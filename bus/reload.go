@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Reloader makes a written accounts file live on the server that includes it.
@@ -103,3 +107,82 @@ func (r embeddedReloader) Reload(ctx context.Context) error {
 }
 
 func (r embeddedReloader) Describe() string { return "reload the embedded bus in-process" }
+
+// SystemReloader asks the server at t — that server alone — to re-read its config, with a
+// request to `$SYS.REQ.SERVER.<its id>.RELOAD` as a user of its system account (nats-server
+// 2.10 and later). Unlike a signal it is answered: a reload the server refuses comes back as
+// the server's own reason, at once, instead of as a proof that times out. credential gives
+// the user to log in as, read at each reload; inbox is the prefix of the inbox it hears the
+// answer at, the one subject its grants let it subscribe.
+//
+// A server that does not let the user in has not loaded an accounts config carrying it — the
+// first time reload: system is asked for, the file with the user is written and nothing has
+// made the server read it yet — so that answer is ErrReloadByOperator: written, not live,
+// for the operator to reload once by hand.
+func SystemReloader(t Target, credential func() (Credential, error), inbox string) Reloader {
+	return systemReloader{t: t, credential: credential, inbox: inbox}
+}
+
+type systemReloader struct {
+	t          Target
+	credential func() (Credential, error)
+	inbox      string
+}
+
+// reloadRequest is the reload request's subject for the server with this id.
+func reloadRequest(id string) string { return "$SYS.REQ.SERVER." + id + ".RELOAD" }
+
+// systemAnswerWait bounds the wait for a server's answer to a reload request: it answers once
+// the reload is done or refused, and a reload of tens of thousands of users takes seconds.
+const systemAnswerWait = 30 * time.Second
+
+func (r systemReloader) Describe() string {
+	return "a request to " + reloadRequest("<id>") + " at " + r.t.Address()
+}
+
+func (r systemReloader) Reload(ctx context.Context) error {
+	cred, err := r.credential()
+	if err != nil {
+		return fmt.Errorf("reloading %s: %w", r.t.Address(), err)
+	}
+	notYet := fmt.Errorf("%w: the server does not know meshctl's system user %s yet, so it has not loaded an accounts "+
+		"config carrying it: reload that server once by hand (nats-server --signal reload=PID), and meshctl reloads "+
+		"it by request from then on", ErrReloadByOperator, cred.User)
+	c, err := DialAlone(ctx, r.t, cred, nats.CustomInboxPrefix(r.inbox))
+	if errors.Is(err, nats.ErrAuthorization) {
+		return notYet
+	}
+	if err != nil {
+		return fmt.Errorf("reloading %s: %w", r.t.Address(), err)
+	}
+	defer c.Close()
+	if !c.AuthRequired() {
+		// A server whose accounts name no user yet lets anyone in, as nobody in particular:
+		// the login says nothing of the system user.
+		return notYet
+	}
+	subject := reloadRequest(c.ConnectedServerId())
+	ctx, cancel := context.WithTimeout(ctx, systemAnswerWait)
+	defer cancel()
+	msg, err := c.RequestWithContext(ctx, subject, nil)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("reloading %s: nothing answers %s: the server's system account is not $SYS "+
+			"(its config sets system_account?), or the server is older than 2.10", r.t.Address(), subject)
+	case err != nil:
+		return fmt.Errorf("reloading %s: asking %s: %w", r.t.Address(), subject, err)
+	}
+	var answer struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &answer); err != nil {
+		return fmt.Errorf("reloading %s: the answer to %s is not the server's: %w", r.t.Address(), subject, err)
+	}
+	if answer.Error != nil {
+		return fmt.Errorf("reloading %s: the server refused: %s", r.t.Address(), answer.Error.Description)
+	}
+	return nil
+}

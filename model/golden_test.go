@@ -163,6 +163,8 @@ func dump(m *model.Mesh) string {
 	switch r := bus.Reload; {
 	case r.Manual:
 		line("  reload: manual")
+	case r.System:
+		line("  reload: system")
 	case r.PIDFile != "":
 		line("  reload: pid_file %s", r.PIDFile)
 	case len(r.Command) > 0:

@@ -240,10 +240,15 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 func (d *decoder) reload(n *yaml.Node) *rawReload {
 	r := &rawReload{pos: d.pos(n)}
 	if n.Kind == yaml.ScalarNode {
-		if n.Value != "none" {
-			d.errorf(n, `bus.reload must be "none", {pid_file: PATH} or {command: [ARGV...]}, not %s`, Quote(n.Value))
+		switch n.Value {
+		case "none":
+			r.manual = true
+		case "system":
+			r.system = true
+		default:
+			d.errorf(n, `bus.reload must be "none", "system", {pid_file: PATH} or {command: [ARGV...]}, not %s`, Quote(n.Value))
+			r.manual = true
 		}
-		r.manual = true
 		return r
 	}
 	f := d.section(n, reloadSection)
@@ -258,7 +263,7 @@ func (d *decoder) reload(n *yaml.Node) *rawReload {
 		d.errorf(n, "bus.reload takes either pid_file or command, not both")
 	}
 	if r.pidFile.val == "" && len(r.command) == 0 {
-		d.errorf(n, `bus.reload needs pid_file or command (or write reload: none)`)
+		d.errorf(n, `bus.reload needs pid_file or command (or write reload: none, or reload: system)`)
 	}
 	return r
 }

@@ -75,12 +75,27 @@ const (
 // Embedded reports whether meshctl runs the bus itself.
 func (b Bus) Embedded() bool { return b.URL == "" }
 
+// ReloadsBySystem reports whether some server of the bus is reloaded by a request as
+// meshctl's system user, which the accounts config must then carry.
+func (b Bus) ReloadsBySystem() bool {
+	for _, s := range b.Servers {
+		if s.Reload.System {
+			return true
+		}
+	}
+	return false
+}
+
 // Reload is how an external server is told to re-read its accounts config.
 type Reload struct {
 	PIDFile string   // SIGHUP the process whose pid this file holds
 	Command []string // or run this command
 	// Manual: neither; the operator reloads, and meshctl says the config is written but not live.
 	Manual bool
+	// System: ask the server itself, as meshctl's system user, with a request to
+	// $SYS.REQ.SERVER.<id>.RELOAD (nats-server 2.10 and later), which answers with the
+	// server's error when it refuses the config.
+	System bool
 }
 
 // Controller is the control plane's own declared traffic: it files no manifest, so what it

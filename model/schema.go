@@ -28,7 +28,7 @@ const (
 	sectionValue
 	// listValue is a list of mappings of its own section's keys, or nothing.
 	listValue
-	// reloadValue is bus.reload: the word none, or a mapping of its section's keys.
+	// reloadValue is bus.reload: the word none or system, or a mapping of its section's keys.
 	reloadValue
 )
 
@@ -64,7 +64,7 @@ var (
 	serverSection = newSection("a server", []key{
 		{name: "url", kind: scalarValue, required: true, doc: "This server's URL (nats:// or tls://), without user or password."},
 		{name: "accounts_file", kind: scalarValue, required: true, doc: "The accounts config this server includes: where meshctl writes it, or with copy, the local file copy puts in place."},
-		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How this server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
+		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How this server is told to re-read its accounts config: none, system (a request as meshctl's system user), {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "copy", kind: namesValue, doc: "A command (program and arguments, no shell) that puts the accounts config onto a server off the control host; the argument {file} is replaced by the local file's path."},
 		{name: "fingerprint", kind: scalarValue, doc: "Hex SHA-256 of this server's leaf certificate, where it differs from bus.fingerprint."},
 	})
@@ -75,7 +75,7 @@ var (
 		{name: "listen", kind: scalarValue, doc: "The embedded bus's listen address, host:port (loopback unless allow_plaintext_listen)."},
 		{name: "allow_plaintext_listen", kind: boolValue, doc: "The operator's word that the network the embedded bus listens on is trusted."},
 		{name: "replicas", kind: integerValue, doc: "Replicas of every stream."},
-		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, {pid_file: PATH} or {command: [ARGV...]}.`},
+		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, system (a request as meshctl's system user), {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},
 		{name: "consumers", kind: scalarValue, doc: "How hosts take deliveries: pull (the default; they ask for messages) or push (the server sends them to a deliver subject)."},
 		{name: "servers", kind: listValue, section: serverSection, doc: "The servers of a cluster, each with its own accounts file and reload; instead of url, accounts_file and reload."},
@@ -189,7 +189,7 @@ func schemaValue(k key) map[string]any {
 	case listValue:
 		return map[string]any{"type": []string{"array", "null"}, "items": schemaObject(k.section)}
 	case reloadValue:
-		return map[string]any{"oneOf": []any{map[string]any{"const": "none"}, schemaObject(k.section)}}
+		return map[string]any{"oneOf": []any{map[string]any{"enum": []string{"none", "system"}}, schemaObject(k.section)}}
 	}
 	panic("model: a key of unknown kind: " + k.name)
 }

@@ -60,7 +60,7 @@ func (r *rawReload) value() Reload {
 	if r == nil {
 		return Reload{Manual: true}
 	}
-	return Reload{PIDFile: r.pidFile.val, Command: r.command, Manual: r.manual}
+	return Reload{PIDFile: r.pidFile.val, Command: r.command, Manual: r.manual, System: r.system}
 }
 
 // checkURL validates a server's URL (bus.url, or one of bus.servers) and returns it as

@@ -45,6 +45,7 @@ type rawReload struct {
 	pidFile name
 	command []string
 	manual  bool
+	system  bool
 	pos     Pos
 }
 

@@ -3,7 +3,6 @@ package plan
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -131,23 +130,40 @@ func usersInUse(conf, rendered []byte, after map[string]*server.User) (map[strin
 		return ParseUsers(conf)
 	}
 	var changed []byte
-	users := make(map[string]*server.User, len(have.blocks))
+	var changedNames []string
+	users := make(map[string]*server.User, len(have.blocks)+1)
+	for name, u := range after {
+		// A user the target writes in the header (meshctl's system user) is the target's
+		// own: the headers are the same bytes.
+		if _, inList := want.blocks[name]; !inList {
+			users[name] = u
+		}
+	}
 	for name, block := range have.blocks {
 		if u, same := after[name]; same && bytes.Equal(block, want.blocks[name]) {
 			users[name] = u
 			continue
 		}
 		changed = append(changed, block...)
+		changedNames = append(changedNames, name)
 	}
 	if changed == nil {
 		return users, nil
 	}
+	// The header goes with the changed blocks so that they parse as they stand in the file;
+	// of what that parse finds, only the changed blocks' users are taken.
 	parsed, err := ParseUsers(slices.Concat(have.header, changed, []byte(usersFooter)))
-	if err != nil || len(parsed)+len(users) != len(have.blocks) {
+	if err != nil {
 		// Reported as the whole file's error, with the whole file's positions.
 		return ParseUsers(conf)
 	}
-	maps.Copy(users, parsed)
+	for _, name := range changedNames {
+		u, ok := parsed[name]
+		if !ok {
+			return ParseUsers(conf)
+		}
+		users[name] = u
+	}
 	return users, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
 )
 
 // A mesh on a cluster. Each server of a cluster reads and reloads its own accounts config —
@@ -67,7 +70,7 @@ func externalAccounts(m *model.Mesh, stateDir string) (Accounts, bus.Target) {
 	var targets []bus.Target
 	for _, srv := range m.Bus.Servers {
 		t := bus.Target{URL: srv.URL, Fingerprint: srv.Fingerprint}
-		a := Accounts{Path: srv.AccountsFile, Reloader: reloaderFor(srv.Reload), Target: t, StateDir: stateDir, Server: srv.Name}
+		a := Accounts{Path: srv.AccountsFile, Reloader: reloaderFor(srv.Reload, t, stateDir), Target: t, StateDir: stateDir, Server: srv.Name}
 		if len(srv.Copy) > 0 {
 			a.Copy = bus.CopyCommand(srv.Copy, model.CopyFileArg)
 		}
@@ -91,7 +94,7 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		undo func(context.Context, error) error
 	}
 	var done []changed
-	var down, notLive []string
+	var down, notLive, notLiveWhy []string
 	for _, s := range a.servers() {
 		if s.Server != "" {
 			serves, err := s.alreadyServes(ctx, data)
@@ -108,6 +111,10 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		case err == nil:
 		case errors.Is(err, ErrNotLive):
 			notLive = append(notLive, s.name())
+			// Said once for all the servers it holds for: why a reload is the operator's.
+			if why := strings.TrimPrefix(err.Error(), ErrNotLive.Error()+": "); why != ErrNotLive.Error() && !slices.Contains(notLiveWhy, why) {
+				notLiveWhy = append(notLiveWhy, why)
+			}
 		case errors.Is(err, errAtNextStart):
 			return err
 		default:
@@ -137,7 +144,11 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		if len(a.Others) > 0 {
 			what = " on " + strings.Join(notLive, ", ")
 		}
-		errs = append(errs, fmt.Errorf("%w%s", ErrNotLive, what))
+		err := fmt.Errorf("%w%s", ErrNotLive, what)
+		if len(notLiveWhy) > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.Join(notLiveWhy, "; "))
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -215,8 +226,15 @@ func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, erro
 	return rendered, strings.Join(reasons, "; ") + "; generations: " + strings.Join(generations, ", "), nil
 }
 
-func reloaderFor(r model.Reload) bus.Reloader {
+// reloaderFor is how the server at t is reloaded; stateDir holds the password of meshctl's
+// system user, for a reload by request.
+func reloaderFor(r model.Reload, t bus.Target, stateDir string) bus.Reloader {
 	switch {
+	case r.System:
+		return bus.SystemReloader(t, func() (bus.Credential, error) {
+			pw, err := state.ReadSystemPassword(stateDir)
+			return bus.Credential{User: render.SystemUser, Password: pw}, err
+		}, render.Inbox(render.SystemUser))
 	case r.PIDFile != "":
 		return bus.PIDFileReloader(r.PIDFile)
 	case len(r.Command) > 0:

@@ -160,13 +160,7 @@ func TestAMeshOnAThreeServerCluster(t *testing.T) {
 		t.Fatalf("a server refusing its reload did not fail the apply as refused: %v", err)
 	}
 	eachServer(t, ctx, c.Servers, "alpha.audit", audit, false)
-	for _, srv := range c.Servers {
-		a := serverAccounts(s.Accounts, srv.URL)
-		g, _ := loadGeneration(a.StateDir, a.Server)
-		if err := proveOnce(ctx, a.Target, g); err != nil {
-			t.Fatalf("server %s is not seen serving the file its record names after the roll back: %v", srv.Name, err)
-		}
-	}
+	servesItsRecord(t, ctx, c, s)
 	if err := os.WriteFile(n2.ConfigFile, n2.Original, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +216,19 @@ func TestAMeshOnAThreeServerCluster(t *testing.T) {
 	f.mustApply(ctx, s)
 	eachServer(t, ctx, c.Servers, "alpha.shop", shop, true)
 	f.mustConverge(ctx, s)
+}
+
+// servesItsRecord fails unless every server of c is seen serving the file its generation
+// record names: after a roll back, the previous one.
+func servesItsRecord(t *testing.T, ctx context.Context, c *bus.TestCluster, s *Session) {
+	t.Helper()
+	for _, srv := range c.Servers {
+		a := serverAccounts(s.Accounts, srv.URL)
+		g, _ := loadGeneration(a.StateDir, a.Server)
+		if err := proveOnce(ctx, a.Target, g); err != nil {
+			t.Fatalf("server %s is not seen serving the file its record names after the roll back: %v", srv.Name, err)
+		}
+	}
 }
 
 // serverAccounts is the Accounts of the server at url.

@@ -35,6 +35,9 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 		return "", err
 	}
 	defer lock.Unlock()
+	if err := systemCredential(ctx, store, m, state.DefaultCost); err != nil {
+		return "", err
+	}
 	hashes, err := store.Hashes(ctx)
 	if err != nil {
 		return "", err

@@ -105,11 +105,17 @@ func (f *fixture) connect(ctx context.Context) *Session {
 		f.t.Fatalf("connecting: %v", err)
 	}
 	f.t.Cleanup(s.Close)
-	pw, err := os.ReadFile(filepath.Join(f.stateDi, "controller.password"))
-	if err == nil {
-		f.secrets = append(f.secrets, strings.TrimSpace(string(pw)))
-	}
+	f.ownSecrets()
 	return s
+}
+
+// ownSecrets adds meshctl's own passwords, as minted so far, to what no output may show.
+func (f *fixture) ownSecrets() {
+	for _, name := range []string{"controller.password", "system.password"} {
+		if pw, err := os.ReadFile(filepath.Join(f.stateDi, name)); err == nil {
+			f.secrets = append(f.secrets, strings.TrimSpace(string(pw)))
+		}
+	}
 }
 
 // apply reconciles and logs what happened, counting the calls.

@@ -41,6 +41,11 @@ type Result struct {
 
 // Desired derives what the bus should be from a mesh and the stored hashes.
 func (s *Session) Desired(ctx context.Context, m *model.Mesh) (plan.Target, error) {
+	if !s.opts.ReadOnly {
+		if err := systemCredential(ctx, s.Store, m, s.opts.Cost); err != nil {
+			return plan.Target{}, err
+		}
+	}
 	hashes, err := s.Store.Hashes(ctx)
 	if err != nil {
 		return plan.Target{}, err

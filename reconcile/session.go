@@ -213,7 +213,13 @@ func (s *Session) ensureConn(ctx context.Context) error {
 // the first apply's plan and goes live in its place in the order, after the objects its
 // grants name. Where a config is in use but lets the controller in no more (its credential
 // was minted anew), it is the whole rendering, so nobody else is locked out by a diff.
+//
+// meshctl's system user goes in with the controller when a server is reloaded by request: the
+// reload that makes this file live is the one that needs it.
 func (s *Session) bootstrapAccounts(ctx context.Context, m *model.Mesh, path string) ([]byte, error) {
+	if err := systemCredential(ctx, s.Store, m, s.opts.Cost); err != nil {
+		return nil, err
+	}
 	hashes, err := s.Store.Hashes(ctx)
 	if err != nil {
 		return nil, err
@@ -221,10 +227,27 @@ func (s *Session) bootstrapAccounts(ctx context.Context, m *model.Mesh, path str
 	d := render.Derive(m)
 	principals := d.Principals
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		c, _ := d.Principal(render.ControllerUser)
-		principals = []render.Principal{c}
+		principals = nil
+		for _, user := range []string{render.ControllerUser, render.SystemUser} {
+			if p, ok := d.Principal(user); ok {
+				principals = append(principals, p)
+			}
+		}
 	}
 	return render.AccountsConfig(principals, hashes), nil
+}
+
+// systemCredential mints meshctl's system user's password on first use, when a server of the
+// mesh is reloaded by request, so that every rendering carries its hash.
+func systemCredential(ctx context.Context, store *state.Store, m *model.Mesh, cost int) error {
+	if !m.Bus.ReloadsBySystem() {
+		return nil
+	}
+	if cost == 0 {
+		cost = state.DefaultCost
+	}
+	_, err := store.SystemPassword(ctx, cost)
+	return err
 }
 
 // controllerCanLogIn reports whether the accounts config at path lets the controller in

@@ -24,7 +24,17 @@ func AccountsConfig(principals []Principal, hashes map[string]string) []byte {
 	// by doubling copies it several times over.
 	b.Grow(accountsSize(principals))
 	b.WriteString("# The mesh's users, rendered by meshctl. Do not edit: meshctl apply rewrites this file.\n")
-	b.WriteString("accounts {\n  " + Account + " {\n")
+	b.WriteString("accounts {\n")
+	var mesh []Principal
+	for _, p := range principals {
+		if p.Kind == KindSystem {
+			writeSystemUser(&b, p, hashes)
+			continue
+		}
+		mesh = append(mesh, p)
+	}
+	principals = mesh
+	b.WriteString("  " + Account + " {\n")
 	// JetStream is enabled per account once accounts exist at all: with only the server's
 	// block, a user here is told "JetStream not enabled for account" the first time it
 	// binds a consumer (seed 002).
@@ -50,6 +60,29 @@ func AccountsConfig(principals []Principal, hashes map[string]string) []byte {
 	}
 	b.WriteString("    ]\n  }\n}\n")
 	return b.Bytes()
+}
+
+// writeSystemUser writes meshctl's system user (KindSystem) in an account block of the
+// server's system account, before the mesh's: adding users to that account is a reload like
+// any other, while naming another system account is not (NATS-FACTS.md). It is laid out on
+// lines of its own — `users: [`, not the mesh's `users = [` — so that what reads the mesh's
+// users block by block (plan's splitUsers) finds the mesh's list and not this one.
+func writeSystemUser(b *bytes.Buffer, p Principal, hashes map[string]string) {
+	hash, ok := hashes[p.User]
+	if !ok || hash == "" {
+		hash = LockedHash
+	}
+	b.WriteString("  # meshctl's system user: it may ask a server to reload, and nothing else.\n  ")
+	writeQuoted(b, SystemAccount)
+	b.WriteString(" { users: [\n    { user: ")
+	writeQuoted(b, p.User)
+	b.WriteString(", password: ")
+	writeQuoted(b, hash)
+	b.WriteString(", permissions: {\n      publish: ")
+	writeAllowList(b, p.Publish)
+	b.WriteString("\n      subscribe: ")
+	writeAllowList(b, p.Subscribe)
+	b.WriteString("\n    } }\n  ] }\n")
 }
 
 // accountsSize is about how long AccountsConfig's text for these principals is.

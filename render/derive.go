@@ -21,6 +21,9 @@ const (
 	KindNode       Kind = "node"
 	KindEnrol      Kind = "enrol"
 	KindModule     Kind = "module"
+	// KindSystem is meshctl's user in the server's system account, there only when a server
+	// of the bus is reloaded by request (bus reload: system).
+	KindSystem Kind = "system"
 )
 
 // Grant is one subject a principal may publish or subscribe to, with the job that needs
@@ -40,7 +43,8 @@ func (g Grant) String() string {
 	return g.Subject
 }
 
-// Principal is one user of the MESH account.
+// Principal is one user of the MESH account, or, for KindSystem, of the server's system
+// account.
 type Principal struct {
 	User           string  `json:"user"`
 	Kind           Kind    `json:"kind"`
@@ -118,6 +122,9 @@ func Derive(m *model.Mesh) *Desired {
 	d.Principals = make([]Principal, 0, 1+2*len(m.Nodes)+len(instances))
 	pull := m.Bus.Consumers != model.ConsumersPush
 	d.Principals = append(d.Principals, controllerPrincipal(m))
+	if m.Bus.ReloadsBySystem() {
+		d.Principals = append(d.Principals, systemPrincipal())
+	}
 	for _, n := range m.Nodes {
 		d.Principals = append(d.Principals, nodePrincipal(n.Name, pull), enrolPrincipal(n.Name))
 	}
@@ -180,6 +187,18 @@ const (
 	StreamUpdatedAdvisories   = "$JS.EVENT.ADVISORY.STREAM.UPDATED.*"
 	ConsumerDeletedAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.DELETED.*.*"
 )
+
+// systemPrincipal is meshctl's user in the server's system account, for a bus whose servers
+// meshctl reloads by request. It may ask a server to re-read its config — which re-reads
+// only what the operator and meshctl already wrote — and hear the answer at its own inbox;
+// nothing else of the system account: not the servers' events, not their statistics, not
+// any other request a system user could make.
+func systemPrincipal() Principal {
+	var pub, sub grants
+	pub.add("ask each server to re-read its accounts config (bus reload: system)", ReloadRequests)
+	sub.add("its own inbox, where the server answers", Inbox(SystemUser)+".>")
+	return Principal{User: SystemUser, Kind: KindSystem, Publish: pub.sorted(), Subscribe: sub.sorted()}
+}
 
 func controllerPrincipal(m *model.Mesh) Principal {
 	var pub, sub grants

@@ -24,6 +24,19 @@ const Account = "MESH"
 // ControllerUser is the controller's user, and the name of its consumers.
 const ControllerUser = "controller"
 
+// SystemAccount is the server's system account, as nats-server names it by default, and
+// SystemUser is meshctl's user in it: the one it asks a server to reload as (bus reload:
+// system). Its name starts with '_', which no mesh name can, so it never meets a principal
+// the mesh derives.
+const (
+	SystemAccount = "$SYS"
+	SystemUser    = "_meshctl.system"
+)
+
+// ReloadRequests is the subject that asks a server to re-read its config, one token standing
+// for the server's id (nats-server 2.10 and later): `$SYS.REQ.SERVER.<id>.RELOAD`.
+const ReloadRequests = "$SYS.REQ.SERVER.*.RELOAD"
+
 // OwnerKey and OwnerValue mark every stream and consumer meshctl creates. Only objects
 // carrying the marker are ever updated or deleted: "not in my config" is not permission
 // to delete (another tool's stream of the same name is a conflict, never adopted).

@@ -26,13 +26,19 @@ import (
 // the tool's original, nats-server's util/mkpasswd.go, has DefaultCost = 11.
 const DefaultCost = 11
 
-// controllerPrincipal is the principal name of meshctl's own identity on the bus.
-const controllerPrincipal = "controller"
+// controllerPrincipal is the principal name of meshctl's own identity on the bus, and
+// systemPrincipal that of its user in the servers' system account (render.SystemUser).
+const (
+	controllerPrincipal = "controller"
+	systemPrincipal     = "_meshctl.system"
+)
 
-// Operations recorded by ControllerPassword.
+// Operations recorded by ControllerPassword and SystemPassword.
 const (
 	opControllerFirstUse = "controller-first-use"
 	opControllerRemint   = "controller-remint"
+	opSystemFirstUse     = "system-first-use"
+	opSystemRemint       = "system-remint"
 )
 
 // GeneratePassword returns a fresh random password: 26 characters of base32 (A–Z, 2–7) from
@@ -225,20 +231,62 @@ func (s *Store) Credentials(ctx context.Context) ([]Credential, error) {
 // disagree (an operator revoked "controller", a file was restored from an old backup), both are
 // minted anew, since a password the bus would refuse is worth nothing.
 func (s *Store) ControllerPassword(ctx context.Context, cost int) (string, error) {
-	pw, err := s.controllerPassword(ctx, cost)
+	return s.ownPassword(ctx, controllerOwn, cost)
+}
+
+// SystemPassword is ControllerPassword for meshctl's system user (render.SystemUser), the one
+// it asks servers to reload as: dir/system.password (0600), its hash under that principal.
+func (s *Store) SystemPassword(ctx context.Context, cost int) (string, error) {
+	return s.ownPassword(ctx, systemOwn, cost)
+}
+
+// ReadSystemPassword reads meshctl's system user's password from dir, as SystemPassword last
+// minted it, without opening the store: for a reload by request, made after the session's
+// SystemPassword has minted it or found it matching its hash.
+func ReadSystemPassword(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, systemPasswordFileName))
 	if err != nil {
-		return "", fmt.Errorf("getting the controller's password in %s: %w", s.dir, err)
+		return "", fmt.Errorf("reading meshctl's system user's password: %w", err)
+	}
+	pw := strings.TrimSpace(string(data))
+	if pw == "" {
+		return "", fmt.Errorf("reading meshctl's system user's password: %s is empty", filepath.Join(dir, systemPasswordFileName))
 	}
 	return pw, nil
 }
 
-func (s *Store) controllerPassword(ctx context.Context, cost int) (string, error) {
-	if pw, err := s.verifiedControllerPassword(ctx, s.db, true); err != nil || pw != "" {
+// own is one of meshctl's own identities on the bus, whose plaintext meshctl keeps because
+// it logs in as it: the controller, and the system user.
+type own struct {
+	principal string
+	file      string // the password's file in the state directory
+	what      string // how errors name it
+	// The operations recorded when it is minted: the first time, and anew.
+	opFirstUse, opRemint string
+}
+
+var (
+	controllerOwn = own{principal: controllerPrincipal, file: controllerPasswordFileName, what: "the controller's",
+		opFirstUse: opControllerFirstUse, opRemint: opControllerRemint}
+	systemOwn = own{principal: systemPrincipal, file: systemPasswordFileName, what: "meshctl's system user's",
+		opFirstUse: opSystemFirstUse, opRemint: opSystemRemint}
+)
+
+func (s *Store) ownPassword(ctx context.Context, o own, cost int) (string, error) {
+	pw, err := s.mintOwnPassword(ctx, o, cost)
+	if err != nil {
+		return "", fmt.Errorf("getting %s password in %s: %w", o.what, s.dir, err)
+	}
+	return pw, nil
+}
+
+func (s *Store) mintOwnPassword(ctx context.Context, o own, cost int) (string, error) {
+	if pw, err := s.verifiedOwnPassword(ctx, s.db, o, true); err != nil || pw != "" {
 		return pw, err
 	}
 	// Hash before taking the write lock: at DefaultCost bcrypt takes ~100ms, during which every
 	// other writer of the store would wait.
-	m, err := mint(ctx, []string{controllerPrincipal}, cost)
+	m, err := mint(ctx, []string{o.principal}, cost)
 	if err != nil {
 		return "", err
 	}
@@ -247,13 +295,13 @@ func (s *Store) controllerPassword(ctx context.Context, cost int) (string, error
 		// Check again under the write lock: two meshctl processes starting together must not
 		// both mint, or the one that wrote its file first would hold a password the other
 		// overwrote.
-		verified, err := s.verifiedControllerPassword(ctx, tx, true)
+		verified, err := s.verifiedOwnPassword(ctx, tx, o, true)
 		if err != nil || verified != "" {
 			pw = verified
 			return err
 		}
 		pw = m[0].password
-		return s.storeControllerPassword(ctx, tx, m)
+		return s.storeOwnPassword(ctx, tx, o, m)
 	})
 	return pw, err
 }
@@ -263,60 +311,60 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// verifiedControllerPassword returns the password in controller.password if the stored hash
-// accepts it, and "" when there is nothing usable. A pair known to match is not checked with
-// bcrypt again (verified.go); remember records one that bcrypt accepted.
-func (s *Store) verifiedControllerPassword(ctx context.Context, q querier, remember bool) (string, error) {
-	path := filepath.Join(s.dir, controllerPasswordFileName)
+// verifiedOwnPassword returns the password in o's file if the stored hash accepts it, and ""
+// when there is nothing usable. A pair known to match is not checked with bcrypt again
+// (verified.go); remember records one that bcrypt accepted.
+func (s *Store) verifiedOwnPassword(ctx context.Context, q querier, o own, remember bool) (string, error) {
+	path := filepath.Join(s.dir, o.file)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading the controller's password: %w", err)
+		return "", fmt.Errorf("reading %s password: %w", o.what, err)
 	}
 	pw := strings.TrimSpace(string(data))
 	var hash string
-	err = q.QueryRowContext(ctx, "SELECT hash FROM credentials WHERE principal = ?", controllerPrincipal).Scan(&hash)
+	err = q.QueryRowContext(ctx, "SELECT hash FROM credentials WHERE principal = ?", o.principal).Scan(&hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading the controller's hash: %w", err)
+		return "", fmt.Errorf("reading %s hash: %w", o.what, err)
 	}
 	if pw == "" {
 		return "", nil
 	}
-	if !s.knownToMatch(hash, pw) {
+	if !s.knownToMatch(o, hash, pw) {
 		if bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) != nil {
 			return "", nil
 		}
 		if remember {
-			s.rememberMatch(hash, pw)
+			s.rememberMatch(o, hash, pw)
 		}
 	}
 	// The file may have been restored or copied with a wider mode; it is a plaintext password.
 	if err := os.Chmod(path, fileMode); err != nil {
-		return "", fmt.Errorf("restricting the controller's password file: %w", err)
+		return "", fmt.Errorf("restricting %s password file: %w", o.what, err)
 	}
 	return pw, nil
 }
 
-// storeControllerPassword stores the controller's minted hash in tx and writes its password to
-// the file. The file is written before the transaction commits: if writing fails nothing
-// changes, and if the commit fails the next call finds file and hash disagreeing and mints again.
-func (s *Store) storeControllerPassword(ctx context.Context, tx *sql.Tx, m []minted) error {
-	path := filepath.Join(s.dir, controllerPasswordFileName)
-	op := opControllerFirstUse
+// storeOwnPassword stores o's minted hash in tx and writes its password to the file. The file
+// is written before the transaction commits: if writing fails nothing changes, and if the
+// commit fails the next call finds file and hash disagreeing and mints again.
+func (s *Store) storeOwnPassword(ctx context.Context, tx *sql.Tx, o own, m []minted) error {
+	path := filepath.Join(s.dir, o.file)
+	op := o.opFirstUse
 	if _, err := os.Stat(path); err == nil {
-		op = opControllerRemint
+		op = o.opRemint
 	} else {
 		var n int
-		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM credentials WHERE principal = ?", controllerPrincipal).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM credentials WHERE principal = ?", o.principal).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {
-			op = opControllerRemint
+			op = o.opRemint
 		}
 	}
 	if err := storeHashes(ctx, tx, m, time.Now(), op); err != nil {
@@ -327,7 +375,7 @@ func (s *Store) storeControllerPassword(ctx context.Context, tx *sql.Tx, m []min
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	// Bound to the new hash: if the commit fails, the old hash and this record disagree.
-	s.rememberMatch(m[0].hash, m[0].password)
+	s.rememberMatch(o, m[0].hash, m[0].password)
 	return nil
 }
 

@@ -443,3 +443,48 @@ func TestControllerPasswordConcurrentFirstUse(t *testing.T) {
 		t.Errorf("Credentials = %+v (%v), want one controller-first-use", creds, err)
 	}
 }
+
+// meshctl's system user is minted like the controller, into a file of its own: once, kept
+// across calls, re-minted when revoked, and never the controller's password.
+func TestSystemPassword(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	controller, err := s.ControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.SystemPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.SystemPassword(ctx, bcrypt.MinCost)
+	if err != nil || again != first || first == controller {
+		t.Fatalf("the system password changed between calls, or is the controller's (%v)", err)
+	}
+	read, err := ReadSystemPassword(s.Dir())
+	if err != nil || read != first {
+		t.Fatalf("system.password does not hold the minted password (%v)", err)
+	}
+	fi, err := os.Stat(filepath.Join(s.Dir(), systemPasswordFileName))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("system.password is not 0600: %v %v", fi.Mode(), err)
+	}
+	hashes, err := s.Hashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bcrypt.CompareHashAndPassword([]byte(hashes[systemPrincipal]), []byte(first)) != nil {
+		t.Fatal("the stored hash does not accept the system password")
+	}
+	if _, err := s.Revoke(ctx, systemPrincipal); err != nil {
+		t.Fatal(err)
+	}
+	minted, err := s.SystemPassword(ctx, bcrypt.MinCost)
+	if err != nil || minted == first {
+		t.Fatalf("a revoked system user was not minted anew (%v)", err)
+	}
+	if pw, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || pw != controller {
+		t.Fatalf("minting the system user changed the controller's password (%v)", err)
+	}
+}

@@ -4,7 +4,9 @@
 // It owns:
 //
 //   - the bcrypt hash of every principal's password (never a plaintext), when and why it was minted;
-//   - the controller's own password, the one plaintext at rest, in dir/controller.password (0600);
+//   - meshctl's own passwords, the only plaintexts at rest: the controller's in
+//     dir/controller.password, and, where servers are reloaded by request, its system user's in
+//     dir/system.password (both 0600);
 //   - the last applied inventory (nodes, module instances, seats and their holders) and an
 //     append-only log of every change of a seat's holder;
 //   - the history of applies (who, from which host and git commit, when, what, with what outcome);
@@ -18,7 +20,8 @@
 // What it must not do:
 //
 //   - write, log or return in an error any password other than through the values Mint and
-//     ControllerPassword return: the bus's security rests on the plaintext existing once;
+//     ControllerPassword (and SystemPassword) return: the bus's security rests on the plaintext
+//     existing once;
 //   - recreate, truncate or "repair" a database it cannot read: the hashes in it are what lets
 //     every node log in, and an empty store would lock the whole mesh out at the next reload;
 //   - talk to the bus, render configuration or decide what to apply: it stores values that the

@@ -41,7 +41,7 @@ func Exists(dir string) (bool, error) {
 // the file and the hash agree, ErrNoController when neither exists, ErrControllerMismatch
 // otherwise.
 func (s *Store) StoredControllerPassword(ctx context.Context) (string, error) {
-	pw, err := s.verifiedControllerPassword(ctx, s.db, false)
+	pw, err := s.verifiedOwnPassword(ctx, s.db, controllerOwn, false)
 	if err != nil || pw != "" {
 		return pw, err
 	}

@@ -22,6 +22,7 @@ import (
 const (
 	dbFileName                 = "meshctl.db"
 	controllerPasswordFileName = "controller.password"
+	systemPasswordFileName     = "system.password"
 	lockFileName               = "apply.lock"
 )
 

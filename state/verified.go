@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/meshbus/meshctl/internal/atomicfile"
 )
@@ -23,22 +24,29 @@ import (
 // password: it is 130 random bits, beyond any search of a SHA-256, and the file sits beside
 // controller.password itself, 0600. It guards against nothing an attacker who writes the state
 // directory could not do anyway (write the hash and the password); it only saves the work.
+// meshctl's system user's pair (system.password) is known the same way, in system.verified.
 
 const controllerVerifiedFileName = "controller.verified"
 
-func controllerVerifier(hash, password string) []byte {
-	sum := sha256.Sum256([]byte("meshctl controller.password matches\x00" + hash + "\x00" + password))
+// verifiedFile is where the record of o's pair is kept: controller.verified beside
+// controller.password.
+func (o own) verifiedFile() string {
+	return strings.TrimSuffix(o.file, ".password") + ".verified"
+}
+
+func (o own) verifier(hash, password string) []byte {
+	sum := sha256.Sum256([]byte("meshctl " + o.file + " matches\x00" + hash + "\x00" + password))
 	return []byte(hex.EncodeToString(sum[:]))
 }
 
-// knownToMatch reports whether controller.verified records this hash and password as a pair.
-func (s *Store) knownToMatch(hash, password string) bool {
-	data, err := os.ReadFile(filepath.Join(s.dir, controllerVerifiedFileName))
-	return err == nil && subtle.ConstantTimeCompare(bytes.TrimSpace(data), controllerVerifier(hash, password)) == 1
+// knownToMatch reports whether o's record holds this hash and password as a pair.
+func (s *Store) knownToMatch(o own, hash, password string) bool {
+	data, err := os.ReadFile(filepath.Join(s.dir, o.verifiedFile()))
+	return err == nil && subtle.ConstantTimeCompare(bytes.TrimSpace(data), o.verifier(hash, password)) == 1
 }
 
 // rememberMatch records hash and password as a pair known to match. A failure to record only
 // costs the next command a bcrypt check, so it is not an error.
-func (s *Store) rememberMatch(hash, password string) {
-	_ = atomicfile.Write(filepath.Join(s.dir, controllerVerifiedFileName), append(controllerVerifier(hash, password), '\n'))
+func (s *Store) rememberMatch(o own, hash, password string) {
+	_ = atomicfile.Write(filepath.Join(s.dir, o.verifiedFile()), append(o.verifier(hash, password), '\n'))
 }

@@ -24,7 +24,7 @@ func TestControllerPairRemembered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.knownToMatch(hashes[controllerPrincipal], pw) {
+	if !s.knownToMatch(controllerOwn, hashes[controllerPrincipal], pw) {
 		t.Fatal("a freshly minted controller password is not recorded as matching its hash")
 	}
 	if info, err := os.Stat(record); err != nil || info.Mode().Perm() != 0o600 {
@@ -45,7 +45,7 @@ func TestControllerPairRemembered(t *testing.T) {
 	if again, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || again != pw {
 		t.Fatalf("without its record the controller password reads back as another (%v)", err)
 	}
-	if !s.knownToMatch(hashes[controllerPrincipal], pw) {
+	if !s.knownToMatch(controllerOwn, hashes[controllerPrincipal], pw) {
 		t.Fatal("the record is not rebuilt after a bcrypt check")
 	}
 

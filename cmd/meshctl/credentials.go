@@ -58,7 +58,9 @@ the new config (or no bus runs yet); otherwise it exits 2, the membership of an 
 credential printed all the same.
 
 The controller's own credential is meshctl's, kept in STATE/controller.password and
-minted on first use; revoking "controller" makes meshctl mint a new one next time.
+minted on first use; revoking "controller" makes meshctl mint a new one next time. So is
+that of _meshctl.system, the system user meshctl reloads servers as (reload: system), in
+STATE/system.password.
 
 Example:
   meshctl credentials issue node.one -f mesh/ | ssh one 'umask 077; cat > /etc/mesh/membership.json'
@@ -175,6 +177,10 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	principal := rest[0]
 	if principal == render.ControllerUser && verb == "issue" {
 		e.errorf("the controller's credential is meshctl's own, in %s/controller.password; revoke it to have a new one minted", st.Dir())
+		return exitError
+	}
+	if principal == render.SystemUser && verb == "issue" {
+		e.errorf("%s's credential is meshctl's own, in %s/system.password; revoke it to have a new one minted", render.SystemUser, st.Dir())
 		return exitError
 	}
 	if !slices.Contains(users, principal) && verb == "issue" {
