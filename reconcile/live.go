@@ -26,6 +26,16 @@ func ReadLive(ctx context.Context, api API, accountsPath string, holding []model
 // readLive is ReadLive, listing the consumers only of the owned streams listConsumersOf
 // names (all of them when it is nil).
 func readLive(ctx context.Context, api API, accountsPath string, holding []model.Holding, listConsumersOf map[string]bool) (plan.Live, error) {
+	live, err := readBus(ctx, api, holding, listConsumersOf)
+	if err != nil {
+		return live, err
+	}
+	live.Accounts, live.AccountsKnown, err = readAccounts(accountsPath)
+	return live, err
+}
+
+// readBus is readLive without the accounts config: the streams and consumers.
+func readBus(ctx context.Context, api API, holding []model.Holding, listConsumersOf map[string]bool) (plan.Live, error) {
 	live := plan.Live{Holding: holding}
 	streams, err := api.ListStreams(ctx)
 	if err != nil {
@@ -66,15 +76,21 @@ func readLive(ctx context.Context, api API, accountsPath string, holding []model
 	for _, cs := range consumers {
 		live.Consumers = append(live.Consumers, cs...)
 	}
-	if accountsPath != "" {
-		data, err := os.ReadFile(accountsPath)
-		switch {
-		case err == nil:
-			live.Accounts, live.AccountsKnown = data, true
-		case errors.Is(err, fs.ErrNotExist):
-		default:
-			return live, fmt.Errorf("reading the accounts config in use: %w", err)
-		}
-	}
 	return live, nil
+}
+
+// readAccounts reads the accounts config at path, if there is one ("" names none).
+func readAccounts(path string) ([]byte, bool, error) {
+	if path == "" {
+		return nil, false, nil
+	}
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		return data, true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, false, nil
+	default:
+		return nil, false, fmt.Errorf("reading the accounts config in use: %w", err)
+	}
 }

@@ -64,15 +64,24 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	if err := s.ensureConn(ctx); err != nil {
 		return nil, plan.Target{}, err
 	}
-	t, err := s.Desired(ctx, m)
-	if err != nil {
-		return nil, t, err
-	}
 	inv, err := s.Store.Inventory(ctx)
 	if err != nil {
-		return nil, t, err
+		return nil, plan.Target{}, err
 	}
+	// What the bus should be is derived while the bus is read: the one is meshctl's work,
+	// the other mostly a wait on the server, and a converged plan is little else.
+	var t plan.Target
+	var terr error
+	derived := make(chan struct{})
+	go func() {
+		defer close(derived)
+		t, terr = s.Desired(ctx, m)
+	}()
 	live, err := s.readLive(ctx, holdingOf(inv), nil)
+	<-derived
+	if terr != nil {
+		return nil, t, terr
+	}
 	if err != nil {
 		return nil, t, fmt.Errorf("reading the bus at %s: %w", s.Target.Address(), err)
 	}
@@ -81,18 +90,28 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 
 // readLive reads the bus (the consumers of only the given streams, when streams is not
 // nil) and the accounts config in use, and proves which accounts config the server
-// serves: a file written and never loaded is no file in force.
+// serves: a file written and never loaded is no file in force. The proof, a login of its
+// own, is made while the streams and consumers are listed.
 func (s *Session) readLive(ctx context.Context, holdings []model.Holding, streams map[string]bool) (plan.Live, error) {
-	live, err := readLive(ctx, s.API, s.Accounts.Path, holdings, streams)
+	var accounts []byte
+	var known bool
+	var notServed string
+	var aerr error
+	proved := make(chan struct{})
+	go func() {
+		defer close(proved)
+		accounts, known, aerr = readAccounts(s.Accounts.Path)
+		if aerr == nil && known {
+			accounts, notServed, aerr = s.Accounts.served(ctx, accounts)
+		}
+	}()
+	live, err := readBus(ctx, s.API, holdings, streams)
+	<-proved
 	if err != nil {
 		return live, err
 	}
-	if live.AccountsKnown {
-		if live.Accounts, live.AccountsNotServed, err = s.Accounts.served(ctx, live.Accounts); err != nil {
-			return live, err
-		}
-	}
-	return live, nil
+	live.Accounts, live.AccountsKnown, live.AccountsNotServed = accounts, known, notServed
+	return live, aerr
 }
 
 // Reconcile plans and, unless asked for a dry run, applies the plan under the apply lock,

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
@@ -40,6 +39,9 @@ type Options struct {
 	// ExitsAfterClose says the process exits right after Close (a one-shot command), so an
 	// embedded bus only meshctl used need not wait for the server's slow stop (exit.go).
 	ExitsAfterClose bool
+	// Predial, when set, is the controller's connection started before the description was
+	// loaded (predial.go); the session's first connection uses it where it fits.
+	Predial *Predial
 }
 
 // Session is a connection to the bus as the controller, and what an apply needs beside it:
@@ -172,9 +174,12 @@ func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
 
 // connect dials the controller's connection and its API, replacing any previous one.
 func (s *Session) connect(ctx context.Context) error {
-	conn, err := s.dial(ctx)
-	if err != nil {
-		return err
+	conn := s.opts.Predial.take(s.Target.URL, s.password)
+	if conn == nil {
+		var err error
+		if conn, err = s.dial(ctx); err != nil {
+			return err
+		}
 	}
 	api, err := NewAPI(conn.Conn)
 	if err != nil {
@@ -193,10 +198,7 @@ func (s *Session) credential() bus.Credential {
 }
 
 func (s *Session) dial(ctx context.Context) (*bus.Conn, error) {
-	// Reconnect for as long as it takes, through authorization errors too: a config an
-	// operator breaks and mends, or a bus restarting, must not leave a watch with a dead
-	// connection.
-	return bus.Dial(ctx, s.Target, s.credential(), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+	return dialController(ctx, s.Target, s.password)
 }
 
 // ensureConn dials again when the connection was closed for good, so a long-lived session

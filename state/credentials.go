@@ -243,14 +243,22 @@ func (s *Store) SystemPassword(ctx context.Context, cost int) (string, error) {
 // ReadSystemPassword reads meshctl's system user's password from dir, as SystemPassword last
 // minted it, without opening the store: for a reload by request, made after the session's
 // SystemPassword has minted it or found it matching its hash.
-func ReadSystemPassword(dir string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(dir, systemPasswordFileName))
+func ReadSystemPassword(dir string) (string, error) { return readOwnPassword(dir, systemOwn) }
+
+// ReadControllerPassword reads the controller's password file in dir without opening the
+// store or checking it against its hash: for a connection started before the store is read,
+// used only once ControllerPassword (or StoredControllerPassword) returns the same password.
+func ReadControllerPassword(dir string) (string, error) { return readOwnPassword(dir, controllerOwn) }
+
+func readOwnPassword(dir string, o own) (string, error) {
+	path := filepath.Join(dir, o.file)
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("reading meshctl's system user's password: %w", err)
+		return "", fmt.Errorf("reading %s password: %w", o.what, err)
 	}
 	pw := strings.TrimSpace(string(data))
 	if pw == "" {
-		return "", fmt.Errorf("reading meshctl's system user's password: %s is empty", filepath.Join(dir, systemPasswordFileName))
+		return "", fmt.Errorf("reading %s password: %s is empty", o.what, path)
 	}
 	return pw, nil
 }

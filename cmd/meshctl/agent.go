@@ -8,7 +8,7 @@ import (
 )
 
 func init() {
-	register("agent", command{summary: "run a node: enrol once, then write its modules' memberships as declared", run: runAgent})
+	register("agent", command{summary: "run a node: enrol once, then write its modules' memberships as declared", run: runAgent, runsLong: true})
 }
 
 const agentHelp = `

@@ -21,6 +21,9 @@ type command struct {
 	// it has stopped, however long stopping takes, instead of being abandoned after
 	// stopGrace.
 	stopsCleanly bool
+	// runsLong marks a command that runs until it is stopped (watch, agent): it keeps the
+	// garbage collector's default pace, which a one-shot command trades for time (gc.go).
+	runsLong bool
 }
 
 // env is what every subcommand gets: where to write, and nothing global.

@@ -75,12 +75,14 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "dry run: nothing was changed")
 		return exitOK
 	}
+	pre := reconcile.StartPredial(ctx, *sf.dir)
+	defer pre.Close()
 	m, st, code := sf.loadAndOpen(ctx, e, *dir)
 	if code != exitOK {
 		return code
 	}
 	defer st.Close()
-	sess, err := connect(ctx, e, m, st, reconcile.Options{Cost: *cost})
+	sess, err := connect(ctx, e, m, st, reconcile.Options{Cost: *cost, Predial: pre})
 	if err != nil {
 		if ctx.Err() != nil {
 			e.errorf("interrupted before the bus was reached: nothing was changed")

@@ -95,6 +95,8 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 // credential minted, no accounts config installed (a fresh state directory is planned
 // against the empty bus it stands for).
 func planBus(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Options) (*plan.Plan, int) {
+	pre := reconcile.StartPredial(ctx, *sf.dir)
+	defer pre.Close()
 	m, code := loadDescription(ctx, e, dir)
 	if code != exitOK {
 		return nil, code
@@ -108,7 +110,7 @@ func planBus(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Optio
 		return nil, exitError
 	}
 	defer st.Close()
-	sess, err := connect(ctx, e, m, st, reconcile.Options{ReadOnly: true})
+	sess, err := connect(ctx, e, m, st, reconcile.Options{ReadOnly: true, Predial: pre})
 	if errors.Is(err, state.ErrNoController) {
 		hashes, herr := st.Hashes(ctx)
 		if herr != nil {

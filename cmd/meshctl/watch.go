@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("watch", command{summary: "keep the bus equal to the description: reconcile on every change and every minute", run: runWatch, stopsCleanly: true})
+	register("watch", command{summary: "keep the bus equal to the description: reconcile on every change and every minute", run: runWatch, stopsCleanly: true, runsLong: true})
 }
 
 const watchHelp = `
