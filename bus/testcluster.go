@@ -125,8 +125,9 @@ func (srv *TestClusterServer) start(bin string) error {
 	return nil
 }
 
-// waitReady waits until the server answers its monitoring port's health check and has
-// written its pid file (which its reload needs).
+// waitReady waits until the server answers its monitoring port, has written its pid file
+// (which its reload needs) and takes client connections: nats-server opens its monitoring
+// port first and its client port only once JetStream has recovered its store.
 func (srv *TestClusterServer) waitReady() error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -136,7 +137,10 @@ func (srv *TestClusterServer) waitReady() error {
 			resp.Body.Close()
 		}
 		if err == nil && perr == nil {
-			return nil
+			if c, derr := net.DialTimeout("tcp", strings.TrimPrefix(srv.URL, "nats://"), time.Second); derr == nil {
+				c.Close()
+				return nil
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
