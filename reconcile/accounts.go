@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -26,7 +27,10 @@ type Accounts struct {
 	StateDir string
 	// Verify, when set, is checked once the server is seen serving the new file: for example
 	// that the controller still logs in with JetStream. For a cluster, once every server is.
-	Verify func(ctx context.Context) error
+	// admitted says the controller's entry is byte for byte the one in the file the server
+	// served before the change (so a connection of the controller's made before it is still
+	// let in: a reload checks every connection against the new users).
+	Verify func(ctx context.Context, admitted bool) error
 	// Server names this server of a cluster in messages and in its generation record; ""
 	// for the single server of bus.url or the embedded bus.
 	Server string
@@ -105,7 +109,7 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 	undo = func(ctx context.Context, cause error) error {
 		return a.restore(ctx, cause, previous, existed, prevGen, prevKnown)
 	}
-	err = a.reloadAndProve(ctx, gen)
+	err = a.reloadAndProve(ctx, gen, prevKnown && a.controllerKept(ctx, previous, data, prevGen))
 	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
 		return undo, err
 	}
@@ -120,7 +124,7 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 
 // reloadAgain reloads a file that is already on disk as meshctl wrote it, and proves it.
 func (a Accounts) reloadAgain(ctx context.Context, g generation) error {
-	err := a.reloadAndProve(ctx, g)
+	err := a.reloadAndProve(ctx, g, false)
 	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
 		return err
 	}
@@ -129,8 +133,8 @@ func (a Accounts) reloadAgain(ctx context.Context, g generation) error {
 }
 
 // reloadAndProve copies the file onto the server where it is not on the control host, reloads
-// the server and waits until it is seen serving g's file.
-func (a Accounts) reloadAndProve(ctx context.Context, g generation) error {
+// the server and waits until it is seen serving g's file. admitted is Verify's.
+func (a Accounts) reloadAndProve(ctx context.Context, g generation, admitted bool) error {
 	if err := a.copyFile(ctx); err != nil {
 		return err
 	}
@@ -145,9 +149,24 @@ func (a Accounts) reloadAndProve(ctx context.Context, g generation) error {
 		return fmt.Errorf("proving the server loaded it: %w", err)
 	}
 	if a.Verify != nil {
-		return a.Verify(ctx)
+		return a.Verify(ctx, admitted)
 	}
 	return nil
+}
+
+// controllerKept reports whether the rendering data keeps the controller's entry of the
+// previous file byte for byte, and the server is seen serving that previous file, its
+// generation prevGen: then what let the controller in before lets it in after. Only for a
+// single server — on a cluster the controller's connection may be to another server than
+// the one reloaded.
+func (a Accounts) controllerKept(ctx context.Context, previous, data []byte, prevGen generation) bool {
+	if a.Server != "" {
+		return false
+	}
+	rendered, _ := unstamp(previous)
+	entry := render.EntryOf(data, render.ControllerUser)
+	return entry != nil && bytes.Equal(entry, render.EntryOf(rendered, render.ControllerUser)) &&
+		proveOnce(ctx, a.Target, prevGen) == nil
 }
 
 // restore puts the previous accounts config back after the server did not take the new one

@@ -380,7 +380,7 @@ func TestARefusedReloadLetsTheOldQueueDeliverAgain(t *testing.T) {
 	}
 	pausedAtReload := false
 	accounts := s.Accounts
-	accounts.Verify = func(context.Context) error {
+	accounts.Verify = func(context.Context, bool) error {
 		pausedAtReload = paused()
 		return errors.New("refused for the test")
 	}

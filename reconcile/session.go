@@ -169,7 +169,7 @@ func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
 	if err := s.bootstrap(ctx, m); err != nil {
 		return err
 	}
-	return s.verifyLogin(ctx)
+	return s.verifyLogin(ctx, false)
 }
 
 // connect dials the controller's connection and its API, replacing any previous one.
@@ -433,7 +433,17 @@ func (s *Session) bootstrap(ctx context.Context, m *model.Mesh) error {
 // verifyLogin proves the server still lets the controller in after a reload, on a
 // connection of its own, into an account with JetStream: the MESH account, not the open
 // global account of a server without users.
-func (s *Session) verifyLogin(ctx context.Context) error {
+//
+// When the controller's entry is the one the server admitted it with before (admitted), the
+// session's own connection is that proof: the reload checked it against the new users and
+// kept it, so JetStream answering on it is enough, without a new login and the server's
+// bcrypt of it (a tenth of a second at cost 11).
+func (s *Session) verifyLogin(ctx context.Context, admitted bool) error {
+	if admitted && s.Conn != nil && s.Conn.IsConnected() {
+		if err := s.jetStreamAnswers(ctx, s.Conn); err == nil {
+			return nil
+		}
+	}
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
 		if err = s.loginWithJetStream(ctx); err == nil {
@@ -455,6 +465,11 @@ func (s *Session) loginWithJetStream(ctx context.Context) error {
 		return err
 	}
 	defer c.Close()
+	return s.jetStreamAnswers(ctx, c)
+}
+
+// jetStreamAnswers checks that JetStream answers the controller on c.
+func (s *Session) jetStreamAnswers(ctx context.Context, c *bus.Conn) error {
 	js, err := jetstream.New(c.Conn)
 	if err != nil {
 		return err

@@ -44,7 +44,7 @@ func AccountsConfig(principals []Principal, hashes map[string]string) []byte {
 		if !ok || hash == "" {
 			hash = LockedHash
 		}
-		b.WriteString("      { user: ")
+		b.WriteString(entryStart)
 		writeQuoted(&b, p.User)
 		b.WriteString(", password: ")
 		writeQuoted(&b, hash)
@@ -56,7 +56,7 @@ func AccountsConfig(principals []Principal, hashes map[string]string) []byte {
 		if p.AllowResponses {
 			b.WriteString("        allow_responses: { max: 1, ttl: \"1m\" }\n")
 		}
-		b.WriteString("      } }\n")
+		b.WriteString(entryEnd)
 	}
 	b.WriteString("    ]\n  }\n}\n")
 	return b.Bytes()
@@ -83,6 +83,32 @@ func writeSystemUser(b *bytes.Buffer, p Principal, hashes map[string]string) {
 	b.WriteString("\n      subscribe: ")
 	writeAllowList(b, p.Subscribe)
 	b.WriteString("\n    } }\n  ] }\n")
+}
+
+// How AccountsConfig begins and ends each mesh user's entry.
+const (
+	entryStart = "      { user: "
+	entryEnd   = "      } }\n"
+)
+
+// EntryOf returns user's entry — its name, hash and permissions — in a config AccountsConfig
+// wrote, or nil when the config has no entry for that user laid out as AccountsConfig lays
+// one out.
+func EntryOf(conf []byte, user string) []byte {
+	var b bytes.Buffer
+	b.WriteString("\n" + entryStart)
+	writeQuoted(&b, user)
+	b.WriteString(", ")
+	i := bytes.Index(conf, b.Bytes())
+	if i < 0 {
+		return nil
+	}
+	entry := conf[i+1:]
+	end := bytes.Index(entry, []byte("\n"+entryEnd))
+	if end < 0 {
+		return nil
+	}
+	return entry[:end+1+len(entryEnd)]
 }
 
 // accountsSize is about how long AccountsConfig's text for these principals is.

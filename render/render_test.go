@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"flag"
 	"os"
 	"path/filepath"
@@ -256,5 +257,28 @@ func TestEveryObjectIsMarkedAndEveryAckNamesARealConsumer(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// EntryOf finds one user's whole entry, and only that user's: not a user whose name the
+// other's begins with, and nothing of the system user's account, which is laid out apart.
+func TestEntryOfFindsOneUsersWholeEntry(t *testing.T) {
+	t.Parallel()
+	ps := []Principal{
+		{User: SystemUser, Kind: KindSystem, Publish: []Grant{{Subject: ReloadRequests}}},
+		{User: "a", Publish: []Grant{{Subject: "x.>"}}},
+		{User: "a.b", Publish: []Grant{{Subject: "y.>"}}, AllowResponses: true},
+	}
+	conf := AccountsConfig(ps, map[string]string{"a": "$2a$04$aaaa", "a.b": "$2a$04$bbbb"})
+	a, ab := EntryOf(conf, "a"), EntryOf(conf, "a.b")
+	if !bytes.HasPrefix(a, []byte(`      { user: "a", password: "$2a$04$aaaa"`)) || !bytes.HasSuffix(a, []byte("      } }\n")) ||
+		bytes.Contains(a, []byte("y.>")) || !bytes.Contains(a, []byte("x.>")) {
+		t.Fatalf("the entry of a:\n%s", a)
+	}
+	if !bytes.Contains(ab, []byte("allow_responses")) || bytes.Contains(ab, []byte("x.>")) {
+		t.Fatalf("the entry of a.b:\n%s", ab)
+	}
+	if EntryOf(conf, SystemUser) != nil || EntryOf(conf, "b") != nil {
+		t.Fatal("EntryOf found an entry outside the mesh's users, or of a user with none")
 	}
 }
