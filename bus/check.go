@@ -29,18 +29,21 @@ func CheckConfig(path string) error {
 // It is parsed in memory (Options.ProcessConfigString), not from files: ProcessConfigFile also
 // computes a digest of the whole parsed config, which a check throws away and which costs as
 // much again as the parse at 28,001 users, and writing a copy of every hash to disk to check it
-// was a copy to clean up after a killed run. The server's own settings go on the accounts' first
-// line, ahead of it, so a line the parser names is the line of the accounts text. The text must
-// be self-contained (render's is): an include in it would not resolve against the live file's
-// directory. Only ErrRefusedByParser (wrapped) is returned: the server would refuse the config.
+// was a copy to clean up after a killed run. It is parsed as the embedded bus parses its own
+// (serverConfig.options), so a line the parser names is the line of the accounts text. Only
+// ErrRefusedByParser (wrapped) is returned: the server would refuse the config. The embedded
+// bus checks with its own settings, and keeps the parse for its reload (Embedded.CheckAccounts).
 func CheckAccounts(accounts []byte, dir string) error {
-	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"; jetstream { store_dir: %s }; %s",
-		confQuote(filepath.Join(dir, jetStreamDirName)), accounts)
-	var o server.Options
-	if err := o.ProcessConfigString(conf); err != nil {
-		return fmt.Errorf("%w, so it was not installed: %s: %w", ErrRefusedByParser, accountsConfName, err)
+	conf := serverConfig{settings: []string{`listen: "127.0.0.1:-1"`, jetStreamSetting(dir)}}
+	if _, err := conf.options(accounts); err != nil {
+		return refusedByParser(err)
 	}
 	return nil
+}
+
+// refusedByParser is the parser's refusal of an accounts config, as CheckAccounts returns it.
+func refusedByParser(err error) error {
+	return fmt.Errorf("%w, so it was not installed: %s: %w", ErrRefusedByParser, accountsConfName, err)
 }
 
 // ErrRefusedByParser means the server's own parser refuses a rendered accounts config.

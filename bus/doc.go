@@ -14,7 +14,8 @@
 //     always installs one and turns each refusal into a *PermissionError naming user, operation
 //     and subject.
 //   - The embedded bus (StartEmbedded, RunningEmbedded): nats-server in-process, configured by
-//     files under StateDir/bus that an operator can read and that a reload re-reads, and
+//     files under StateDir/bus that an operator can read, whose accounts file a reload re-reads
+//     and parses in memory with the server's own settings (serverConfig), and
 //     discoverable by a second meshctl process so one state directory never gets two servers.
 //     That process reloads it, and holds it up while it needs it, through the control socket
 //     the serving process answers on (ControlReloader, Hold): a signal would kill a serving

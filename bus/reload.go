@@ -97,7 +97,27 @@ func (r commandReloader) Reload(ctx context.Context) error {
 	return nil
 }
 
+// An AccountsChecker is a Reloader that checks an accounts config with its server's own settings
+// and keeps that parse for the reload that makes it live: the embedded bus in this process
+// (Embedded.Reloader). A change then costs the server one parse of the whole config, where a
+// check followed by a reload parses it twice.
+type AccountsChecker interface {
+	Reloader
+	// CheckAccounts parses accounts as the server will read them from its accounts file:
+	// ErrRefusedByParser (wrapped) when it would refuse them. reload makes them live once the
+	// file holds exactly these bytes; it reloads the file as it is otherwise.
+	CheckAccounts(accounts []byte) (reload func(ctx context.Context) error, err error)
+}
+
 type embeddedReloader struct{ e *Embedded }
+
+func (r embeddedReloader) CheckAccounts(accounts []byte) (func(ctx context.Context) error, error) {
+	c, err := r.e.CheckAccounts(accounts)
+	if err != nil {
+		return nil, err
+	}
+	return c.Reload, nil
+}
 
 func (r embeddedReloader) Reload(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {

@@ -55,8 +55,8 @@ var ErrRefused = errors.New("the server did not take the new accounts config")
 // to prove until the embedded bus starts and reads it.
 var errAtNextStart = errors.New("the embedded bus is not running; it reads the accounts config when it starts")
 
-// write installs a new accounts config (a rendering): checked with the server's own parser
-// first, stamped with a fresh generation principal, written atomically beside the old one,
+// write installs a new accounts config (a rendering): stamped with a fresh generation
+// principal, checked with the server's own parser, written atomically beside the old one,
 // reloaded, and seen served — by a login as that principal, which only this file admits.
 // When the server does not take it, the previous file and its generation go back, are
 // reloaded, and the error says whether the server is seen serving the previous one.
@@ -87,12 +87,13 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 			return nil, a.reloadAgain(ctx, prevGen)
 		}
 	}
-	if err := bus.CheckAccounts(data, dir); err != nil {
-		return nil, state.DiskError(err, dir)
-	}
 	stamped, gen, err := stamp(data, a.Path)
 	if err != nil {
 		return nil, fmt.Errorf("writing the accounts config: %w", err)
+	}
+	reload, err := a.check(stamped, dir)
+	if err != nil {
+		return nil, state.DiskError(err, dir)
 	}
 	// The record first: a crash between the two leaves a record that describes no file on
 	// disk, which the next plan reads as "not proven" and repairs, never as proven.
@@ -109,7 +110,7 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 	undo = func(ctx context.Context, cause error) error {
 		return a.restore(ctx, cause, previous, existed, prevGen, prevKnown)
 	}
-	err = a.reloadAndProve(ctx, gen, prevKnown && a.controllerKept(ctx, previous, data, prevGen))
+	err = a.reloadAndProve(ctx, gen, reload, prevKnown && a.controllerKept(ctx, previous, data, prevGen))
 	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
 		return undo, err
 	}
@@ -122,9 +123,24 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 	return nil, undo(ctx, err)
 }
 
+// check parses stamped, the file about to be written, with the server's own parser, and
+// returns the reload that makes it live. The stamped text is what the server will read: the
+// generation principal goes in ahead of the last lines, so a line the parser names is still the
+// rendering's. A reloader that checks with its server's own settings (the embedded bus in this
+// process) keeps the parse for the reload, so the change costs one parse of the whole config.
+func (a Accounts) check(stamped []byte, dir string) (reload func(ctx context.Context) error, err error) {
+	if c, ok := a.Reloader.(bus.AccountsChecker); ok {
+		return c.CheckAccounts(stamped)
+	}
+	if err := bus.CheckAccounts(stamped, dir); err != nil {
+		return nil, err
+	}
+	return a.Reloader.Reload, nil
+}
+
 // reloadAgain reloads a file that is already on disk as meshctl wrote it, and proves it.
 func (a Accounts) reloadAgain(ctx context.Context, g generation) error {
-	err := a.reloadAndProve(ctx, g, false)
+	err := a.reloadAndProve(ctx, g, a.Reloader.Reload, false)
 	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
 		return err
 	}
@@ -133,12 +149,12 @@ func (a Accounts) reloadAgain(ctx context.Context, g generation) error {
 }
 
 // reloadAndProve copies the file onto the server where it is not on the control host, reloads
-// the server and waits until it is seen serving g's file. admitted is Verify's.
-func (a Accounts) reloadAndProve(ctx context.Context, g generation, admitted bool) error {
+// the server with reload and waits until it is seen serving g's file. admitted is Verify's.
+func (a Accounts) reloadAndProve(ctx context.Context, g generation, reload func(ctx context.Context) error, admitted bool) error {
 	if err := a.copyFile(ctx); err != nil {
 		return err
 	}
-	if err := a.Reloader.Reload(ctx); err != nil {
+	if err := reload(ctx); err != nil {
 		return err
 	}
 	if err := prove(ctx, a.Target, g, proofWait); err != nil {

@@ -34,7 +34,10 @@ func BenchmarkCheckAccounts(b *testing.B) {
 }
 
 // BenchmarkReloadAccounts is the server's own reload of a whole generated accounts config on
-// the embedded bus, and the proof that follows it (one login as the generation principal).
+// the embedded bus (reload: from accounts.conf, as the control socket, watch and a restore ask
+// for it), the check and reload of a change in the process that serves the bus (checked: one
+// parse for both, Embedded.CheckAccounts), and the proof that follows either (one login as the
+// generation principal).
 func BenchmarkReloadAccounts(b *testing.B) {
 	for _, n := range []int{5000, 20000} {
 		g := meshgen.Scaled(n)
@@ -58,6 +61,18 @@ func BenchmarkReloadAccounts(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					if err := e.Reload(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("checked", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					checked, err := e.CheckAccounts(stamped)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := checked.Reload(context.Background()); err != nil {
 						b.Fatal(err)
 					}
 				}
