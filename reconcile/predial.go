@@ -13,8 +13,8 @@ import (
 
 // A converged diff or apply on the embedded bus a `meshctl watch` serves is mostly two
 // waits and one piece of work: the controller's login, which the server checks with bcrypt
-// (about a tenth of a second at cost 11), the listing of the bus, and the loading of the
-// description. The login needs nothing of the description — the bus's address is in
+// (a millisecond at the default cost, a tenth of a second at cost 11), the listing of the
+// bus, and the loading of the description. The login needs nothing of the description — the bus's address is in
 // STATE/bus/bus.json and the password in STATE/controller.password — so it is started
 // before the description is read, on the server's core while the load takes meshctl's.
 //

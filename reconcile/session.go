@@ -437,7 +437,7 @@ func (s *Session) bootstrap(ctx context.Context, m *model.Mesh) error {
 // When the controller's entry is the one the server admitted it with before (admitted), the
 // session's own connection is that proof: the reload checked it against the new users and
 // kept it, so JetStream answering on it is enough, without a new login and the server's
-// bcrypt of it (a tenth of a second at cost 11).
+// bcrypt of it (a tenth of a second at cost 11, where an operator chose that cost).
 func (s *Session) verifyLogin(ctx context.Context, admitted bool) error {
 	if admitted && s.Conn != nil && s.Conn.IsConnected() {
 		if err := s.jetStreamAnswers(ctx, s.Conn); err == nil {

@@ -16,8 +16,9 @@ import (
 //
 // Every command reads the controller's password and checks it against the stored hash, because
 // the two can disagree (a mint whose commit failed after the file was written, a file restored
-// from elsewhere) and a disagreeing pair must be minted anew. At cost 11 that check is a tenth of
-// a second of every converged command. So once the pair is known to match — minted together, or
+// from elsewhere) and a disagreeing pair must be minted anew. At cost 11 (a controller minted by
+// an earlier meshctl, or at an operator's --bcrypt-cost) that check is a tenth of a second of
+// every converged command. So once the pair is known to match — minted together, or
 // checked with bcrypt once — controller.verified records a SHA-256 of the hash and the password
 // together; a command then compares that digest instead. Either half changed gives another
 // digest, and the pair is checked with bcrypt again. The digest says nothing usable about the
