@@ -371,23 +371,79 @@ func NormalizeConsumer(c jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 func diffConsumer(have, want jetstream.ConsumerConfig) []FieldChange {
 	a, b := NormalizeConsumer(have), NormalizeConsumer(want)
 	var out []FieldChange
-	field(&out, "description", a.Description, b.Description, false)
+	// Each field is put in words only when it differs: a converged mesh compares six
+	// thousand consumers, all equal.
+	if a.Description != b.Description {
+		field(&out, "description", a.Description, b.Description, false)
+	}
 	// A push consumer cannot become a pull consumer or back.
-	field(&out, "deliver_subject", a.DeliverSubject, b.DeliverSubject, (a.DeliverSubject == "") != (b.DeliverSubject == ""))
-	field(&out, "deliver_group", a.DeliverGroup, b.DeliverGroup, false)
-	field(&out, "deliver_policy", a.DeliverPolicy.String(), b.DeliverPolicy.String(), true)
-	field(&out, "ack_policy", a.AckPolicy.String(), b.AckPolicy.String(), true)
-	field(&out, "replay_policy", a.ReplayPolicy.String(), b.ReplayPolicy.String(), true)
-	field(&out, "ack_wait", dur(a.AckWait), dur(b.AckWait), false)
-	field(&out, "max_deliver", strconv.Itoa(a.MaxDeliver), strconv.Itoa(b.MaxDeliver), false)
-	field(&out, "max_ack_pending", strconv.Itoa(a.MaxAckPending), strconv.Itoa(b.MaxAckPending), false)
-	field(&out, "filter_subjects", list(a.FilterSubjects), list(b.FilterSubjects), false)
-	field(&out, "flow_control", boolean(a.FlowControl), boolean(b.FlowControl), true)
-	field(&out, "idle_heartbeat", dur(a.IdleHeartbeat), dur(b.IdleHeartbeat), true)
-	field(&out, "headers_only", boolean(a.HeadersOnly), boolean(b.HeadersOnly), false)
-	field(&out, "rate_limit_bps", strconv.FormatUint(a.RateLimit, 10), strconv.FormatUint(b.RateLimit, 10), false)
-	field(&out, "inactive_threshold", dur(a.InactiveThreshold), dur(b.InactiveThreshold), false)
-	field(&out, "mem_storage", boolean(a.MemoryStorage), boolean(b.MemoryStorage), true)
-	field(&out, "metadata", metadata(a.Metadata), metadata(b.Metadata), false)
+	if a.DeliverSubject != b.DeliverSubject {
+		field(&out, "deliver_subject", a.DeliverSubject, b.DeliverSubject, (a.DeliverSubject == "") != (b.DeliverSubject == ""))
+	}
+	if a.DeliverGroup != b.DeliverGroup {
+		field(&out, "deliver_group", a.DeliverGroup, b.DeliverGroup, false)
+	}
+	if a.DeliverPolicy != b.DeliverPolicy {
+		field(&out, "deliver_policy", a.DeliverPolicy.String(), b.DeliverPolicy.String(), true)
+	}
+	if a.AckPolicy != b.AckPolicy {
+		field(&out, "ack_policy", a.AckPolicy.String(), b.AckPolicy.String(), true)
+	}
+	if a.ReplayPolicy != b.ReplayPolicy {
+		field(&out, "replay_policy", a.ReplayPolicy.String(), b.ReplayPolicy.String(), true)
+	}
+	if a.AckWait != b.AckWait {
+		field(&out, "ack_wait", dur(a.AckWait), dur(b.AckWait), false)
+	}
+	if a.MaxDeliver != b.MaxDeliver {
+		field(&out, "max_deliver", strconv.Itoa(a.MaxDeliver), strconv.Itoa(b.MaxDeliver), false)
+	}
+	if a.MaxAckPending != b.MaxAckPending {
+		field(&out, "max_ack_pending", strconv.Itoa(a.MaxAckPending), strconv.Itoa(b.MaxAckPending), false)
+	}
+	if !slices.Equal(a.FilterSubjects, b.FilterSubjects) {
+		field(&out, "filter_subjects", list(a.FilterSubjects), list(b.FilterSubjects), false)
+	}
+	if a.FlowControl != b.FlowControl {
+		field(&out, "flow_control", boolean(a.FlowControl), boolean(b.FlowControl), true)
+	}
+	if a.IdleHeartbeat != b.IdleHeartbeat {
+		field(&out, "idle_heartbeat", dur(a.IdleHeartbeat), dur(b.IdleHeartbeat), true)
+	}
+	if a.HeadersOnly != b.HeadersOnly {
+		field(&out, "headers_only", boolean(a.HeadersOnly), boolean(b.HeadersOnly), false)
+	}
+	if a.RateLimit != b.RateLimit {
+		field(&out, "rate_limit_bps", strconv.FormatUint(a.RateLimit, 10), strconv.FormatUint(b.RateLimit, 10), false)
+	}
+	if a.InactiveThreshold != b.InactiveThreshold {
+		field(&out, "inactive_threshold", dur(a.InactiveThreshold), dur(b.InactiveThreshold), false)
+	}
+	if a.MemoryStorage != b.MemoryStorage {
+		field(&out, "mem_storage", boolean(a.MemoryStorage), boolean(b.MemoryStorage), true)
+	}
+	if !sameMetadata(a.Metadata, b.Metadata) {
+		field(&out, "metadata", metadata(a.Metadata), metadata(b.Metadata), false)
+	}
 	return out
+}
+
+// sameMetadata reports whether a and b hold the same keys meshctl compares (metadata's).
+func sameMetadata(a, b map[string]string) bool {
+	n := 0
+	for k, v := range a {
+		if strings.HasPrefix(k, "_nats.") {
+			continue
+		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+		n++
+	}
+	for k := range b {
+		if !strings.HasPrefix(k, "_nats.") {
+			n--
+		}
+	}
+	return n == 0
 }

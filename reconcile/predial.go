@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
@@ -14,14 +15,18 @@ import (
 // A converged diff or apply on the embedded bus a `meshctl watch` serves is mostly two
 // waits and one piece of work: the controller's login, which the server checks with bcrypt
 // (a millisecond at the default cost, a tenth of a second at cost 11), the listing of the
-// bus, and the loading of the description. The login needs nothing of the description — the bus's address is in
-// STATE/bus/bus.json and the password in STATE/controller.password — so it is started
-// before the description is read, on the server's core while the load takes meshctl's.
+// bus, and the loading of the description. Neither wait needs the description — the bus's
+// address is in STATE/bus/bus.json, the password in STATE/controller.password — so both are
+// started before it is read, on the server's core while the load takes meshctl's: the login
+// always, and the listing where reading the bus then is what the command would do anyway. A
+// diff takes no lock and changes nothing, so it lists at once; an apply reads the bus only
+// under the apply lock, so it lists early only when it got the lock at once (StartApply).
 //
 // It is only a head start. The session uses the connection only when it goes to the very
-// bus the predial reached, as the controller with the password the store vouches for;
-// anything else (an external bus, a bus that moved, a password minted anew, a description
-// that turns out invalid) discards it.
+// bus the predial reached, as the controller with the password the store vouches for, and
+// the listing only with that connection, for its first plan; anything else (an external
+// bus, a bus that moved, a password minted anew, a description that turns out invalid)
+// discards them.
 
 // Predial is a connection to the embedded bus started ahead of Connect; nil when there is
 // nothing to start (no bus served from the state directory, no controller password yet).
@@ -31,11 +36,29 @@ type Predial struct {
 	conn          *bus.Conn
 	err           error
 	once          sync.Once
+	taken         bool // the session took the connection
+
+	// With a listing: the bus as read on the connection, once listed is closed.
+	list     bool
+	listed   chan struct{}
+	live     plan.Live
+	listErr  error
+	listOnce sync.Once
 }
 
 // StartPredial starts the controller's connection to the embedded bus another meshctl
 // process serves from stateDir, reading only bus.json and the controller's password file.
 func StartPredial(ctx context.Context, stateDir string) *Predial {
+	return startPredial(ctx, stateDir, false)
+}
+
+// StartPredialAndList is StartPredial, and reads the bus's streams and consumers on the
+// connection as soon as it is up: for a read-only plan (diff).
+func StartPredialAndList(ctx context.Context, stateDir string) *Predial {
+	return startPredial(ctx, stateDir, true)
+}
+
+func startPredial(ctx context.Context, stateDir string, list bool) *Predial {
 	url, _, ok := bus.RunningEmbeddedProcess(stateDir)
 	if !ok {
 		return nil
@@ -44,12 +67,55 @@ func StartPredial(ctx context.Context, stateDir string) *Predial {
 	if err != nil {
 		return nil
 	}
-	p := &Predial{url: url, password: password, done: make(chan struct{})}
+	p := &Predial{url: url, password: password, done: make(chan struct{}), list: list, listed: make(chan struct{})}
 	go func() {
-		defer close(p.done)
+		defer close(p.listed)
 		p.conn, p.err = dialController(ctx, bus.Target{URL: url}, password)
+		close(p.done)
+		if p.err != nil || !list {
+			return
+		}
+		api, err := NewAPI(p.conn.Conn)
+		if err != nil {
+			p.listErr = err
+			return
+		}
+		p.live, p.listErr = readBus(ctx, api, nil, nil)
 	}()
 	return p
+}
+
+// StartApply gives an apply on the embedded bus a `meshctl watch` serves from stateDir its
+// head start: the controller's connection, and, when the apply lock is free at once, the lock
+// (for Options.Lock) and the reading of the bus under it, all while the description loads.
+// The bus is read only under the lock, as every apply reads it; a lock another meshctl holds
+// is left to the apply's own wait or refusal, with the connection alone started. Both are nil
+// where no bus is served from stateDir; the caller closes the one and unlocks the other.
+func StartApply(ctx context.Context, stateDir string, notice func(string)) (*Predial, *state.Lock) {
+	if _, _, served := bus.RunningEmbeddedProcess(stateDir); !served {
+		return nil, nil
+	}
+	lock, err := state.AcquireLock(ctx, stateDir, false, notice)
+	if err != nil {
+		return StartPredial(ctx, stateDir), nil
+	}
+	return StartPredialAndList(ctx, stateDir), lock
+}
+
+// listing returns the bus as the predial read it, when the session took its connection and
+// it listed the bus; ok is false otherwise, and after the first call.
+func (p *Predial) listing() (live plan.Live, ok bool, err error) {
+	if p == nil || !p.list {
+		return plan.Live{}, false, nil
+	}
+	p.listOnce.Do(func() {
+		if !p.taken {
+			return
+		}
+		<-p.listed
+		live, ok, err = p.live, true, p.listErr
+	})
+	return live, ok, err
 }
 
 // dialController connects as the controller the way a session does: reconnecting for as
@@ -76,7 +142,7 @@ func (p *Predial) take(url, password string) *bus.Conn {
 			p.conn.Close()
 			return
 		}
-		conn = p.conn
+		conn, p.taken = p.conn, true
 	})
 	return conn
 }

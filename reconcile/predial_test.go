@@ -4,7 +4,23 @@ import (
 	"testing"
 
 	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/state"
 )
+
+// servedMesh is quickMesh applied to an embedded bus this process serves, as a watch would
+// serve it to a command in another terminal.
+func servedMesh(t *testing.T) (*fixture, *Session) {
+	t.Helper()
+	f := newFixture(t, quickMesh)
+	served, err := Connect(testContext(t), f.mesh(), f.store, Options{Cost: 4, OwnEmbedded: true, Logf: f.logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(served.Close)
+	f.ownSecrets()
+	f.mustApply(testContext(t), served)
+	return f, served
+}
 
 // A connection started before the description is read is the session's only when it reached
 // the bus the session goes to, as the controller the store vouches for; otherwise it is
@@ -12,14 +28,7 @@ import (
 func TestAPredialIsUsedOnlyWhereItFits(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	f := newFixture(t, quickMesh)
-	// The bus another meshctl process would serve: this one, as watch does.
-	served, err := Connect(ctx, f.mesh(), f.store, Options{Cost: 4, OwnEmbedded: true, Logf: f.logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer served.Close()
-	f.ownSecrets()
+	f, served := servedMesh(t)
 
 	pre := StartPredial(ctx, f.stateDi)
 	if pre == nil {
@@ -35,6 +44,30 @@ func TestAPredialIsUsedOnlyWhereItFits(t *testing.T) {
 	}
 	if _, err := s.Plan(ctx, f.mesh(), plan.Options{}); err != nil {
 		t.Fatalf("planning over the predialed connection: %v", err)
+	}
+
+	// A read-only plan's listing made on the predial's connection is the plan's: the
+	// session reads no stream or consumer itself, and plans the same as reading them.
+	listing := StartPredialAndList(ctx, f.stateDi)
+	ro, err := Connect(ctx, f.mesh(), f.store, Options{Cost: 4, ReadOnly: true, Predial: listing, Logf: f.logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	counting := &Counting{API: ro.API}
+	ro.API = counting
+	p, err := ro.Plan(ctx, f.mesh(), plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counting.Reads.Load(); n != 0 {
+		t.Fatalf("the plan read the bus itself (%d calls) beside a predial that listed it", n)
+	}
+	if !p.Empty() {
+		t.Fatalf("the plan on the predial's listing is not empty on a converged bus:\n%+v", p.Changes)
+	}
+	if _, err := ro.Plan(ctx, f.mesh(), plan.Options{}); err != nil || counting.Reads.Load() == 0 {
+		t.Fatalf("a second plan did not read the bus anew (%d calls, %v)", counting.Reads.Load(), err)
 	}
 
 	// The controller minted anew meanwhile: the predial holds the old password, and is
@@ -61,5 +94,46 @@ func TestAPredialIsUsedOnlyWhereItFits(t *testing.T) {
 	if p := StartPredial(ctx, t.TempDir()); p != nil {
 		p.Close()
 		t.Fatal("a predial was started where no bus is served")
+	}
+}
+
+// An apply that gets the lock at once reads the bus under it while the description loads:
+// its Reconcile holds that lock rather than taking it again, plans on that reading, and lets
+// the lock go. With the lock held elsewhere, only the connection is started.
+func TestAnApplyListsEarlyOnlyUnderTheLock(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	f, _ := servedMesh(t)
+
+	pre, lock := StartApply(ctx, f.stateDi, nil)
+	if pre == nil || lock == nil || !pre.list {
+		t.Fatalf("a free lock gave no early listing (predial %v, lock %v)", pre != nil, lock != nil)
+	}
+	s, err := Connect(ctx, f.mesh(), f.store, Options{Cost: 4, Predial: pre, Lock: lock, Logf: f.logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	counting := &Counting{API: s.API}
+	s.API = counting
+	res, err := s.Reconcile(ctx, f.mesh(), RunOptions{})
+	if err != nil {
+		t.Fatalf("the apply holding the lock it was given: %v", err)
+	}
+	if !res.Plan.Empty() || counting.Reads.Load() != 0 || counting.Mutations.Load() != 0 {
+		t.Fatalf("a converged apply on the early listing: empty %v, %d reads, %d mutations", res.Plan.Empty(), counting.Reads.Load(), counting.Mutations.Load())
+	}
+	again, err := state.AcquireLock(ctx, f.stateDi, false, nil)
+	if err != nil {
+		t.Fatalf("the lock given to the apply was not let go: %v", err)
+	}
+	// Held by another: the connection alone.
+	pre, lock = StartApply(ctx, f.stateDi, nil)
+	if lock != nil || pre == nil || pre.list {
+		t.Fatalf("with the lock held elsewhere: predial %v, lock %v", pre != nil, lock != nil)
+	}
+	pre.Close()
+	if err := again.Unlock(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -105,7 +105,14 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, stream
 			accounts, notServed, aerr = s.Accounts.served(ctx, accounts)
 		}
 	}()
-	live, err := readBus(ctx, s.API, holdings, streams)
+	live, prelisted, err := plan.Live{}, false, error(nil)
+	if streams == nil {
+		live, prelisted, err = s.opts.Predial.listing()
+	}
+	if !prelisted {
+		live, err = readBus(ctx, s.API, holdings, streams)
+	}
+	live.Holding = holdings
 	<-proved
 	if err != nil {
 		return live, err
@@ -127,7 +134,11 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		return Result{Plan: p}, err
 	}
 	started := time.Now()
-	lock, err := state.AcquireLock(ctx, s.Store.Dir(), o.WaitForLock, o.LockNotice)
+	lock, err := s.held, error(nil)
+	s.held = nil
+	if lock == nil {
+		lock, err = state.AcquireLock(ctx, s.Store.Dir(), o.WaitForLock, o.LockNotice)
+	}
 	if err != nil {
 		err = state.DiskError(err, s.Store.Dir())
 		s.recordFailure(ctx, o.Dir, started, nil, err)

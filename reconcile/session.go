@@ -42,6 +42,9 @@ type Options struct {
 	// Predial, when set, is the controller's connection started before the description was
 	// loaded (predial.go); the session's first connection uses it where it fits.
 	Predial *Predial
+	// Lock, when set, is the apply lock, which the caller took before Connect: the
+	// session's first Reconcile holds it rather than taking it, and releases it.
+	Lock *state.Lock
 }
 
 // Session is a connection to the bus as the controller, and what an apply needs beside it:
@@ -66,8 +69,10 @@ type Session struct {
 	// serves: Connect's context, which an interrupt cancels.
 	stop <-chan struct{}
 	// locked is set while Reconcile holds the apply lock, which a reconnect inside it must
-	// not take again.
+	// not take again; and from Connect to the first Reconcile while held holds the lock the
+	// caller took (Options.Lock).
 	locked bool
+	held   *state.Lock
 }
 
 // Close disconnects and, when this process runs the embedded bus, stops it (stopEmbedded). A
@@ -120,7 +125,7 @@ func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done()}
+	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done(), held: o.Lock, locked: o.Lock != nil}
 	if m.Bus.Embedded() {
 		err = s.connectEmbedded(ctx, m)
 	} else {

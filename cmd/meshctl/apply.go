@@ -75,14 +75,18 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "dry run: nothing was changed")
 		return exitOK
 	}
-	pre := reconcile.StartPredial(ctx, *sf.dir)
+	lockNotice := func(msg string) { fmt.Fprintln(e.stderr, msg) }
+	pre, lock := reconcile.StartApply(ctx, *sf.dir, lockNotice)
 	defer pre.Close()
+	if lock != nil {
+		defer lock.Unlock()
+	}
 	m, st, code := sf.loadAndOpen(ctx, e, *dir)
 	if code != exitOK {
 		return code
 	}
 	defer st.Close()
-	sess, err := connect(ctx, e, m, st, reconcile.Options{Cost: *cost, Predial: pre})
+	sess, err := connect(ctx, e, m, st, reconcile.Options{Cost: *cost, Predial: pre, Lock: lock})
 	if err != nil {
 		if ctx.Err() != nil {
 			e.errorf("interrupted before the bus was reached: nothing was changed")
@@ -97,7 +101,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	total := 0
 	res, err := sess.Reconcile(ctx, m, reconcile.RunOptions{
 		AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
-		LockNotice: func(msg string) { fmt.Fprintln(e.stderr, msg) },
+		LockNotice: lockNotice,
 		OnPlan: func(p *plan.Plan) {
 			total = len(p.Changes)
 			if *out == "text" {

@@ -95,7 +95,7 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 // credential minted, no accounts config installed (a fresh state directory is planned
 // against the empty bus it stands for).
 func planBus(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Options) (*plan.Plan, int) {
-	pre := reconcile.StartPredial(ctx, *sf.dir)
+	pre := reconcile.StartPredialAndList(ctx, *sf.dir)
 	defer pre.Close()
 	m, code := loadDescription(ctx, e, dir)
 	if code != exitOK {
