@@ -41,6 +41,21 @@ func TestTheControlSocketReloadsAndAnswers(t *testing.T) {
 	if err := r.Reload(ctx); err == nil || !strings.Contains(err.Error(), "Duplicate user") {
 		t.Fatalf("a reload the server refused: %v; want the server's reason", err)
 	}
+	dialAs(t, e.URL(), b) // still served the config before
+
+	// Its check parses nothing: the serving process's reload is the check, and a config
+	// its parser refuses comes back from the reload, the users before it still served.
+	reload, err := r.(AccountsChecker).CheckAccounts([]byte("accounts { MESH { users = [ { user: "))
+	if err != nil {
+		t.Fatalf("the control socket's check: %v", err)
+	}
+	if err := atomicfile.Write(e.AccountsFile(), []byte("accounts { MESH { users = [ { user: ")); err != nil {
+		t.Fatal(err)
+	}
+	if err := reload(ctx); err == nil {
+		t.Fatal("a config that does not parse was reloaded")
+	}
+	dialAs(t, e.URL(), b)
 }
 
 // A hold keeps the bus of a one-shot process up: WaitReleased returns only once every

@@ -18,6 +18,9 @@ import (
 type API interface {
 	ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, error)
 	ListConsumers(ctx context.Context, stream string) ([]*jetstream.ConsumerInfo, error)
+	// ConsumerInfo is one consumer's config and state, read now; jetstream.ErrConsumerNotFound
+	// when it is gone.
+	ConsumerInfo(ctx context.Context, stream, name string) (*jetstream.ConsumerInfo, error)
 	CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error
 	UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error
 	DeleteStream(ctx context.Context, name string) error
@@ -146,6 +149,29 @@ func (a *jsAPI) consumerPage(ctx context.Context, stream string, offset int) (co
 	return page, nil
 }
 
+func (a *jsAPI) ConsumerInfo(ctx context.Context, stream, name string) (*jetstream.ConsumerInfo, error) {
+	rctx, cancel := bounded(ctx)
+	msg, err := a.nc.RequestWithContext(rctx, "$JS.API.CONSUMER.INFO."+stream+"."+name, nil)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("reading consumer %s/%s: %w", stream, name, err)
+	}
+	var info struct {
+		jetstream.ConsumerInfo
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &info); err != nil {
+		return nil, fmt.Errorf("reading consumer %s/%s: %w", stream, name, err)
+	}
+	switch {
+	case info.Error != nil && info.Error.ErrorCode == jetstream.JSErrCodeConsumerNotFound:
+		return nil, jetstream.ErrConsumerNotFound
+	case info.Error != nil:
+		return nil, fmt.Errorf("reading consumer %s/%s: %w", stream, name, info.Error)
+	}
+	return &info.ConsumerInfo, nil
+}
+
 func (a *jsAPI) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
@@ -260,6 +286,10 @@ func (c *Counting) ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, er
 func (c *Counting) ListConsumers(ctx context.Context, s string) ([]*jetstream.ConsumerInfo, error) {
 	c.Reads.Add(1)
 	return c.API.ListConsumers(ctx, s)
+}
+func (c *Counting) ConsumerInfo(ctx context.Context, s, name string) (*jetstream.ConsumerInfo, error) {
+	c.Reads.Add(1)
+	return c.API.ConsumerInfo(ctx, s, name)
 }
 func (c *Counting) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
 	c.stream()

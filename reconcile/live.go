@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 )
@@ -23,10 +25,10 @@ func ReadLive(ctx context.Context, api API, accountsPath string, holding []model
 	return readLive(ctx, api, accountsPath, holding, nil)
 }
 
-// readLive is ReadLive, listing the consumers only of the owned streams listConsumersOf
-// names (all of them when it is nil).
-func readLive(ctx context.Context, api API, accountsPath string, holding []model.Holding, listConsumersOf map[string]bool) (plan.Live, error) {
-	live, err := readBus(ctx, api, holding, listConsumersOf)
+// readLive is ReadLive, reading the consumers only of what scope names (all of them when it
+// is nil).
+func readLive(ctx context.Context, api API, accountsPath string, holding []model.Holding, scope *readScope) (plan.Live, error) {
+	live, err := readBus(ctx, api, holding, scope)
 	if err != nil {
 		return live, err
 	}
@@ -34,37 +36,55 @@ func readLive(ctx context.Context, api API, accountsPath string, holding []model
 	return live, err
 }
 
+// readScope is the part of the bus a verification reads again: every stream's config, the
+// whole consumer list of the streams in lists, and of the others in consumers only the
+// consumers named, each read on its own (a consumer updated in a stream of five thousand is
+// one request, not the stream's forty pages).
+type readScope struct {
+	lists     map[string]bool
+	consumers map[string][]string
+}
+
 // readBus is readLive without the accounts config: the streams and consumers.
-func readBus(ctx context.Context, api API, holding []model.Holding, listConsumersOf map[string]bool) (plan.Live, error) {
+func readBus(ctx context.Context, api API, holding []model.Holding, scope *readScope) (plan.Live, error) {
 	live := plan.Live{Holding: holding}
 	streams, err := api.ListStreams(ctx)
 	if err != nil {
 		return live, err
 	}
-	var mine []string
+	type read struct {
+		stream string
+		names  []string // nil: the whole list
+	}
+	var reads []read
 	for _, s := range streams {
 		live.Streams = append(live.Streams, plan.LiveStream{Config: s.Config, Messages: s.State.Msgs})
-		if plan.Owned(s.Config.Metadata) && (listConsumersOf == nil || listConsumersOf[s.Config.Name]) {
-			mine = append(mine, s.Config.Name)
+		name := s.Config.Name
+		switch {
+		case !plan.Owned(s.Config.Metadata):
+		case scope == nil || scope.lists[name]:
+			reads = append(reads, read{stream: name})
+		case len(scope.consumers[name]) > 0:
+			reads = append(reads, read{stream: name, names: scope.consumers[name]})
 		}
 	}
-	consumers := make([][]plan.LiveConsumer, len(mine))
-	errs := make([]error, len(mine))
+	consumers := make([][]plan.LiveConsumer, len(reads))
+	errs := make([]error, len(reads))
 	sem := make(chan struct{}, listConcurrency)
 	var wg sync.WaitGroup
-	for i, name := range mine {
+	for i, r := range reads {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			infos, err := api.ListConsumers(ctx, name)
+			infos, err := readConsumers(ctx, api, r.stream, r.names)
 			if err != nil {
 				errs[i] = err
 				return
 			}
 			for _, c := range infos {
-				consumers[i] = append(consumers[i], plan.LiveConsumer{Stream: name, Config: c.Config,
+				consumers[i] = append(consumers[i], plan.LiveConsumer{Stream: r.stream, Config: c.Config,
 					Pending: c.NumPending, AckPending: uint64(c.NumAckPending)})
 			}
 		}()
@@ -77,6 +97,26 @@ func readBus(ctx context.Context, api API, holding []model.Holding, listConsumer
 		live.Consumers = append(live.Consumers, cs...)
 	}
 	return live, nil
+}
+
+// readConsumers reads the consumers of stream named, each on its own (a consumer that is gone
+// is left out), or the stream's whole list when names is nil.
+func readConsumers(ctx context.Context, api API, stream string, names []string) ([]*jetstream.ConsumerInfo, error) {
+	if names == nil {
+		return api.ListConsumers(ctx, stream)
+	}
+	var out []*jetstream.ConsumerInfo
+	for _, name := range names {
+		info, err := api.ConsumerInfo(ctx, stream, name)
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			out = append(out, info)
+		}
+	}
+	return out, nil
 }
 
 // readAccounts reads the accounts config at path, if there is one ("" names none).

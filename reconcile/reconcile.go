@@ -88,11 +88,10 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	return plan.Compute(t, live, o), t, nil
 }
 
-// readLive reads the bus (the consumers of only the given streams, when streams is not
-// nil) and the accounts config in use, and proves which accounts config the server
+// readLive reads the bus (the consumers of only what scope names, when it is not nil) and the accounts config in use, and proves which accounts config the server
 // serves: a file written and never loaded is no file in force. The proof, a login of its
 // own, is made while the streams and consumers are listed.
-func (s *Session) readLive(ctx context.Context, holdings []model.Holding, streams map[string]bool) (plan.Live, error) {
+func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope *readScope) (plan.Live, error) {
 	var accounts []byte
 	var known bool
 	var notServed string
@@ -106,11 +105,11 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, stream
 		}
 	}()
 	live, prelisted, err := plan.Live{}, false, error(nil)
-	if streams == nil {
+	if scope == nil {
 		live, prelisted, err = s.opts.Predial.listing()
 	}
 	if !prelisted {
-		live, err = readBus(ctx, s.API, holdings, streams)
+		live, err = readBus(ctx, s.API, holdings, scope)
 	}
 	live.Holding = holdings
 	<-proved

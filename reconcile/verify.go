@@ -14,10 +14,12 @@ import (
 // the plan touched: meshctl does not claim what the server does not show.
 var ErrNotConverged = errors.New("the bus does not show what was applied")
 
-// touched names what a plan changes, by change ID, and the streams whose consumers it
-// changes (or which it creates, replaces or deletes): what a verification reads again.
-func touched(p *plan.Plan) (ids map[string]bool, streams map[string]bool) {
-	ids, streams = map[string]bool{}, map[string]bool{}
+// touched names what a plan changes, by change ID, and what a verification reads again: the
+// whole consumer list of a stream it creates, replaces or deletes, or whose consumers it
+// changes by the many; otherwise each consumer it changes, on its own.
+func touched(p *plan.Plan) (ids map[string]bool, scope *readScope) {
+	ids = map[string]bool{}
+	scope = &readScope{lists: map[string]bool{}, consumers: map[string][]string{}}
 	for _, c := range p.Changes {
 		if c.Action == plan.Conflict {
 			continue
@@ -25,21 +27,31 @@ func touched(p *plan.Plan) (ids map[string]bool, streams map[string]bool) {
 		ids[c.ID()] = true
 		switch c.Kind {
 		case plan.KindStream:
-			streams[c.Name] = true
+			scope.lists[c.Name] = true
 		case plan.KindConsumer:
-			streams[c.Stream] = true
+			scope.consumers[c.Stream] = append(scope.consumers[c.Stream], c.Name)
 		}
 	}
-	return ids, streams
+	for stream, names := range scope.consumers {
+		if scope.lists[stream] || len(names) > readOnItsOwn {
+			scope.lists[stream] = true
+			delete(scope.consumers, stream)
+		}
+	}
+	return ids, scope
 }
 
-// stillDifferent re-reads what p touched — the stream list, the consumers of the streams it
-// changed, the accounts config in use — plans t against it, and returns the changes still
-// planned for the objects p touched. Only what the plan touched is compared: the other
-// streams' consumers are not listed, so the re-read of a small change costs a small read.
+// readOnItsOwn is how many consumers of one stream a verification reads one request each;
+// past it, the stream's list in pages (a few hundred consumers a page) is fewer requests.
+const readOnItsOwn = 32
+
+// stillDifferent re-reads what p touched — the stream list, the consumers it changed, the
+// accounts config in use — plans t against it, and returns the changes still planned for the
+// objects p touched. Only what the plan touched is compared: the consumers not read are not
+// planned again either, so the re-read of a small change costs a small read.
 func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options) (*plan.Plan, []plan.Change, error) {
-	ids, streams := touched(p)
-	live, err := s.readLive(ctx, nil, streams)
+	ids, scope := touched(p)
+	live, err := s.readLive(ctx, nil, scope)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the bus at %s again to verify the apply: %w", s.Target.Address(), err)
 	}
@@ -52,7 +64,7 @@ func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Pla
 			kept = append(kept, c)
 		}
 	}
-	// What was not read (the consumers of untouched streams) is not planned again either.
+	// What was not read (the consumers it did not change) is not planned again either.
 	again.Changes, again.Holders, again.MassDelete = kept, nil, nil
 	return again, left, nil
 }

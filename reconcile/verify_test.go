@@ -29,6 +29,17 @@ func (a *losingAPI) CreateConsumer(ctx context.Context, stream string, cfg jetst
 	return a.API.DeleteConsumer(ctx, stream, cfg.Durable)
 }
 
+// listCounting counts the consumer lists asked for.
+type listCounting struct {
+	API
+	n atomic.Int64
+}
+
+func (a *listCounting) ListConsumers(ctx context.Context, stream string) ([]*jetstream.ConsumerInfo, error) {
+	a.n.Add(1)
+	return a.API.ListConsumers(ctx, stream)
+}
+
 // An apply claims success only for what the bus, read again, shows: a consumer the server
 // acknowledged and lost is created once more; one it loses again is named in the failure.
 func TestAnApplyIsVerifiedByReadingTheBusAgain(t *testing.T) {
@@ -53,11 +64,17 @@ func TestAnApplyIsVerifiedByReadingTheBusAgain(t *testing.T) {
 	if err := f.js(s).DeleteConsumer(ctx, "EVENTS", "beta_postman"); err != nil {
 		t.Fatal(err)
 	}
-	always := &losingAPI{API: real, lose: "beta_postman"}
+	lists := &listCounting{API: real}
+	always := &losingAPI{API: lists, lose: "beta_postman"}
 	always.times.Store(-1 << 40)
 	s.API = always
 	_, _, err := f.apply(ctx, s, RunOptions{})
 	s.API = real
+	// The plan lists each of the four streams' consumers once; the verifications read the
+	// one consumer changed on its own.
+	if n := lists.n.Load(); n != 4 {
+		t.Errorf("the apply of one consumer listed consumers %d times; want the plan's 4 and no more", n)
+	}
 	if !errors.Is(err, ErrNotConverged) || !strings.Contains(err.Error(), "consumer EVENTS/beta_postman") {
 		t.Fatalf("an apply whose consumer is always lost: %v; want ErrNotConverged naming it", err)
 	}
