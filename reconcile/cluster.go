@@ -342,7 +342,9 @@ func (a clusterAPI) DeleteConsumer(ctx context.Context, stream, name string) err
 
 // StreamInfo is retried too: the data-loss guard reads a stream's state from its leader.
 func (a clusterAPI) ConsumerInfo(ctx context.Context, stream, name string) (*jetstream.ConsumerInfo, error) {
-	return retryCall(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) { return a.API.ConsumerInfo(ctx, stream, name) })
+	return retryCall(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+		return a.API.ConsumerInfo(ctx, stream, name)
+	})
 }
 
 func (a clusterAPI) StreamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
