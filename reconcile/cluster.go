@@ -340,13 +340,14 @@ func (a clusterAPI) DeleteConsumer(ctx context.Context, stream, name string) err
 	return retry(ctx, func(ctx context.Context) error { return a.API.DeleteConsumer(ctx, stream, name) })
 }
 
-// StreamInfo is retried too: the data-loss guard reads a stream's state from its leader.
+// ConsumerInfo is retried too: a verification reads a consumer from its leader.
 func (a clusterAPI) ConsumerInfo(ctx context.Context, stream, name string) (*jetstream.ConsumerInfo, error) {
 	return retryCall(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
 		return a.API.ConsumerInfo(ctx, stream, name)
 	})
 }
 
+// StreamInfo is retried too: the data-loss guard reads a stream's state from its leader.
 func (a clusterAPI) StreamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
 	return retryCall(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) { return a.API.StreamInfo(ctx, stream) })
 }
