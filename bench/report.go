@@ -183,7 +183,7 @@ func (r *report) dominates(n int) string {
 	}
 	if o := r.find("ApplyOneModule", n); o != nil {
 		parts = append(parts, fmt.Sprintf("Changing one module (%s) is one consumer call; the rest is reading the bus to plan it, and the accounts config: "+
-			"checked with the server's own parser and reloaded by the server, each a parse of every user.", duration(o.ns())))
+			"checked with the server's own parser and reloaded by the server from that same parse of every user.", duration(o.ns())))
 	}
 	if len(parts) == 0 {
 		return "not measured."
