@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -72,9 +73,12 @@ type Embedded struct {
 	url      string
 	conf     serverConfig
 	reloadMu sync.Mutex // one reload at a time, so the last to finish read the latest file
-	unlock   func()
-	stopOnce sync.Once
-	stopped  chan struct{} // closed once the server has stopped and the state directory is free
+	// authenticates is whether the config in force names users (every connection then shows
+	// its user once through its CONNECT); held under reloadMu.
+	authenticates bool
+	unlock        func()
+	stopOnce      sync.Once
+	stopped       chan struct{} // closed once the server has stopped and the state directory is free
 	// halfWritten are the consumers a killed server left half-written, removed at start.
 	halfWritten []string
 	control     *control // the control socket other meshctl processes reach this bus through
@@ -217,7 +221,8 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("starting the embedded bus on %s: not ready for connections after 10s", listenOf(o))
 	}
-	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL(), conf: conf, halfWritten: halfWritten, stopped: make(chan struct{})}
+	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL(), conf: conf, halfWritten: halfWritten, stopped: make(chan struct{}),
+		authenticates: len(opts.Users) > 0}
 	rec, err := json.Marshal(busRecord{URL: e.url, PID: os.Getpid(), Started: time.Now().UTC()})
 	if err == nil {
 		err = atomicfile.Write(filepath.Join(dir, busRecordName), rec)
@@ -383,10 +388,49 @@ func (e *Embedded) reloadFile(parsed *CheckedAccounts) error {
 			return fmt.Errorf("reloading the embedded bus: %s: %w", e.AccountsFile(), err)
 		}
 	}
+	if e.authenticates {
+		e.waitForConnects()
+	}
 	if err := e.srv.ReloadOptions(opts); err != nil {
 		return fmt.Errorf("reloading the embedded bus from %s: %w", e.AccountsFile(), err)
 	}
+	e.authenticates = len(opts.Users) > 0
 	return nil
+}
+
+// connectWait bounds how long a reload waits for connections still connecting: a client
+// sends its CONNECT as soon as it is accepted, and one that sends none (a port probe) is
+// not waited for past this.
+const connectWait = time.Second
+
+// waitForConnects waits, at most connectWait, until every client connection has been through
+// its CONNECT. A reload checks every connection against the new users, reading what the client
+// sent in its CONNECT, and nats-server 2.15 reads it without the lock under which a connection
+// still connecting writes it: a data race (reloadAuthorization's isClientAuthorized against
+// processConnect), which the race detector reports and which could judge a half-read login.
+// A connection that has been through its CONNECT shows its user in Connz, read under that lock
+// (on a bus whose config names users, which is when Reload waits).
+// A client accepted in the moment between this and the reload is not covered; the moment is
+// the reload's own few milliseconds, where before it was the whole reload.
+func (e *Embedded) waitForConnects() {
+	deadline := time.Now().Add(connectWait)
+	for {
+		cz, err := e.srv.Connz(&server.ConnzOptions{Username: true, Limit: math.MaxInt32})
+		if err != nil {
+			return
+		}
+		connecting := false
+		for _, c := range cz.Conns {
+			if c.AuthorizedUser == "" {
+				connecting = true
+				break
+			}
+		}
+		if !connecting || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // CheckedAccounts is an accounts config parsed as the embedded bus will read it, kept for the

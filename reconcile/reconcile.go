@@ -88,9 +88,11 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	return plan.Compute(t, live, o), t, nil
 }
 
-// readLive reads the bus (the consumers of only what scope names, when it is not nil) and the accounts config in use, and proves which accounts config the server
-// serves: a file written and never loaded is no file in force. The proof, a login of its
-// own, is made while the streams and consumers are listed.
+// readLive reads the bus (the consumers of only what scope names, when it is not nil) and
+// the accounts config in use, and proves which accounts config the server serves: a file
+// written and never loaded is no file in force. The proof, a login of its own, is made while
+// the streams and consumers are listed; a session's first full read is the one its predial
+// listed, where there is one.
 func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope *readScope) (plan.Live, error) {
 	var accounts []byte
 	var known bool
