@@ -135,10 +135,10 @@ func (r embeddedReloader) Describe() string { return "reload the embedded bus in
 // the user to log in as, read at each reload; inbox is the prefix of the inbox it hears the
 // answer at, the one subject its grants let it subscribe.
 //
-// A server that does not let the user in has not loaded an accounts config carrying it — the
-// first time reload: system is asked for, the file with the user is written and nothing has
-// made the server read it yet — so that answer is ErrReloadByOperator: written, not live,
-// for the operator to reload once by hand.
+// A server that does not let the user in has not loaded an accounts config carrying its
+// current password — the first time reload: system is asked for, or after the user was revoked
+// and minted anew, the file is written and nothing has made the server read it yet — so that
+// answer is ErrReloadByOperator: written, not live, for the operator to reload once by hand.
 func SystemReloader(t Target, credential func() (Credential, error), inbox string) Reloader {
 	return systemReloader{t: t, credential: credential, inbox: inbox}
 }
@@ -165,9 +165,10 @@ func (r systemReloader) Reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reloading %s: %w", r.t.Address(), err)
 	}
-	notYet := fmt.Errorf("%w: the server does not know meshctl's system user %s yet, so it has not loaded an accounts "+
-		"config carrying it: reload that server once by hand (nats-server --signal reload=PID), and meshctl reloads "+
-		"it by request from then on", ErrReloadByOperator, cred.User)
+	notYet := fmt.Errorf("%w: the server does not let meshctl's system user %s in, so it has not loaded an accounts "+
+		"config carrying its current password (the first such file, or the first after the user was revoked): reload "+
+		"that server once by hand (nats-server --signal reload=PID), and meshctl reloads it by request from then on",
+		ErrReloadByOperator, cred.User)
 	c, err := DialAlone(ctx, r.t, cred, nats.CustomInboxPrefix(r.inbox))
 	if errors.Is(err, nats.ErrAuthorization) {
 		return notYet
