@@ -63,6 +63,11 @@ func startPredial(ctx context.Context, stateDir string, list bool) *Predial {
 	if !ok {
 		return nil
 	}
+	return predialTo(ctx, stateDir, url, list)
+}
+
+// predialTo starts the predial to the bus at url, served from stateDir.
+func predialTo(ctx context.Context, stateDir, url string, list bool) *Predial {
 	password, err := state.ReadControllerPassword(stateDir)
 	if err != nil {
 		return nil
@@ -92,14 +97,15 @@ func startPredial(ctx context.Context, stateDir string, list bool) *Predial {
 // is left to the apply's own wait or refusal, with the connection alone started. Both are nil
 // where no bus is served from stateDir; the caller closes the one and unlocks the other.
 func StartApply(ctx context.Context, stateDir string, notice func(string)) (*Predial, *state.Lock) {
-	if _, _, served := bus.RunningEmbeddedProcess(stateDir); !served {
+	url, _, served := bus.RunningEmbeddedProcess(stateDir)
+	if !served {
 		return nil, nil
 	}
 	lock, err := state.AcquireLock(ctx, stateDir, false, notice)
 	if err != nil {
-		return StartPredial(ctx, stateDir), nil
+		return predialTo(ctx, stateDir, url, false), nil
 	}
-	return StartPredialAndList(ctx, stateDir), lock
+	return predialTo(ctx, stateDir, url, true), lock
 }
 
 // listing returns the bus as the predial read it, when the session took its connection and

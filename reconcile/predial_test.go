@@ -76,15 +76,18 @@ func TestAPredialIsUsedOnlyWhereItFits(t *testing.T) {
 	if _, err := f.store.Revoke(ctx, "controller"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.store.ControllerPassword(ctx, 4); err != nil {
+	minted, err := f.store.ControllerPassword(ctx, 4)
+	if err != nil {
 		t.Fatal(err)
 	}
 	f.ownSecrets()
-	if conn := stale.take(served.Target.URL, "another password"); conn != nil {
+	if conn := stale.take(served.Target.URL, minted); conn != nil {
 		t.Fatal("a predial was taken with a password it did not log in with")
 	}
-	<-stale.done
-	if stale.err == nil && !stale.conn.IsClosed() {
+	if stale.err != nil {
+		t.Fatalf("the predial did not connect: %v", stale.err)
+	}
+	if !stale.conn.IsClosed() {
 		t.Fatal("a predial not taken was left open")
 	}
 	// Taken once at most, and closing it after is harmless.
