@@ -24,8 +24,12 @@ type API interface {
 	CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error
 	UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error
 	DeleteStream(ctx context.Context, name string) error
-	CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error
+	// CreateConsumer creates a consumer and returns the server's answer: the consumer as the
+	// server created it.
+	CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error)
 	UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error
+	// ConsumerNames names every consumer a stream has now, without their configs or state.
+	ConsumerNames(ctx context.Context, stream string) ([]string, error)
 	DeleteConsumer(ctx context.Context, stream, name string) error
 	DrainAPI
 }
@@ -196,12 +200,44 @@ func (a *jsAPI) DeleteStream(ctx context.Context, name string) error {
 	return err
 }
 
-func (a *jsAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+func (a *jsAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error) {
 	return a.upsertConsumer(ctx, stream, cfg, "create")
 }
 
 func (a *jsAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
-	return a.upsertConsumer(ctx, stream, cfg, "update")
+	_, err := a.upsertConsumer(ctx, stream, cfg, "update")
+	return err
+}
+
+// ConsumerNames reads $JS.API.CONSUMER.NAMES page after page (a thousand names a page): the
+// server answers it from the stream's own set of consumers, with no config or state to
+// gather and encode for each.
+func (a *jsAPI) ConsumerNames(ctx context.Context, stream string) ([]string, error) {
+	var names []string
+	for {
+		req, _ := json.Marshal(map[string]int{"offset": len(names)})
+		rctx, cancel := bounded(ctx)
+		msg, err := a.nc.RequestWithContext(rctx, "$JS.API.CONSUMER.NAMES."+stream, req)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("naming the consumers of %s: %w", stream, err)
+		}
+		var page struct {
+			Total     int                 `json:"total"`
+			Consumers []string            `json:"consumers"`
+			Error     *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &page); err != nil {
+			return nil, fmt.Errorf("naming the consumers of %s: %w", stream, err)
+		}
+		if page.Error != nil {
+			return nil, fmt.Errorf("naming the consumers of %s: %w", stream, page.Error)
+		}
+		names = append(names, page.Consumers...)
+		if len(page.Consumers) == 0 || len(names) >= page.Total {
+			return names, nil
+		}
+	}
 }
 
 // upsertConsumer sends a consumer create or update to the API itself and trusts only the
@@ -220,34 +256,35 @@ func (a *jsAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream
 // from one followed event (filter_subject) to two (filter_subjects) failed every time, while
 // two to three passed (the stale answer had filter_subjects too). What the server holds is
 // proven by the read after the apply (Session.verify), not by this answer.
-func (a *jsAPI) upsertConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, action string) error {
+func (a *jsAPI) upsertConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, action string) (*jetstream.ConsumerInfo, error) {
 	req, err := json.Marshal(struct {
 		Stream string                    `json:"stream_name"`
 		Config *jetstream.ConsumerConfig `json:"config"`
 		Action string                    `json:"action"`
 	}{stream, &cfg, action})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	msg, err := a.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE."+stream+"."+cfg.Durable, req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var resp struct {
+		jetstream.ConsumerInfo
 		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return fmt.Errorf("reading the server's answer: %w", err)
+		return nil, fmt.Errorf("reading the server's answer: %w", err)
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound {
-			return jetstream.ErrStreamNotFound
+			return nil, jetstream.ErrStreamNotFound
 		}
-		return resp.Error
+		return nil, resp.Error
 	}
-	return nil
+	return &resp.ConsumerInfo, nil
 }
 
 func (a *jsAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
@@ -287,6 +324,10 @@ func (c *Counting) ListConsumers(ctx context.Context, s string) ([]*jetstream.Co
 	c.Reads.Add(1)
 	return c.API.ListConsumers(ctx, s)
 }
+func (c *Counting) ConsumerNames(ctx context.Context, s string) ([]string, error) {
+	c.Reads.Add(1)
+	return c.API.ConsumerNames(ctx, s)
+}
 func (c *Counting) ConsumerInfo(ctx context.Context, s, name string) (*jetstream.ConsumerInfo, error) {
 	c.Reads.Add(1)
 	return c.API.ConsumerInfo(ctx, s, name)
@@ -303,7 +344,7 @@ func (c *Counting) DeleteStream(ctx context.Context, name string) error {
 	c.stream()
 	return c.API.DeleteStream(ctx, name)
 }
-func (c *Counting) CreateConsumer(ctx context.Context, s string, cfg jetstream.ConsumerConfig) error {
+func (c *Counting) CreateConsumer(ctx context.Context, s string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error) {
 	c.consumer()
 	return c.API.CreateConsumer(ctx, s, cfg)
 }

@@ -38,13 +38,14 @@ type Progress func(done, total int, c plan.Change, err error)
 // replacement runs as drain.go decides, and a renamed seat's queue stops handing out work
 // before the accounts config is reloaded.
 func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress) (int, error) {
-	return apply(ctx, p, api, accounts, progress, nil)
+	return apply(ctx, p, api, accounts, progress, nil, nil)
 }
 
 // apply is Apply, its calls let through by gate when one follows the connection: then a
 // lost connection stops the apply within busReturnWait with one error saying what was and
-// was not done, rather than an error per call after each one's timeout.
-func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress, gate *busGate) (int, error) {
+// was not done, rather than an error per call after each one's timeout. The server's answer
+// to each consumer it creates goes into created, when that is not nil, for the verification.
+func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress, gate *busGate, created *answers) (int, error) {
 	if p.Blocked() {
 		why := p.Summary().String()
 		if p.MassDeleteRefused() {
@@ -96,12 +97,12 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 		}
 		err := runPhase(ctx, phase, func(ctx context.Context, c plan.Change) error {
 			if gate == nil {
-				err := applyOne(ctx, c, p, api, accounts)
+				err := applyOne(ctx, c, p, api, accounts, created)
 				report(c, err)
 				return err
 			}
 			err := gate.call(ctx, c.Kind != plan.KindAccounts, func(ctx context.Context) error {
-				return applyOne(ctx, c, p, api, accounts)
+				return applyOne(ctx, c, p, api, accounts, created)
 			})
 			if errors.Is(err, ErrBusLost) {
 				// One error for the apply, not one per call: stop sending the rest.
@@ -157,7 +158,7 @@ func runPhase(ctx context.Context, changes []plan.Change, do func(context.Contex
 	return errors.Join(errs...)
 }
 
-func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, accounts Accounts) error {
+func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, accounts Accounts, created *answers) error {
 	var err error
 	switch c.Kind {
 	case plan.KindStream:
@@ -172,12 +173,15 @@ func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, account
 	case plan.KindConsumer:
 		switch c.Action {
 		case plan.Create:
-			err = api.CreateConsumer(ctx, c.Stream, *c.After.(*jetstream.ConsumerConfig))
+			var info *jetstream.ConsumerInfo
+			if info, err = api.CreateConsumer(ctx, c.Stream, *c.After.(*jetstream.ConsumerConfig)); err == nil {
+				created.add(c.Stream, c.Name, info)
+			}
 		case plan.Update:
 			err = api.UpdateConsumer(ctx, c.Stream, *c.After.(*jetstream.ConsumerConfig))
 		case plan.Replace:
 			if err = api.DeleteConsumer(ctx, c.Stream, c.Name); err == nil {
-				err = api.CreateConsumer(ctx, c.Stream, *c.After.(*jetstream.ConsumerConfig))
+				_, err = api.CreateConsumer(ctx, c.Stream, *c.After.(*jetstream.ConsumerConfig))
 			}
 		case plan.Delete:
 			err = api.DeleteConsumer(ctx, c.Stream, c.Name)

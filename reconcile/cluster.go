@@ -328,8 +328,14 @@ func (a clusterAPI) DeleteStream(ctx context.Context, name string) error {
 	return retry(ctx, func(ctx context.Context) error { return a.API.DeleteStream(ctx, name) })
 }
 
-func (a clusterAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
-	return retry(ctx, func(ctx context.Context) error { return a.API.CreateConsumer(ctx, stream, cfg) })
+func (a clusterAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error) {
+	return retryCall(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+		return a.API.CreateConsumer(ctx, stream, cfg)
+	})
+}
+
+func (a clusterAPI) ConsumerNames(ctx context.Context, stream string) ([]string, error) {
+	return retryCall(ctx, func(ctx context.Context) ([]string, error) { return a.API.ConsumerNames(ctx, stream) })
 }
 
 func (a clusterAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {

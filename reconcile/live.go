@@ -43,6 +43,10 @@ func readLive(ctx context.Context, api API, accountsPath string, holding []model
 type readScope struct {
 	lists     map[string]bool
 	consumers map[string][]string
+	// named are the streams read by their consumers' names, each with the server's answers
+	// to the consumers created in it: a named consumer is taken as its answer, the others
+	// are not read (touched).
+	named map[string]map[string]*jetstream.ConsumerInfo
 }
 
 // readBus is readLive without the accounts config: the streams and consumers.
@@ -53,8 +57,9 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 		return live, err
 	}
 	type read struct {
-		stream string
-		names  []string // nil: the whole list
+		stream   string
+		names    []string                           // nil: the whole list
+		answered map[string]*jetstream.ConsumerInfo // not nil: by name, these consumers as answered
 	}
 	var reads []read
 	for _, s := range streams {
@@ -62,6 +67,8 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 		name := s.Config.Name
 		switch {
 		case !plan.Owned(s.Config.Metadata):
+		case scope != nil && scope.named[name] != nil:
+			reads = append(reads, read{stream: name, answered: scope.named[name]})
 		case scope == nil || scope.lists[name]:
 			reads = append(reads, read{stream: name})
 		case len(scope.consumers[name]) > 0:
@@ -78,7 +85,7 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			infos, err := readConsumers(ctx, api, r.stream, r.names)
+			infos, err := readConsumers(ctx, api, r.stream, r.names, r.answered)
 			if err != nil {
 				errs[i] = err
 				return
@@ -100,8 +107,22 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 }
 
 // readConsumers reads the consumers of stream named, each on its own (a consumer that is gone
-// is left out), or the stream's whole list when names is nil.
-func readConsumers(ctx context.Context, api API, stream string, names []string) ([]*jetstream.ConsumerInfo, error) {
+// is left out), or the stream's whole list when names is nil. With answered, it reads the
+// stream's consumer names and returns the answer of each one named: the others are left out.
+func readConsumers(ctx context.Context, api API, stream string, names []string, answered map[string]*jetstream.ConsumerInfo) ([]*jetstream.ConsumerInfo, error) {
+	if answered != nil {
+		served, err := api.ConsumerNames(ctx, stream)
+		if err != nil {
+			return nil, err
+		}
+		var out []*jetstream.ConsumerInfo
+		for _, name := range served {
+			if info := answered[name]; info != nil {
+				out = append(out, info)
+			}
+		}
+		return out, nil
+	}
 	if names == nil {
 		return api.ListConsumers(ctx, stream)
 	}

@@ -170,13 +170,21 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		}
 		return res, err
 	}
+	// The server's answers to the consumers it creates stand in for re-reading them in full,
+	// on one server (touched). On a cluster a consumer's name is the meta leader's as soon as
+	// it is assigned, before it runs on its peers, and the full list asks each consumer's
+	// leader: there the list is read.
+	var created *answers
+	if s.Target.Others == "" {
+		created = &answers{}
+	}
 	gate := watchBus(s.Conn.Conn, s.Target.Address())
-	res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate)
+	res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate, created)
 	gate.stop()
 	if err == nil || errors.Is(err, ErrConflict) {
 		// Claimed only once seen: a call the server acknowledged is not yet a bus that
 		// serves it (a consumer created as the server went down).
-		n, verr := s.verify(ctx, t, p, opts, o.Progress)
+		n, verr := s.verify(ctx, t, p, opts, o.Progress, created)
 		res.Applied += n
 		if verr != nil {
 			err = errors.Join(err, verr) // keeps a conflict said beside it

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/plan"
 )
@@ -17,9 +20,17 @@ var ErrNotConverged = errors.New("the bus does not show what was applied")
 // touched names what a plan changes, by change ID, and what a verification reads again: the
 // whole consumer list of a stream it creates, replaces or deletes, or whose consumers it
 // changes by the many; otherwise each consumer it changes, on its own.
-func touched(p *plan.Plan) (ids map[string]bool, scope *readScope) {
+//
+// A stream whose list would be read, and whose every consumer change was a creation the
+// server answered (created), is read by name instead: its consumers' names as the server
+// has them now, each created one taken as the server's answer described it. That proves
+// what the list would — the server acknowledged exactly this consumer, and serves it still —
+// without the server gathering and encoding the config and state of every consumer of the
+// stream once more (a first apply's EVENTS has one per module instance).
+func touched(p *plan.Plan, created *answers) (ids map[string]bool, scope *readScope) {
 	ids = map[string]bool{}
-	scope = &readScope{lists: map[string]bool{}, consumers: map[string][]string{}}
+	scope = &readScope{lists: map[string]bool{}, consumers: map[string][]string{}, named: map[string]map[string]*jetstream.ConsumerInfo{}}
+	byName := map[string]bool{} // streams every consumer change of which was an answered creation
 	for _, c := range p.Changes {
 		if c.Action == plan.Conflict {
 			continue
@@ -28,8 +39,13 @@ func touched(p *plan.Plan) (ids map[string]bool, scope *readScope) {
 		switch c.Kind {
 		case plan.KindStream:
 			scope.lists[c.Name] = true
+			if c.Action == plan.Replace || c.Action == plan.Delete {
+				byName[c.Name] = false
+			}
 		case plan.KindConsumer:
 			scope.consumers[c.Stream] = append(scope.consumers[c.Stream], c.Name)
+			ok, seen := byName[c.Stream]
+			byName[c.Stream] = (ok || !seen) && c.Action == plan.Create && created.has(c.Stream, c.Name)
 		}
 	}
 	for stream, names := range scope.consumers {
@@ -38,7 +54,50 @@ func touched(p *plan.Plan) (ids map[string]bool, scope *readScope) {
 			delete(scope.consumers, stream)
 		}
 	}
+	for stream := range scope.lists {
+		if byName[stream] {
+			scope.named[stream] = created.of(stream)
+			delete(scope.lists, stream)
+		}
+	}
 	return ids, scope
+}
+
+// answers are the server's answers to the consumers an apply created, by stream and name:
+// each consumer as the server said it created it. A nil *answers keeps none.
+type answers struct {
+	mu      sync.Mutex
+	streams map[string]map[string]*jetstream.ConsumerInfo
+}
+
+func (a *answers) add(stream, name string, info *jetstream.ConsumerInfo) {
+	if a == nil || info == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.streams == nil {
+		a.streams = map[string]map[string]*jetstream.ConsumerInfo{}
+	}
+	if a.streams[stream] == nil {
+		a.streams[stream] = map[string]*jetstream.ConsumerInfo{}
+	}
+	a.streams[stream][name] = info
+}
+
+func (a *answers) has(stream, name string) bool {
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.streams[stream][name] != nil
+}
+
+func (a *answers) of(stream string) map[string]*jetstream.ConsumerInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.streams[stream]
 }
 
 // readOnItsOwn is how many consumers of one stream a verification reads one request each;
@@ -49,8 +108,11 @@ const readOnItsOwn = 32
 // accounts config in use — plans t against it, and returns the changes still planned for the
 // objects p touched. Only what the plan touched is compared: the consumers not read are not
 // planned again either, so the re-read of a small change costs a small read.
-func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options) (*plan.Plan, []plan.Change, error) {
-	ids, scope := touched(p)
+//
+// created holds the server's answers to the consumers p created (touched reads by name the
+// streams they allow); nil reads every list.
+func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options, created *answers) (*plan.Plan, []plan.Change, error) {
+	ids, scope := touched(p, created)
 	live, err := s.readLive(ctx, nil, scope)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the bus at %s again to verify the apply: %w", s.Target.Address(), err)
@@ -73,19 +135,20 @@ func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Pla
 // What still differs is applied once more (a call the server acknowledged and then lost, a
 // consumer created as the server went down) and read again; what differs after that is an
 // error wrapping ErrNotConverged, naming each object. It returns the changes made again.
-func (s *Session) verify(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options, progress Progress) (int, error) {
-	again, left, err := s.stillDifferent(ctx, t, p, o)
+func (s *Session) verify(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options, progress Progress, created *answers) (int, error) {
+	again, left, err := s.stillDifferent(ctx, t, p, o, created)
 	if err != nil || len(left) == 0 {
 		return 0, err
 	}
 	s.logf("the bus read again after the apply still differs in %d object(s) (%s); applying them once more", len(left), ids(left))
 	gate := watchBus(s.Conn.Conn, s.Target.Address())
-	n, err := apply(ctx, again, s.API, s.Accounts, progress, gate)
+	n, err := apply(ctx, again, s.API, s.Accounts, progress, gate, nil)
 	gate.stop()
 	if err != nil {
 		return n, err
 	}
-	if _, left, err = s.stillDifferent(ctx, t, p, o); err != nil || len(left) == 0 {
+	// Read again in full: what differed once is read as the server serves it now.
+	if _, left, err = s.stillDifferent(ctx, t, p, o, nil); err != nil || len(left) == 0 {
 		return n, err
 	}
 	return n, fmt.Errorf("%w: %s still differ(s) after applying twice: %s", ErrNotConverged, ids(left), reasons(left))

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/plan"
 )
 
 // losingAPI is the real API of a real server, except that the consumer named lose is lost
@@ -21,23 +23,107 @@ type losingAPI struct {
 	times atomic.Int64
 }
 
-func (a *losingAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
-	if err := a.API.CreateConsumer(ctx, stream, cfg); err != nil || cfg.Durable != a.lose || a.times.Load() == 0 {
-		return err
+func (a *losingAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error) {
+	info, err := a.API.CreateConsumer(ctx, stream, cfg)
+	if err != nil || cfg.Durable != a.lose || a.times.Load() == 0 {
+		return info, err
 	}
 	a.times.Add(-1)
-	return a.API.DeleteConsumer(ctx, stream, cfg.Durable)
+	return info, a.API.DeleteConsumer(ctx, stream, cfg.Durable)
 }
 
-// listCounting counts the consumer lists asked for.
+// listCounting counts the consumer lists asked for, and the name lists.
 type listCounting struct {
 	API
-	n atomic.Int64
+	n, names atomic.Int64
 }
 
 func (a *listCounting) ListConsumers(ctx context.Context, stream string) ([]*jetstream.ConsumerInfo, error) {
 	a.n.Add(1)
 	return a.API.ListConsumers(ctx, stream)
+}
+
+func (a *listCounting) ConsumerNames(ctx context.Context, stream string) ([]string, error) {
+	a.names.Add(1)
+	return a.API.ConsumerNames(ctx, stream)
+}
+
+// misanswering is the real API of a real server, except that its answer to the creation of
+// the consumer named differs from what the server created: another description.
+type misanswering struct {
+	API
+	named string
+}
+
+func (a *misanswering) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error) {
+	info, err := a.API.CreateConsumer(ctx, stream, cfg)
+	if err != nil || cfg.Durable != a.named {
+		return info, err
+	}
+	told := *info
+	told.Config.Description = "not what was asked for"
+	return &told, nil
+}
+
+// A first apply creates whole streams of consumers; its verification reads those streams'
+// consumer names, and takes each created consumer as the server's answer to its creation
+// described it, rather than having the server list every consumer's config and state again.
+func TestAFirstApplyIsVerifiedByNameAndTheServersAnswers(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	f := newFixture(t, quickMesh)
+	s := f.connect(ctx)
+	real := s.API
+	reads := &listCounting{API: real}
+	s.API = reads
+	res, _, err := f.apply(ctx, s, RunOptions{})
+	s.API = real
+	if err != nil {
+		t.Fatal(err)
+	}
+	withConsumers := map[string]bool{}
+	for _, c := range res.Plan.Changes {
+		if c.Kind == plan.KindConsumer {
+			if c.Action != plan.Create {
+				t.Fatalf("a first apply planned %s", c.ID())
+			}
+			withConsumers[c.Stream] = true
+		}
+	}
+	if len(withConsumers) == 0 {
+		t.Fatal("the mesh's first apply created no consumer")
+	}
+	if n := reads.names.Load(); n != int64(len(withConsumers)) {
+		t.Errorf("the verification named the consumers of %d streams; want the %d it created consumers in", n, len(withConsumers))
+	}
+	if n := reads.n.Load(); n != 0 {
+		t.Errorf("the first apply listed consumers %d times; want none (no stream existed to plan from, and its own are read by name)", n)
+	}
+	f.mustConverge(ctx, s)
+}
+
+// The answer is what the verification compares: an answer that is not what the plan asked
+// for is applied once more, and then the bus is read in full, as the server serves it.
+func TestAnAnswerUnlikeThePlanIsAppliedAgainAndReadInFull(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	f := newFixture(t, quickMesh)
+	s := f.connect(ctx)
+	real := s.API
+	reads := &listCounting{API: real}
+	s.API = &misanswering{API: reads, named: "beta_postman"}
+	_, _, err := f.apply(ctx, s, RunOptions{})
+	s.API = real
+	if err != nil {
+		t.Fatalf("an apply whose answer differed from what the server created: %v", err)
+	}
+	if !strings.Contains(f.log.String(), "(consumer EVENTS/beta_postman); applying them once more") {
+		t.Errorf("the apply did not apply again the consumer whose answer differed:\n%s", f.log.String())
+	}
+	if reads.n.Load() == 0 {
+		t.Error("after applying again, the verification did not list the consumers as the server serves them")
+	}
+	f.mustConverge(ctx, s)
 }
 
 // An apply claims success only for what the bus, read again, shows: a consumer the server
