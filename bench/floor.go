@@ -32,15 +32,16 @@ type floorResult struct {
 
 // floorArgs are the -floor process's own flags.
 type floorArgs struct {
-	kind         string // "create" or "list"
+	kind         string // "create", "list" or "serve"
 	mesh         string // the description directory
-	dir          string // create: the store of its own embedded bus
-	url          string // list: the bus to list
+	dir          string // create, serve: the store of the embedded bus
+	url          string // list: the bus to list; create: a bus served by a floor process, not one of its own
 	passwordFile string // list: the controller's password
 }
 
-// runFloor is the -floor process: it prints one floorResult.
-func runFloor(ctx context.Context, a floorArgs, stdout io.Writer) error {
+// runFloor is the -floor process: it prints one floorResult, or, serving, the bus's address
+// until stdin closes.
+func runFloor(ctx context.Context, a floorArgs, stdin io.Reader, stdout io.Writer) error {
 	var (
 		res floorResult
 		err error
@@ -50,8 +51,10 @@ func runFloor(ctx context.Context, a floorArgs, stdout io.Writer) error {
 		res, err = floorCreate(ctx, a)
 	case "list":
 		res, err = floorList(ctx, a)
+	case "serve":
+		return floorServe(ctx, a, stdin, stdout)
 	default:
-		return fmt.Errorf("-floor %q: want create or list", a.kind)
+		return fmt.Errorf("-floor %q: want create, list or serve", a.kind)
 	}
 	if err != nil {
 		return err
@@ -70,20 +73,25 @@ const floorAccounts = `accounts {
 }
 `
 
-// floorCreate starts an embedded bus in a.dir and creates the mesh's streams, then its
-// consumers, 16 calls in flight, timing the creation alone. It exits without stopping the
-// bus (the caller removes the store): the stop is not part of the floor.
+// floorCreate starts an embedded bus in a.dir, or uses the one a floor process serves at
+// a.url, and creates the mesh's streams, then its consumers, 16 calls in flight, timing the
+// creation alone. It exits without stopping a bus of its own (the caller puts the store
+// aside): the stop is not part of the floor.
 func floorCreate(ctx context.Context, a floorArgs) (floorResult, error) {
 	m, err := model.Load(a.mesh)
 	if err != nil {
 		return floorResult{}, err
 	}
 	d := render.Derive(m)
-	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: a.dir, Listen: "127.0.0.1:-1", InitialAccounts: []byte(floorAccounts)})
-	if err != nil {
-		return floorResult{}, err
+	url := a.url
+	if url == "" {
+		e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: a.dir, Listen: "127.0.0.1:-1", InitialAccounts: []byte(floorAccounts)})
+		if err != nil {
+			return floorResult{}, err
+		}
+		url = e.URL()
 	}
-	nc, err := nats.Connect(e.URL(), nats.UserInfo("floor", "floor"))
+	nc, err := nats.Connect(url, nats.UserInfo("floor", "floor"))
 	if err != nil {
 		return floorResult{}, err
 	}
@@ -113,6 +121,22 @@ func floorCreate(ctx context.Context, a floorArgs) (floorResult, error) {
 		return floorResult{}, err
 	}
 	return floorResult{NS: time.Since(start).Nanoseconds(), Objects: len(d.Streams) + len(d.Consumers)}, nil
+}
+
+// floorServe starts an embedded bus in a.dir configured as the create floor's, prints its
+// address as one line of JSON, and serves until its standard input closes: the bus of the
+// floor a bare client meets when another process serves the bus, as `watch` does. It exits
+// without stopping the bus.
+func floorServe(ctx context.Context, a floorArgs, stdin io.Reader, stdout io.Writer) error {
+	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: a.dir, Listen: "127.0.0.1:-1", InitialAccounts: []byte(floorAccounts)})
+	if err != nil {
+		return err
+	}
+	if err := json.NewEncoder(stdout).Encode(map[string]string{"url": e.URL()}); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, stdin)
+	return nil
 }
 
 // floorList lists every stream of the bus at a.url with the library's pager, and each

@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fl.kind != "" {
-		return runFloor(ctx, fl, stdout)
+		return runFloor(ctx, fl, os.Stdin, stdout)
 	}
 	if *gen != "" {
 		g := meshgen.Scaled(*instances)
@@ -94,7 +94,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	rep, err := measure(ctx, plan, stderr)
+	tmp, err := os.MkdirTemp("", "meshctl-bench-")
+	if err != nil {
+		return err
+	}
+	// Every store the bench made is kept until the report is written (see spend): their
+	// removal, gigabytes at 20,000 instances, takes minutes of its own.
+	defer func() {
+		fmt.Fprintf(stderr, "removing the bench's stores in %s\n", tmp)
+		if err := os.RemoveAll(tmp); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+		}
+	}()
+	rep, err := measure(ctx, plan, tmp, stderr)
 	if err != nil {
 		return err
 	}

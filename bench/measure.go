@@ -126,8 +126,9 @@ func (r *report) find(name string, size int) *result {
 	return nil
 }
 
-// measure builds the test binaries and runs every benchmark the plan asks for.
-func measure(ctx context.Context, p runPlan, log io.Writer) (*report, error) {
+// measure builds the test binaries and runs every benchmark the plan asks for, in the
+// temporary directory tmp.
+func measure(ctx context.Context, p runPlan, tmp string, log io.Writer) (*report, error) {
 	rep := &report{plan: p, started: time.Now(), meshes: map[int]meshFacts{}}
 	rep.machine = describeMachine()
 	rep.loadBefore = loadAverage()
@@ -137,11 +138,7 @@ func measure(ctx context.Context, p runPlan, log io.Writer) (*report, error) {
 	}
 	rep.bcrypt = timeBcrypt()
 
-	tmp, err := os.MkdirTemp("", "meshctl-bench-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
+	var err error
 	if rep.waits, err = measureWaits(ctx, p.wait, p.runs, tmp, log); err != nil {
 		return nil, err
 	}
@@ -210,8 +207,10 @@ func runOne(ctx context.Context, bin string, b bench, size int, tmp string, log 
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = b.pkg
 	// Each benchmark's temporary directories, and the embedded buses they hold, go where
-	// the bench can remove them: a large bus is left to the process exit, not stopped.
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	// the bench can remove them: a large bus is left to the process exit, not stopped. The
+	// stores of the live benchmarks are put aside rather than removed when each ends (see
+	// spend), so that the next does not pay for the removal.
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "MESHCTL_BENCH_SPENT="+filepath.Join(tmp, spentDir))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// The previous benchmark's stores were just removed: flush that before this one starts,
