@@ -139,7 +139,7 @@ const spentDir = "spent"
 // it: the next run must not pay for the removal of this one's hundred thousand files. On
 // ext4 without a journal the inode allocator skips every inode freed in the last minute or
 // more (ialloc.c, recently_deleted), and a run of 20,000 instances that started right after
-// its predecessor's store was removed took three times as long in system time. Everything
+// its predecessor's store was removed took three times as long. Everything
 // spent goes with the bench's temporary directory, at its end.
 func (r *waitRunner) spend(path string) error {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {

@@ -240,8 +240,8 @@ func (a *jsAPI) ConsumerNames(ctx context.Context, stream string) ([]string, err
 	}
 }
 
-// upsertConsumer sends a consumer create or update to the API itself and trusts only the
-// error in the answer, never the config in it.
+// upsertConsumer sends a consumer create or update to the API itself. Of an update's answer
+// it trusts only the error, never the config; a creation's answer is the consumer as created.
 //
 // nats-server answers a create or update with the consumer's "initial info": a snapshot it
 // takes each time the consumer becomes leader — at its creation, and at every server start
@@ -254,8 +254,13 @@ func (a *jsAPI) ConsumerNames(ctx context.Context, stream string) ([]string, err
 // ErrConsumerMultipleFilterSubjectsNotSupported — although the server did update the
 // consumer. Every one-shot `meshctl apply` starts the embedded bus afresh, so a module going
 // from one followed event (filter_subject) to two (filter_subjects) failed every time, while
-// two to three passed (the stale answer had filter_subjects too). What the server holds is
-// proven by the read after the apply (Session.verify), not by this answer.
+// two to three passed (the stale answer had filter_subjects too). What the server holds after
+// an update is proven by the read after the apply (Session.verify), not by this answer.
+//
+// A creation's answer is not stale: the plan creates only a consumer the bus did not have, and
+// its snapshot is taken as the server creates it, then handed out in this answer. The
+// verification therefore takes it for the consumer's config, beside the server's list of names
+// that shows the consumer is still there (touched).
 func (a *jsAPI) upsertConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, action string) (*jetstream.ConsumerInfo, error) {
 	req, err := json.Marshal(struct {
 		Stream string                    `json:"stream_name"`
