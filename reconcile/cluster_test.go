@@ -80,6 +80,29 @@ func eachServer(t *testing.T, ctx context.Context, servers []*bus.TestClusterSer
 	}
 }
 
+// awaitReloads waits until every server of c has finished a reload since before (its
+// configTimes): a reload by signal returns before the server has done it, and until then a
+// JetStream request can find the account not yet enabled again.
+func awaitReloads(t *testing.T, ctx context.Context, c *bus.TestCluster, before []time.Time) {
+	t.Helper()
+	for {
+		done := 0
+		for i, at := range configTimes(t, c) {
+			if at.After(before[i]) {
+				done++
+			}
+		}
+		if done == len(before) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d servers finished their reload: %v", done, len(before), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 func configTimes(t *testing.T, c *bus.TestCluster) []time.Time {
 	t.Helper()
 	var out []time.Time

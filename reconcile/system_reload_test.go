@@ -47,6 +47,7 @@ func TestAClusterReloadedByRequest(t *testing.T) {
 			t.Fatalf("server %s's accounts config does not carry the system user (%v)", srv.Name, err)
 		}
 	}
+	signalled := configTimes(t, c)
 	for _, srv := range c.Servers[:len(c.Servers)-1] {
 		if err := bus.PIDFileReloader(srv.PIDFile).Reload(ctx); err != nil {
 			t.Fatal(err)
@@ -57,6 +58,7 @@ func TestAClusterReloadedByRequest(t *testing.T) {
 	if err := bus.PIDFileReloader(c.Servers[len(c.Servers)-1].PIDFile).Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
+	awaitReloads(t, ctx, c, signalled)
 
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)
