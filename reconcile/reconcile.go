@@ -30,6 +30,11 @@ type RunOptions struct {
 	LockNotice func(string)
 	// OnPlan is shown the plan before it is applied, under the lock.
 	OnPlan func(*plan.Plan)
+	// Lock is the apply lock, already taken by the caller; Reconcile releases it when it
+	// returns. A caller that waits for the lock before it loads the description (`watch`)
+	// reconciles what the description says once the other applier is done, and does not load
+	// it beside that applier's work.
+	Lock *state.Lock
 }
 
 // Result is what a reconcile found and did.
@@ -131,11 +136,17 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (Result, error) {
 	opts := plan.Options{AllowDataLoss: o.AllowDataLoss, AllowMassDelete: o.AllowMassDelete}
 	if o.DryRun {
+		if o.Lock != nil {
+			defer o.Lock.Unlock()
+		}
 		p, err := s.Plan(ctx, m, opts)
 		return Result{Plan: p}, err
 	}
 	started := time.Now()
-	lock, err := s.held, error(nil)
+	lock, err := o.Lock, error(nil)
+	if lock == nil {
+		lock = s.held
+	}
 	s.held = nil
 	if lock == nil {
 		lock, err = state.AcquireLock(ctx, s.Store.Dir(), o.WaitForLock, o.LockNotice)

@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/state"
 )
 
 // Drift made by hand is healed as soon as the server says so, not at the next resync (an hour
@@ -217,4 +219,65 @@ func TestAdvisoriesAreHeardAgainOnceTheGrantIsLive(t *testing.T) {
 		return nil
 	})
 	t.Logf("a consumer deleted by hand was back after %s", time.Since(deleted).Round(time.Millisecond))
+}
+
+// Drift heard while another applier holds the apply lock (its own stream updates, say) is
+// reconciled once that applier is done, from the description as it is then: watch waits
+// for the lock before it loads the description, rather than loading it beside the other
+// applier's work and reconciling what it said before that applier finished.
+func TestDriftHeardUnderAnotherAppliersLockIsReconciledFromTheDescriptionAfterIt(t *testing.T) {
+	t.Parallel()
+	waiting := make(chan struct{})
+	var once sync.Once
+	h := startWatch(t, quickstart(t), func(c *Config) {
+		c.Debounce = time.Hour // the edit below is applied by the advisory's reconcile, or not at all
+		c.Logger = slog.New(noticing{Handler: c.Logger.Handler(), prefix: "waiting for the apply lock", seen: func() {
+			once.Do(func() { close(waiting) })
+		}})
+	})
+	h.waitFor(0, "applying the quickstart at start", is(TriggerStart, OutcomeOK))
+	js := h.controller(h.busURL())
+	ctx := context.Background()
+
+	lock, err := state.AcquireLock(ctx, h.stateDir, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := h.mark()
+	if err := js.DeleteConsumer(ctx, "EVENTS", "beta_postman"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waiting:
+	case <-time.After(waitLimit):
+		t.Fatal("watch heard the deletion but did not wait for the apply lock")
+	}
+	// The other applier's description: it adds a module before it lets the lock go.
+	h.write("audit.yaml", auditModule)
+	if err := lock.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	c := h.waitFor(mark, "the reconcile of the deletion", is(TriggerAdvisory, OutcomeOK))
+	for _, want := range []string{"create consumer EVENTS/beta_postman", "create consumer EVENTS/alpha_audit"} {
+		if !planned(c, want) {
+			t.Errorf("the reconcile after the lock was let go did not plan %q: %s", want, describeCycles([]Cycle{c}))
+		}
+	}
+	if !hasConsumer(t, js, "EVENTS", "alpha_audit") {
+		t.Error("EVENTS/alpha_audit of the description as it was when the lock was let go is not on the bus")
+	}
+}
+
+// noticing is a log handler that calls seen for every record whose message starts with prefix.
+type noticing struct {
+	slog.Handler
+	prefix string
+	seen   func()
+}
+
+func (n noticing) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, n.prefix) {
+		n.seen()
+	}
+	return n.Handler.Handle(ctx, r)
 }

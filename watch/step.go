@@ -14,6 +14,7 @@ import (
 	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
+	"github.com/meshbus/meshctl/state"
 )
 
 // errBusLost cancels a reconcile whose connection dropped: without it, every request left
@@ -82,6 +83,26 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
 
+	// On a connection that is up, the apply lock comes before the description: another
+	// applier at work beside this watch (whose stream updates it hears as advisories) is
+	// waited for before the description is loaded, so that loading it does not compete with
+	// that work, and what is reconciled is the description as it is once that applier is
+	// done. The lock is handed to the reconcile. Connecting, or connecting again, may itself
+	// take the lock to install an accounts config, so on those paths it is let go first and
+	// the reconcile takes it as before; so it is when it cannot be had (the reconcile then
+	// says why, and records it).
+	var lock *state.Lock
+	if conn != nil && conn.sess.Conn.IsConnected() {
+		lock, _ = state.AcquireLock(ctx, l.store.Dir(), true, func(msg string) { l.log.Warn(msg) })
+	}
+	letGo := func() {
+		if lock != nil {
+			_ = lock.Unlock()
+			lock = nil
+		}
+	}
+	defer letGo()
+
 	m, err := model.Load(l.cfg.Dir)
 	if errors.Is(err, model.ErrInvalid) {
 		return done(OutcomeInvalid, err)
@@ -90,11 +111,13 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 		return done(OutcomeError, err)
 	}
 	if conn != nil && !sameBus(conn.bus, m.Bus) {
+		letGo()
 		l.log.Info("the bus section changed: reconnecting", "from", describeBus(conn.bus), "to", describeBus(m.Bus))
 		l.disconnect(conn)
 		conn = nil
 	}
 	if conn != nil && !conn.sess.Conn.IsConnected() {
+		letGo()
 		if conn.sess.Embedded == nil {
 			// Connect afresh: a fresh dial to a bus that is down fails at once, where a
 			// request on a connection still reconnecting waits out its timeout.
@@ -138,7 +161,9 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 		RecordNoop:  false,
 		Dir:         l.cfg.Dir,
 		LockNotice:  func(msg string) { l.log.Warn(msg) },
+		Lock:        lock,
 	})
+	lock = nil // the reconcile released it
 	stopWatching()
 	lost := errors.Is(context.Cause(runCtx), errBusLost)
 	cancelRun(nil)
