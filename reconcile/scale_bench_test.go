@@ -19,7 +19,6 @@ import (
 
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
-	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -139,23 +138,21 @@ func applied(ctx context.Context, b *testing.B, m *model.Mesh) *reconcile.Sessio
 
 // BenchmarkFirstApply applies a mesh to a bus that has none of it: every stream and
 // consumer created, the accounts config rewritten from the controller alone to every user,
-// reloaded and verified. Between runs the bus is emptied again, untimed.
+// reloaded and verified. Each run has a fresh store and bus, set up untimed: a bus emptied
+// for the next run would have that run's creates pay for the removal (storeDir).
 func BenchmarkFirstApply(b *testing.B) {
 	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
 		ctx := benchContext(b)
 		m := parse(b, g)
-		s := session(ctx, b, m)
-		bootstrap, err := os.ReadFile(s.Accounts.Path)
-		if err != nil {
-			b.Fatal(err)
-		}
 		var calls int64
-		settle()
 		for b.Loop() {
+			b.StopTimer()
+			s := session(ctx, b, m)
 			counting := &reconcile.Counting{API: s.API}
 			s.API = counting
+			settle()
+			b.StartTimer()
 			res, err := s.Reconcile(ctx, m, reconcile.RunOptions{})
-			s.API = counting.API
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -163,16 +160,6 @@ func BenchmarkFirstApply(b *testing.B) {
 			if res.Applied != len(res.Plan.Changes) {
 				b.Fatalf("applied %d of %d", res.Applied, len(res.Plan.Changes))
 			}
-			b.StopTimer()
-			emptyBus(ctx, b, s.Conn.Conn)
-			if err := atomicfile.Write(s.Accounts.Path, bootstrap); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Embedded.Reload(); err != nil {
-				b.Fatal(err)
-			}
-			settle()
-			b.StartTimer()
 		}
 		b.ReportMetric(float64(calls), "calls/op")
 	})
@@ -319,46 +306,24 @@ func createAll(ctx context.Context, js jetstream.JetStream, d *render.Desired) e
 // just emptied) otherwise lands inside the measurement, doubling it on this kind of disk.
 func settle() { syscall.Sync() }
 
-// emptyBus deletes every stream, consumers and all.
-func emptyBus(ctx context.Context, b *testing.B, nc *nats.Conn) {
-	b.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var names []string
-	l := js.StreamNames(ctx)
-	for n := range l.Name() {
-		names = append(names, n)
-	}
-	if err := l.Err(); err != nil {
-		b.Fatal(err)
-	}
-	if err := each(names, func(n string) error { return js.DeleteStream(ctx, n) }); err != nil {
-		b.Fatal(err)
-	}
-}
-
 // BenchmarkFloorCreate creates a mesh's streams and consumers with a bare client, 16 calls
-// in flight: the floor under BenchmarkFirstApply.
+// in flight: the floor under BenchmarkFirstApply. Each run has a fresh bus, as there.
 func BenchmarkFloorCreate(b *testing.B) {
 	withGenerated(b, func(b *testing.B, g meshgen.Mesh) {
 		ctx := benchContext(b)
 		d := render.Derive(parse(b, g))
-		_, nc := openBus(b)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		settle()
 		for b.Loop() {
+			b.StopTimer()
+			_, nc := openBus(b)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			settle()
+			b.StartTimer()
 			if err := createAll(ctx, js, d); err != nil {
 				b.Fatal(err)
 			}
-			b.StopTimer()
-			emptyBus(ctx, b, nc)
-			settle()
-			b.StartTimer()
 		}
 		b.ReportMetric(float64(len(d.Streams)+len(d.Consumers)), "calls/op")
 	})
