@@ -268,7 +268,8 @@ func TestDriftHeardUnderAnotherAppliersLockIsReconciledFromTheDescriptionAfterIt
 	}
 }
 
-// noticing is a log handler that calls seen for every record whose message starts with prefix.
+// noticing is a log handler that calls seen for every record whose message starts with prefix,
+// from the logger it was given and every logger derived from it.
 type noticing struct {
 	slog.Handler
 	prefix string
@@ -280,4 +281,14 @@ func (n noticing) Handle(ctx context.Context, r slog.Record) error {
 		n.seen()
 	}
 	return n.Handler.Handle(ctx, r)
+}
+
+func (n noticing) WithAttrs(attrs []slog.Attr) slog.Handler {
+	n.Handler = n.Handler.WithAttrs(attrs)
+	return n
+}
+
+func (n noticing) WithGroup(name string) slog.Handler {
+	n.Handler = n.Handler.WithGroup(name)
+	return n
 }
