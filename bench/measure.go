@@ -213,8 +213,9 @@ func runOne(ctx context.Context, bin string, b bench, size int, tmp string, log 
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "MESHCTL_BENCH_SPENT="+filepath.Join(tmp, spentDir))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	// The previous benchmark's stores were just removed: flush that before this one starts,
-	// so its writeback is not measured here.
+	// The previous benchmark's stores were just put aside, and its other temporary
+	// directories removed: flush what it wrote before this one starts, so that writeback is
+	// not measured here.
 	syscall.Sync()
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
