@@ -548,12 +548,25 @@ const maxRedeclare = time.Minute
 // declarePass declares to the enrolled nodes, arming retry when a declaration failed: after
 // Retry, doubling with each failure in a row up to maxRedeclare.
 func (l *loop) declarePass(ctx context.Context, retry *time.Timer) {
-	published, err := l.declareAll(ctx)
-	if l.mesh != nil {
-		// What this pass minted and revoked is its own doing, not a change to act on.
-		if d, derr := l.credentialDigest(ctx); derr == nil {
-			l.credentials = d
+	// What the next polls compare the store with is the hashes as this pass found them, with
+	// what it minted and revoked itself: its own doing is no change to act on, but another
+	// process's is, even one made while the pass ran (a revocation between a node's
+	// declaration going out and the pass's end), which a digest read after the pass would
+	// take in as seen.
+	sctx, cancel := l.storeCtx(ctx)
+	found, ferr := l.cfg.Store.Hashes(sctx)
+	cancel()
+	own := map[string]string{}
+	published, err := l.declareAll(ctx, own)
+	if l.mesh != nil && ferr == nil {
+		for u, h := range own {
+			if h == "" {
+				delete(found, u)
+			} else {
+				found[u] = h
+			}
 		}
+		l.credentials = digestOf(found)
 	}
 	if err != nil {
 		wait := l.cfg.Retry << min(l.failedPasses, 10)
@@ -591,6 +604,11 @@ func (l *loop) credentialDigest(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return digestOf(hashes), nil
+}
+
+// digestOf identifies every principal's hash in hashes.
+func digestOf(hashes map[string]string) string {
 	users := make([]string, 0, len(hashes))
 	for u := range hashes {
 		users = append(users, u)
@@ -600,13 +618,13 @@ func (l *loop) credentialDigest(ctx context.Context) (string, error) {
 	for _, u := range users {
 		fmt.Fprintf(sum, "%s\x00%s\x00", u, hashes[u])
 	}
-	return hex.EncodeToString(sum.Sum(nil)), nil
+	return hex.EncodeToString(sum.Sum(nil))
 }
 
 // declareAll declares to every enrolled node in the description what it runs, where that
 // changed, and returns the nodes it published to. A converged pass publishes nothing and mints
-// nothing.
-func (l *loop) declareAll(ctx context.Context) ([]string, error) {
+// nothing. What it minted and revoked goes into own (declare).
+func (l *loop) declareAll(ctx context.Context, own map[string]string) ([]string, error) {
 	if l.mesh == nil {
 		return nil, nil
 	}
@@ -622,7 +640,7 @@ func (l *loop) declareAll(ctx context.Context) ([]string, error) {
 		if !slices.ContainsFunc(l.mesh.Nodes, func(n model.Node) bool { return n.Name == e.Node }) {
 			continue
 		}
-		did, err := l.declare(ctx, e)
+		did, err := l.declare(ctx, e, own)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("declaring to node %s: %w", e.Node, err))
 		}
@@ -637,8 +655,9 @@ func (l *loop) declareAll(ctx context.Context) ([]string, error) {
 // instance's membership sealed to the node's key — the sealed copy kept from last time where the
 // credential is unchanged, a fresh one minted where it is new or was minted again elsewhere.
 // Credentials are made live before the node hears of them; those of instances that left the
-// node are revoked.
-func (l *loop) declare(ctx context.Context, e state.Enrolment) (published bool, err error) {
+// node are revoked. The hash of each credential it minted goes into own, and "" for each it
+// revoked.
+func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]string) (published bool, err error) {
 	d := DeclarationFor(l.mesh, e.Node)
 	prev, err := l.cfg.Store.Declared(ctx, e.Node)
 	if err != nil {
@@ -674,6 +693,9 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment) (published bool, 
 	}
 	if hashes, err = l.cfg.Store.Hashes(ctx); err != nil {
 		return false, err
+	}
+	for _, u := range slices.Concat(mint, departed) {
+		own[u] = hashes[u]
 	}
 	creds := map[string]state.DeclaredCredential{}
 	for i := range d.Instances {
