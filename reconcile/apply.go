@@ -21,6 +21,11 @@ var ErrBlocked = errors.New("the plan is blocked")
 // not what the description says until someone resolves them.
 var ErrConflict = errors.New("objects meshctl does not own are in the way")
 
+// ErrStopped is returned (wrapped, beside the cause) when an apply stopped at a failure that
+// every change after it would meet too (a full disk): the error says it once, with what was
+// and was not done.
+var ErrStopped = errors.New("the apply stopped there")
+
 // applyConcurrency is how many API calls an apply keeps in flight within one phase.
 const applyConcurrency = 16
 
@@ -38,14 +43,18 @@ type Progress func(done, total int, c plan.Change, err error)
 // replacement runs as drain.go decides, and a renamed seat's queue stops handing out work
 // before the accounts config is reloaded.
 func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress) (int, error) {
-	return apply(ctx, p, api, accounts, progress, nil, nil)
+	return apply(ctx, p, api, accounts, progress, nil, nil, nil)
 }
 
 // apply is Apply, its calls let through by gate when one follows the connection: then a
 // lost connection stops the apply within busReturnWait with one error saying what was and
 // was not done, rather than an error per call after each one's timeout. The server's answer
 // to each consumer it creates goes into created, when that is not nil, for the verification.
-func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress, gate *busGate, created *answers) (int, error) {
+//
+// halt, when not nil, is shown each change's error and returns non-nil for one that stops
+// the apply (a full disk): every change after it would fail the same way, so the calls not
+// yet sent are not, and the apply ends with that one error, not a line per change.
+func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress, gate *busGate, created *answers, halt func(error) error) (int, error) {
 	if p.Blocked() {
 		why := p.Summary().String()
 		if p.MassDeleteRefused() {
@@ -75,9 +84,20 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 	total := len(p.Changes) - len(conflicts)
 	var mu sync.Mutex
 	done := 0
+	var halted error // the first error halt stopped the apply for
 	report := func(c plan.Change, err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		if err != nil && halt != nil && halted == nil {
+			if halted = halt(err); halted != nil {
+				cancel(halted)
+			}
+		}
+		if halted != nil && err != nil {
+			// Said once, by the apply's error; a call cut off by the stop is no failure of
+			// its own.
+			return
+		}
 		if err == nil {
 			done++
 		}
@@ -118,6 +138,13 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 		if errors.Is(context.Cause(ctx), ErrBusLost) {
 			return done, fmt.Errorf("%w (%s) and did not come back within %s: %d of %d change(s) were made, %d were not; the next apply continues from there",
 				ErrBusLost, gate.addr, busReturnWait, done, total, total-done)
+		}
+		mu.Lock()
+		stop := halted
+		mu.Unlock()
+		if stop != nil {
+			return done, fmt.Errorf("%w; %w: %d of %d change(s) were made, %d were not; the next apply continues from there",
+				stop, ErrStopped, done, total, total-done)
 		}
 		if err != nil {
 			return done, err

@@ -2,13 +2,16 @@ package reconcile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -137,4 +140,81 @@ func fillDisk(t *testing.T, dir string) string {
 		}
 	}
 	return path
+}
+
+// Item 9 of issue 22: a disk that fills during a first apply gave a `failed:` line for each
+// of the 815 consumers the server could not create, and the failed apply, whose history is on
+// the same full disk, was neither recorded nor said to be missing. The first store the server
+// cannot create stops the apply: one error, naming where the disk is full.
+func TestADiskFillingDuringAFirstApplyStopsItOnce(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	stateDir := filepath.Join(t.TempDir(), "state")
+	mountTmpfs(t, stateDir)
+	f := fixtureWithState(t, wideMesh(60), stateDir)
+	s := f.connect(ctx)
+	var filled sync.Once
+	var failed []string
+	_, _, err := f.apply(ctx, s, RunOptions{Progress: func(_, _ int, c plan.Change, err error) {
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", c.ID(), err))
+		}
+		// The streams are made; the consumers, what most of a first apply is, meet a full disk.
+		if c.Kind == plan.KindStream {
+			filled.Do(func() { fillDisk(t, stateDir) })
+		}
+	}})
+	t.Logf("the apply on a disk that filled: %v", err)
+	storeDir := filepath.Join(stateDir, "bus", "jetstream")
+	if !errors.Is(err, state.ErrNoSpace) || !strings.Contains(err.Error(), storeDir) {
+		t.Errorf("an apply on a full disk: %v; want it said as no space left on device at %s", err, storeDir)
+	}
+	if n := strings.Count(err.Error(), "error creating store"); n != 1 {
+		t.Errorf("the server's store failure is said %d times in the error, want once", n)
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d change(s) reported failed one by one, want the one error alone:\n%s", len(failed), strings.Join(failed, "\n"))
+	}
+	history, herr := f.store.History(ctx, 1)
+	recorded := herr == nil && len(history) == 1 && strings.Contains(history[0].Outcome, "no space left on device")
+	t.Logf("recorded in the history: %v", recorded)
+	if !recorded && !strings.Contains(f.log.String(), "could not be recorded in the history") {
+		t.Errorf("the failed apply is neither in the history (%v, %v) nor said to be missing from it", history, herr)
+	}
+}
+
+// The same on an operator's server, whose store is not meshctl's to inspect: the first store
+// it cannot create stops the apply with one error naming the server.
+func TestAnExternalServersFullStoreStopsTheApplyOnce(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	dir := t.TempDir()
+	storeDir := filepath.Join(dir, "js")
+	mountTmpfs(t, storeDir)
+	x := startExternalIn(t, dir)
+	f := newFixture(t, x.mesh(x.fingerprint))
+	s := f.connect(ctx)
+	f.mustApply(ctx, s)
+	var b strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&b, "  - name: reader-%02d\n    on: [alpha]\n    follows: [shop/order.placed]\n", i)
+	}
+	f.write(x.mesh(x.fingerprint) + b.String())
+	fillDisk(t, storeDir)
+	var failed []string
+	_, _, err := f.apply(ctx, s, RunOptions{Progress: func(_, _ int, c plan.Change, err error) {
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", c.ID(), err))
+		}
+	}})
+	t.Logf("the apply on a full disk: %v", err)
+	if err == nil || strings.Count(err.Error(), "error creating store") != 1 || !strings.Contains(err.Error(), x.url) {
+		t.Errorf("an apply on a server whose store is full: %v; want one error naming the server", err)
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d change(s) reported failed one by one, want the one error alone:\n%s", len(failed), strings.Join(failed, "\n"))
+	}
+	if history, herr := f.store.History(ctx, 1); herr != nil || len(history) != 1 || !strings.Contains(history[0].Outcome, "error creating store") {
+		t.Errorf("the failed apply is not in the history as such: %v, %v", history, herr)
+	}
 }

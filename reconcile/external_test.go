@@ -24,8 +24,14 @@ type externalServer struct {
 
 func startExternal(t *testing.T) externalServer {
 	t.Helper()
+	return startExternalIn(t, t.TempDir())
+}
+
+// startExternalIn is startExternal with the server's files in dir, its JetStream store in
+// dir/js, which the caller may have mounted already.
+func startExternalIn(t *testing.T, dir string) externalServer {
+	t.Helper()
 	bin := bus.NATSServerBinary(t)
-	dir := t.TempDir()
 	cert, key, fp := bus.SelfSignedCert(t, dir)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -190,7 +190,7 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		created = &answers{}
 	}
 	gate := watchBus(s.Conn.Conn, s.Target.Address())
-	res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate, created)
+	res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate, created, s.halting)
 	gate.stop()
 	if err == nil || errors.Is(err, ErrConflict) {
 		// Claimed only once seen: a call the server acknowledged is not yet a bus that

@@ -142,7 +142,7 @@ func (s *Session) verify(ctx context.Context, t plan.Target, p *plan.Plan, o pla
 	}
 	s.logf("the bus read again after the apply still differs in %d object(s) (%s); applying them once more", len(left), ids(left))
 	gate := watchBus(s.Conn.Conn, s.Target.Address())
-	n, err := apply(ctx, again, s.API, s.Accounts, progress, gate, nil)
+	n, err := apply(ctx, again, s.API, s.Accounts, progress, gate, nil, s.halting)
 	gate.stop()
 	if err != nil {
 		return n, err

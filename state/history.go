@@ -27,7 +27,8 @@ func (s *Store) RecordApply(ctx context.Context, r ApplyRecord) (int64, error) {
 		VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		formatTime(r.Started), formatTime(r.Finished), r.User, r.Host, r.Commit, r.Summary, r.Outcome)
 	if err != nil {
-		return 0, fmt.Errorf("recording the apply in %s: %w", s.dir, err)
+		// The history is most often lost to a full disk, the failure it would have told of.
+		return 0, DiskError(fmt.Errorf("recording the apply in %s: %w", s.dir, err), s.dir)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {

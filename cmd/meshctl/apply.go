@@ -130,7 +130,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	case errors.Is(err, state.ErrLocked):
 		e.errorf("%v (pass --wait to wait for it)", err)
 		return exitError
-	case errors.Is(err, reconcile.ErrBusLost), errors.Is(err, reconcile.ErrConflict):
+	case errors.Is(err, reconcile.ErrBusLost), errors.Is(err, reconcile.ErrConflict), errors.Is(err, reconcile.ErrStopped):
 		// The error says what was and was not done, in one line.
 		e.errorf("%v", err)
 		return exitError
