@@ -71,6 +71,7 @@ func generationRecord(stateDir, server string) string {
 // generation is the record of the last accounts file meshctl wrote: where, its SHA-256, and
 // the generation principal's password in it.
 type generation struct {
+	// File is absolute in memory; on disk, relative to the state directory when it is in it.
 	File     string `json:"file"`
 	SHA256   string `json:"sha256"`
 	Password string `json:"password"`
@@ -106,6 +107,9 @@ func loadGeneration(stateDir, server string) (generation, bool) {
 	if json.Unmarshal(data, &g) != nil || g.Password == "" {
 		return generation{}, false
 	}
+	if g.File != "" && !filepath.IsAbs(g.File) {
+		g.File = filepath.Join(absPath(stateDir), g.File)
+	}
 	return g, true
 }
 
@@ -118,6 +122,13 @@ func saveGeneration(stateDir, server string, g generation) error {
 			return err
 		}
 		return nil
+	}
+	// The embedded bus's file is in the state directory, and is named from it: a state
+	// directory restored from a backup to another path still describes its own file, where
+	// an absolute path read as a file edited by hand and rewrote it. An operator's server's
+	// file, wherever it is, stays named absolutely.
+	if rel, err := filepath.Rel(absPath(stateDir), g.File); err == nil && filepath.IsLocal(rel) {
+		g.File = rel
 	}
 	data, err := json.Marshal(g)
 	if err != nil {
