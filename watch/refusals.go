@@ -12,6 +12,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/explain"
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -61,9 +62,10 @@ func newRefusals(log *slog.Logger, reg prometheus.Registerer) *refusals {
 	return r
 }
 
-// serverLog is the embedded bus's logger, reporting refusals to r.
+// serverLog is the embedded bus's logger, reporting refusals to r. The generation principal's
+// refused logins are meshctl's own proof polling for a reload to take, not an error.
 func (r *refusals) serverLog() *bus.ServerLog {
-	return &bus.ServerLog{Log: r.log, OnRefusal: r.refused}
+	return &bus.ServerLog{Log: r.log, OnRefusal: r.refused, OwnLogins: []string{reconcile.GenerationUser}}
 }
 
 func direction(op string) string {
