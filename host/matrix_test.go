@@ -178,6 +178,11 @@ func refusals() []refusal {
 		subscribing(nodeOne, "hear another node's declaration live", render.DeclareSubject("two")),
 		publishing(nodeOne, "ack another node's declarations", ack(render.StreamNodes, "two")),
 		persisting(nodeOne, "report as another node", render.ReportSubject("two")),
+		// Re-enrolling is the enrolment identity's alone: a node's own credential asking to
+		// enrol could replace its key and cut off its agent (issue 22).
+		persisting(nodeOne, "ask to enrol itself", render.EnrolSubject("one")),
+		persisting(nodeOne, "ask to enrol another node", render.EnrolSubject("two")),
+		publishing(nodeOne, "speak on a control subject no job of its needs", "mesh.control.one.other"),
 		persisting(nodeOne, "declare to itself", render.DeclareSubject("one")),
 		subscribing(nodeOne, "hear another node's inbox", "_INBOX.node.two.>"),
 		subscribing(nodeOne, "hear the other nodes' reports", "mesh.control.>"),
@@ -207,7 +212,7 @@ func refusals() []refusal {
 			do: func(ctx context.Context, b *hosttest.Mesh, h *host.Host) error {
 				// No allow_responses: the controller answers enrolment at the address in the
 				// request's payload, and nothing at a reply subject.
-				sub, err := h.Subscribe(ctx, "mesh.control.one.ask", func(m *nats.Msg) { _ = m.Respond([]byte("no")) })
+				sub, err := h.Subscribe(ctx, render.HeartbeatSubject("one"), func(m *nats.Msg) { _ = m.Respond([]byte("no")) })
 				if err != nil {
 					return err
 				}
@@ -223,7 +228,7 @@ func refusals() []refusal {
 				}
 				defer answers.Unsubscribe()
 				return h.Check(ctx, func(ctx context.Context) error {
-					if err := node.PublishRequest("mesh.control.one.ask", "_INBOX.node.one.answer", nil); err != nil {
+					if err := node.PublishRequest(render.HeartbeatSubject("one"), "_INBOX.node.one.answer", nil); err != nil {
 						return helper("node.one", err)
 					}
 					_, err := answers.NextMsgWithContext(ctx)

@@ -281,7 +281,13 @@ func controllerPrincipal(m *model.Mesh) Principal {
 func nodePrincipal(node string, pull bool) Principal {
 	var pub, sub grants
 	user := NodeUser(node)
-	pub.add("report, enrol and heartbeat to the controller", "mesh.control."+node+".>")
+	// Its report and its heartbeat by name, not `mesh.control.<n>.>` as the seeds grant:
+	// under that wildcard lies the enrolment subject too, and a node's own credential could ask
+	// to re-enrol with a key of its choosing once an operator issued enrol.<n> — the controller
+	// would replace the node's key and password and use up the fresh enrolment credential,
+	// cutting off the real agent. Asking to enrol is enrol.<n>'s alone.
+	pub.add("report to the controller", ReportSubject(node))
+	pub.add("heartbeat to the controller", HeartbeatSubject(node))
 	pub.add("bind its declaration consumer", consumerInfo(StreamNodes, node))
 	pub.add("acknowledge its declarations", ackSubject(StreamNodes, node))
 	take(&pub, &sub, pull, "take deliveries of its declaration consumer", StreamNodes, node, "")
