@@ -14,6 +14,7 @@ import (
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
 )
 
 func init() {
@@ -37,7 +38,10 @@ issue   mints a new password (replacing any previous one) and prints the members
         unread. Every other message goes to stderr. With -o FILE it writes the line to
         FILE instead, readable by its owner only (0600): a shell's '> FILE' would leave
         the password readable by every user. An existing FILE is refused before anything
-        is minted, unless --force replaces it.
+        is minted, unless --force replaces it. An enrolled node's own credential
+        (node.<n>) is refused: the controller sealed it to the node's agent, and a new
+        password would lock the agent out. Enrol the node again instead: issue
+        enrol.<n>, and the agent enrols again with it.
 rotate  replaces a principal's password. For a module instance on a node that enrolled,
         the controller hands the credential out: rotate revokes the old one (it stops
         working at once), and waits up to 30s for the controller inside 'meshctl watch'
@@ -115,7 +119,8 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		return code
 	}
 	defer st.Close()
-	users := render.Derive(m).Users()
+	desired := render.Derive(m)
+	users := desired.Users()
 
 	if verb == "list" {
 		creds, err := st.Credentials(ctx)
@@ -195,6 +200,17 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	var file *membershipFile
 	switch verb {
 	case "issue":
+		if node, enrolled, code := enrolledNode(ctx, e, st, desired, principal); code != exitOK {
+			return code
+		} else if enrolled {
+			// A password minted here would replace the one the controller sealed to the node's
+			// agent, which would be locked out at the reload with nothing said. The enrolled
+			// node's credential is replaced only by enrolling it again, which the agent does
+			// with its own key and hears the answer to.
+			e.errorf("node %s enrolled: its agent holds the credential the controller sealed to it, and a password %s here would lock the agent out; to replace it, enrol the node again: 'meshctl credentials issue %s', then the agent enrols again with that credential",
+				node, mintedHow(rotate), render.EnrolUser(node))
+			return exitError
+		}
 		node, declared, code := declaredNode(ctx, e, st, m, principal)
 		switch {
 		case code != exitOK:
@@ -286,6 +302,29 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// mintedHow names what credentials does to a password: rotates it or issues it.
+func mintedHow(rotate bool) string {
+	if rotate {
+		return "rotated"
+	}
+	return "issued"
+}
+
+// enrolledNode reports, for a node's own principal, its node and whether the store holds its
+// enrolment; any other principal is no enrolled node's.
+func enrolledNode(ctx context.Context, e *env, st *state.Store, d *render.Desired, principal string) (node string, enrolled bool, code int) {
+	p, ok := d.Principal(principal)
+	if !ok || p.Kind != render.KindNode {
+		return "", false, exitOK
+	}
+	all, err := st.Enrolments(ctx)
+	if err != nil {
+		e.errorf("%v", err)
+		return "", false, exitError
+	}
+	return p.Node, slices.ContainsFunc(all, func(en state.Enrolment) bool { return en.Node == p.Node }), exitOK
 }
 
 // busAddress is the address a host dials: the external URL, or the embedded bus's — where
