@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,11 +59,17 @@ type Applied struct {
 }
 
 // ErrEnrolment is returned (wrapped) when the node could not enrol: the controller refused, or
-// the enrolment credential no longer joins.
+// the bus refuses the enrolment credential.
 var ErrEnrolment = errors.New("the node could not enrol")
 
+// ErrRemoved is returned (wrapped) when the bus refuses the node's credential after it let the
+// node in with it: the node left the description, or its credential was revoked.
+var ErrRemoved = errors.New("the node was removed")
+
 // Run enrols the node if it has not, then applies its declarations and heartbeats until ctx
-// ends. It returns an error when it cannot start: the directory, the key or the enrolment fail.
+// ends, waiting for the bus whenever it is down. It returns an error when it cannot start (the
+// directory, the key or the enrolment fail) and when the node was removed (ErrRemoved); an end
+// of ctx is no error, whatever the agent was doing.
 func Run(ctx context.Context, c Config) error {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = DefaultHeartbeat
@@ -88,6 +95,9 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 	node, m, enrolled, err := nodeMembership(ctx, c, k, log)
+	if ctx.Err() != nil {
+		return nil // stopped while enrolling
+	}
 	if err != nil {
 		return err
 	}
@@ -179,7 +189,7 @@ func nodeMembership(ctx context.Context, c Config, k key, log *slog.Logger) (str
 	if !ok || node == "" {
 		return "", host.Membership{}, false, fmt.Errorf("%s is %s's membership, not a node's enrolment identity (enrol.<node>)", c.Enrolment, em.User)
 	}
-	m, err := enrol(ctx, c, node, em, k)
+	m, err := enrol(ctx, c, node, em, k, log)
 	if err != nil {
 		return "", host.Membership{}, false, err
 	}
@@ -192,19 +202,21 @@ func nodeMembership(ctx context.Context, c Config, k key, log *slog.Logger) (str
 	return node, m, true, nil
 }
 
-// enrol asks the controller to enrol node, as its enrolment identity, and opens the answer.
-func enrol(ctx context.Context, c Config, node string, em host.Membership, k key) (host.Membership, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.EnrolTimeout)
-	defer cancel()
-	ident, err := host.Join(ctx, em)
-	if errors.Is(err, nats.ErrAuthorization) {
-		return host.Membership{}, fmt.Errorf("%w: the bus refuses %s: an enrolment credential enrols once; issue a fresh one with `meshctl credentials issue %s`",
-			ErrEnrolment, em.User, em.User)
-	}
+// enrol asks the controller to enrol node, as its enrolment identity, and opens the answer. It
+// waits for the bus as long as it is down; EnrolTimeout bounds only the wait for the answer.
+func enrol(ctx context.Context, c Config, node string, em host.Membership, k key, log *slog.Logger) (host.Membership, error) {
+	ident, err := connect(ctx, log, em, func(*waiting, error) error {
+		// Nothing to wait for: the controller makes an enrolment credential live when it is
+		// issued, so the bus refusing it is final.
+		return fmt.Errorf("%w: the bus refuses %s: the credential was used already (an enrolment credential enrols once) or revoked, "+
+			"or node %s is not in the description; issue a fresh one with `meshctl credentials issue %s`", ErrEnrolment, em.User, node, em.User)
+	})
 	if err != nil {
-		return host.Membership{}, fmt.Errorf("enrolling node %s: %w", node, err)
+		return host.Membership{}, err
 	}
 	defer ident.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.EnrolTimeout)
+	defer cancel()
 	msg, err := ident.Enrol(ctx, node, k.Public)
 	if err != nil {
 		return host.Membership{}, err
@@ -242,11 +254,67 @@ type agent struct {
 	enrolledAt time.Time
 }
 
-// run joins as the node and runs the loop until ctx ends.
+// run joins as the node and runs the loop until ctx ends or the node is found removed.
+//
+// Removed means the bus refuses the node's credential after it let the node in with it in this
+// run: nothing but the controller dropping the node (it left the description) or an operator
+// revoking or reissuing its credential takes a live credential away, and a bus restarting or
+// reloading keeps it. A refusal before that is not taken for removal, however long it lasts:
+// right after enrolment the credential is live only once the controller's reload follows its
+// answer, and a controller whose reload fails makes it live at its next reconcile, with no
+// bound an agent could wait out and be sure.
 func (a *agent) run(ctx context.Context, m host.Membership) error {
-	h, err := a.join(ctx, m)
+	ctx, refused := context.WithCancelCause(ctx)
+	defer refused(nil)
+	a.serve(ctx, m, refused)
+	if !errors.Is(context.Cause(ctx), errRefusedOnceIn) {
+		return nil // ctx ended
+	}
+	removed, err := a.removeUndeclared(nil)
+	gone := "none"
+	if len(removed) > 0 {
+		gone = strings.Join(removed, ", ")
+	}
 	if err != nil {
-		return nil // ctx ended while the bus was not letting the node in
+		gone += fmt.Sprintf(" (and could not remove the others: %v)", err)
+	}
+	return fmt.Errorf("%w: the bus refuses %s, which it let in before: node %s is not in the description, or its credential was revoked. "+
+		"Its modules' memberships, whose credentials are dead, are removed: %s. To bring it back, re-enrol: issue `meshctl credentials issue %s` "+
+		"on the control host, move %s aside and start the agent with --membership",
+		ErrRemoved, m.User, a.node, gone, render.EnrolUser(a.node), filepath.Join(a.cfg.Dir, m.User+".json"))
+}
+
+// errRefusedOnceIn is the cause run's context ends with when the bus refused the node's
+// credential on a reconnect, after it had let the node in with it.
+var errRefusedOnceIn = errors.New("the node's credential was refused after it was let in")
+
+// serve joins as the node and runs the loop until ctx ends. refused ends ctx when the bus
+// refuses the node's credential once it has let the node in.
+func (a *agent) serve(ctx context.Context, m host.Membership, refused context.CancelCauseFunc) {
+	// The handlers run on the connection's one callback goroutine, which alone touches down.
+	down := &waiting{log: a.log}
+	h, err := a.join(ctx, m,
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			down.failed(slog.LevelWarn, "agent: disconnected from the bus; reconnecting", err, "bus", m.Address)
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			down.failed(slog.LevelWarn, "agent: disconnected from the bus; reconnecting", err, "bus", m.Address)
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			down.reset()
+			a.log.Info("agent: reconnected to the bus", "bus", m.Address)
+		}),
+		// nats.go reports a refused login to this handler only on a reconnect (or a live
+		// connection the server drops as unauthorised), never on the first connect: so a
+		// refusal here is one of a credential the bus let in before.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrAuthorization) {
+				refused(errRefusedOnceIn)
+			}
+		}),
+	)
+	if err != nil {
+		return // ctx ended while the bus was not letting the node in
 	}
 	defer h.Close()
 	a.h = h
@@ -255,7 +323,7 @@ func (a *agent) run(ctx context.Context, m host.Membership) error {
 	decls := make(chan jetstream.Msg)
 	cc, push := a.bind(ctx, decls)
 	if cc == nil {
-		return nil // ctx ended
+		return // ctx ended
 	}
 	defer func() { cc.Stop() }()
 	a.log.Info("agent: taking declarations", "bus", h.Address(), "dir", a.cfg.Dir, "heartbeat", a.cfg.Heartbeat)
@@ -266,7 +334,7 @@ func (a *agent) run(ctx context.Context, m host.Membership) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case msg := <-decls:
 			a.apply(ctx, msg)
 		case <-beat.C:
@@ -277,7 +345,7 @@ func (a *agent) run(ctx context.Context, m host.Membership) error {
 				a.log.Info("agent: the declaration consumer changed kind; binding it again")
 				cc.Stop()
 				if cc, push = a.bind(ctx, decls); cc == nil {
-					return nil
+					return
 				}
 			}
 		}
@@ -292,9 +360,11 @@ const reloadGrace = controller.DefaultSyncTimeout
 // bind binds the node's declaration consumer, trying again until it can or ctx ends (nil), and
 // says whether it is a push consumer.
 func (a *agent) bind(ctx context.Context, decls chan<- jetstream.Msg) (jetstream.ConsumeContext, bool) {
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+	var cc jetstream.ConsumeContext
+	var push bool
+	w := &waiting{log: a.log}
+	retry(ctx, func() bool {
 		info, err := host.ConsumerInfo(ctx, a.h.JetStream(), render.StreamNodes, a.node)
-		var cc jetstream.ConsumeContext
 		if err == nil {
 			cc, err = a.h.Declarations(ctx, a.node, func(msg jetstream.Msg) {
 				select {
@@ -303,62 +373,163 @@ func (a *agent) bind(ctx context.Context, decls chan<- jetstream.Msg) (jetstream
 				}
 			})
 		}
-		if err == nil {
-			return cc, info.Config.DeliverSubject != ""
+		if err != nil {
+			w.failed(slog.LevelWarn, "agent: the declaration consumer cannot be bound yet; trying again", err)
+			return false
 		}
-		a.log.Warn("agent: the declaration consumer cannot be bound yet; trying again", "error", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-time.After(wait):
-		}
-	}
+		push = info.Config.DeliverSubject != ""
+		return true
+	})
+	return cc, push
 }
 
 // kindChanged reports whether the declaration consumer is no longer of the kind bound (push or
 // not). A consumer that cannot be read now is left bound: the next heartbeat asks again.
 func (a *agent) kindChanged(ctx context.Context, push bool) bool {
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ictx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	info, err := host.ConsumerInfo(ictx, a.h.JetStream(), render.StreamNodes, a.node)
 	return err == nil && (info.Config.DeliverSubject != "") != push
 }
 
-// join joins as the node, reconnecting for as long as it takes: right after enrolment the
-// node's credential goes live a moment after the answer, and later the bus restarts and reloads.
-func (a *agent) join(ctx context.Context, m host.Membership) (*host.Host, error) {
-	opts := []nats.Option{
-		nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(), nats.ReconnectWait(250 * time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			a.log.Warn("agent: disconnected from the bus; reconnecting", "bus", m.Address, "error", err)
-		}),
-		nats.ReconnectHandler(func(*nats.Conn) { a.log.Info("agent: reconnected to the bus", "bus", m.Address) }),
-	}
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		h, err := host.Join(jctx, m, opts...)
-		cancel()
-		if err == nil {
-			return h, nil
-		}
-		if errors.Is(err, nats.ErrAuthorization) && !a.enrolledAt.IsZero() && time.Since(a.enrolledAt) < reloadGrace {
+// join joins as the node, with opts, and reconnects for as long as it takes: right after
+// enrolment the node's credential goes live a moment after the answer, and later the bus
+// restarts and reloads. A refusal before the first join is waited out (see run).
+func (a *agent) join(ctx context.Context, m host.Membership, opts ...nats.Option) (*host.Host, error) {
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(), nats.ReconnectWait(250 * time.Millisecond)}, opts...)
+	return connect(ctx, a.log, m, func(w *waiting, err error) error {
+		if !a.enrolledAt.IsZero() && time.Since(a.enrolledAt) < reloadGrace {
 			// Expected: the controller answered first and makes the credential live with the
 			// reload that follows (answering after it would cut the enrolment identity off).
-			a.log.Info("agent: waiting for the controller's reload to make the node's credential live", "retry_in", wait)
-		} else {
-			a.log.Warn("agent: the bus does not let the node in yet; trying again", "error", err, "retry_in", wait)
+			w.failed(slog.LevelInfo, "agent: waiting for the controller's reload to make the node's credential live", err)
+			return nil
+		}
+		w.failed(slog.LevelWarn, "agent: the bus refuses the node's credential; trying again", err, "if_it_goes_on",
+			fmt.Sprintf("node %s is not in the description, or its credential was revoked: re-enrol with `meshctl credentials issue %s`",
+				a.node, render.EnrolUser(a.node)))
+		return nil
+	}, opts...)
+}
+
+// Waiting for the bus. Every loop that tries again — connecting as the enrolment identity or
+// the node, binding the declaration consumer — waits between attempts as retry does, and says
+// so through a waiting, so a bus down for an hour is a line a minute or so, not one per attempt.
+const (
+	firstWait = 100 * time.Millisecond
+	maxWait   = 5 * time.Second
+	// noticeEvery is how often a wait that goes on is said again.
+	noticeEvery = 30 * time.Second
+	// attemptTimeout bounds one attempt at the bus: a connect, a question to the server.
+	attemptTimeout = 5 * time.Second
+)
+
+// retry calls attempt until it reports done or ctx ends, waiting firstWait after the first
+// failure and twice as long after each next one, up to maxWait. It reports whether attempt
+// succeeded.
+func retry(ctx context.Context, attempt func() (done bool)) bool {
+	for wait := firstWait; ; wait = min(2*wait, maxWait) {
+		if attempt() {
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return false
 		case <-time.After(wait):
 		}
 	}
 }
 
+// waiting says what a wait is for: its first failure at once, and then, while the failures go
+// on saying the same, one line every noticeEvery with how many tries and how long so far.
+type waiting struct {
+	log   *slog.Logger
+	since time.Time // the first failure of this wait
+	said  time.Time // the last line
+	msg   string    // what the last line said
+	tries int
+}
+
+func (w *waiting) failed(level slog.Level, msg string, err error, attrs ...any) {
+	now := time.Now()
+	if w.tries == 0 {
+		w.since = now
+	}
+	w.tries++
+	if w.tries > 1 && msg == w.msg && now.Sub(w.said) < noticeEvery {
+		return
+	}
+	w.said, w.msg = now, msg
+	w.log.Log(context.Background(), level, msg, append(attrs, "error", err, "tries", w.tries, "for", now.Sub(w.since).Round(time.Second))...)
+}
+
+// reset starts a new wait: the wait before it ended.
+func (w *waiting) reset() { *w = waiting{log: w.log} }
+
+// connect joins the bus as m.User, with opts, trying again as retry does while the bus is down
+// or cuts the connection off (an EOF under load). A refusal of the credential is told apart and
+// handed to refused, which logs the wait and returns nil to go on trying, or returns the error
+// to stop with. It returns ctx's error when ctx ends first.
+func connect(ctx context.Context, log *slog.Logger, m host.Membership, refused func(*waiting, error) error, opts ...nats.Option) (*host.Host, error) {
+	opts = append(opts, nats.SetCustomDialer(contextDialer{ctx}))
+	w := &waiting{log: log}
+	var h *host.Host
+	var stop error
+	retry(ctx, func() bool {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
+		var err error
+		if h, err = host.Join(actx, m, opts...); err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, nats.ErrAuthorization) {
+			stop = refused(w, err)
+			return stop != nil
+		}
+		w.failed(slog.LevelWarn, "agent: waiting for the bus", err, "user", m.User)
+		return false
+	})
+	switch {
+	case h != nil:
+		return h, nil
+	case stop != nil:
+		return nil, stop
+	}
+	return nil, ctx.Err()
+}
+
+// contextDialer dials each of a connection's sockets and closes it when ctx ends. nats.go's
+// connect and its reconnect loop watch no context: on a bus that takes the socket and never
+// answers they wait out their timeout holding the connection's lock, so that neither a stop
+// nor Close could end them; a socket closed under them ends the wait at once.
+type contextDialer struct{ ctx context.Context }
+
+func (d contextDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: attemptTimeout}).DialContext(d.ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &stoppingConn{Conn: c, stop: context.AfterFunc(d.ctx, func() { c.Close() })}, nil
+}
+
+// stoppingConn is a socket that, closed, no longer waits for ctx to close it: a connection
+// reconnecting for weeks leaves nothing behind per socket. A pointer, as nats.go compares
+// connections.
+type stoppingConn struct {
+	net.Conn
+	stop func() bool
+}
+
+func (c *stoppingConn) Close() error {
+	c.stop()
+	return c.Conn.Close()
+}
+
 func (a *agent) heartbeat(ctx context.Context) {
 	data, _ := json.Marshal(controller.Heartbeat{At: time.Now(), Generation: a.generation})
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	if err := a.h.Heartbeat(hctx, a.node, data); err != nil && ctx.Err() == nil {
 		a.log.Warn("agent: a heartbeat was not sent", "error", err)
@@ -390,7 +561,7 @@ func (a *agent) apply(ctx context.Context, msg jetstream.Msg) {
 		r.Failed["(removing)"] = err.Error()
 	}
 	data, _ := json.Marshal(r)
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	if _, err := a.h.Report(rctx, a.node, data); err != nil {
 		a.log.Error("agent: applied a declaration but could not report it; it is delivered again", "generation", d.Generation, "error", err)

@@ -15,6 +15,15 @@
 //     instance's membership to <user>.json atomically, removes the files of instances no longer
 //     declared, reports the generation it applied (and what it could not apply), and heartbeats
 //     every interval on core NATS.
+//   - Waiting for the bus: enrolling and joining, a bus that is down, hangs or cuts the
+//     connection off is tried again with one capped backoff (retry), said at once and then
+//     every so often (waiting), never once per attempt; a refused credential is told apart
+//     from a bus that is down. Every socket is closed when the context ends, so the agent stops
+//     within a second in every state, though nats.go's connect watches no context.
+//   - Removal: the bus refusing node.<node> after letting the node in with it in this run means
+//     the node left the description or its credential was revoked (a refusal before that may be
+//     the credential not live yet, and is waited out). The agent then removes its instances'
+//     memberships, whose credentials are dead, and stops with ErrRemoved, saying how to re-enrol.
 //
 // What it must not do: log or report a password (logs name users, files and the bus's address),
 // write a membership anywhere but its directory, or touch a file there that is not a membership

@@ -228,11 +228,48 @@ func (w *world) issueEnrolments(nodes ...string) map[string]string {
 // runAgent runs an agent until the test ends and returns its directory.
 func (w *world) runAgent(enrolment string) string {
 	w.t.Helper()
-	dir := filepath.Join(w.t.TempDir(), "agent")
+	return w.startAgent(enrolment).dir
+}
+
+// running is an agent started by startAgent.
+type running struct {
+	dir    string
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned, with err
+	err    error
+	looked bool // the test took err with exit: the cleanup leaves it to the test
+}
+
+// exited reports whether Run returned.
+func (r *running) exited() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exit waits for Run to return by itself and returns what it did.
+func (r *running) exit(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(waitLimit):
+		t.Fatalf("the agent still runs after %s", waitLimit)
+	}
+	r.looked = true
+	return r.err
+}
+
+// startAgent runs an agent until the test ends, or until it returns by itself.
+func (w *world) startAgent(enrolment string) *running {
+	w.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	r := &running{dir: filepath.Join(w.t.TempDir(), "agent"), cancel: cancel, done: make(chan struct{})}
 	go func() {
-		done <- Run(ctx, Config{Dir: dir, Enrolment: enrolment, Heartbeat: 200 * time.Millisecond,
+		defer close(r.done)
+		r.err = Run(ctx, Config{Dir: r.dir, Enrolment: enrolment, Heartbeat: 200 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(w.logs, nil)),
 			Observe: func(a Applied) {
 				w.mu.Lock()
@@ -243,11 +280,12 @@ func (w *world) runAgent(enrolment string) string {
 	}()
 	w.t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			w.t.Errorf("agent: %v", err)
+		<-r.done
+		if r.err != nil && !r.looked {
+			w.t.Errorf("agent: %v", r.err)
 		}
 	})
-	return dir
+	return r
 }
 
 // membership reads a membership file, checking it is the owner's alone.

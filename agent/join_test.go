@@ -20,7 +20,9 @@ import (
 
 // Right after enrolling, the bus refuses the node until the controller's reload makes its
 // credential live: the agent says it is waiting for that reload (INFO), not that something is
-// wrong. Past the grace, or for a node that enrolled earlier, a refusal is a warning again.
+// wrong. Past the grace, or for a node that enrolled earlier, a refusal is a warning again,
+// saying what it means if it goes on. Neither is taken for the node's removal: the bus never
+// let this credential in.
 func TestARefusalRightAfterEnrollingIsTheExpectedWait(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -46,7 +48,7 @@ func TestARefusalRightAfterEnrollingIsTheExpectedWait(t *testing.T) {
 		want, not  string
 	}{
 		{"just enrolled", time.Now(), "level=INFO msg=\"agent: waiting for the controller's reload", "level=WARN"},
-		{"enrolled long ago", time.Time{}, "level=WARN msg=\"agent: the bus does not let the node in yet", "waiting for the controller's reload"},
+		{"enrolled long ago", time.Time{}, "level=WARN msg=\"agent: the bus refuses the node's credential", "waiting for the controller's reload"},
 	} {
 		logs := &lockedbuf.Buffer{}
 		a := &agent{log: slog.New(slog.NewTextHandler(logs, nil)), node: "one", enrolledAt: c.enrolledAt}
@@ -57,7 +59,7 @@ func TestARefusalRightAfterEnrollingIsTheExpectedWait(t *testing.T) {
 			joined <- h
 		}()
 		deadline := time.Now().Add(waitLimit)
-		for !strings.Contains(logs.String(), "retry_in=") {
+		for !strings.Contains(logs.String(), "tries=") {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: no refusal logged:\n%s", c.name, logs.String())
 			}

@@ -29,7 +29,15 @@ instances no longer declared. It reports each generation it applied (and what it
 not apply) and heartbeats every --heartbeat. It reconnects for as long as it takes when
 the bus restarts or reloads. No password is ever logged.
 
-SIGINT or SIGTERM stops it; the files stay.
+A bus that is down when it enrols or joins is waited for, said at once and then every
+30s. A refused enrolment credential ends it, an error: it was used already or revoked,
+or the node is not in the description; issue a fresh one. The bus refusing the node's
+own credential after it let the node in means the node left the description or its
+credential was revoked: the agent removes its modules' memberships and exits with an
+error saying so; re-enrol with 'meshctl credentials issue enrol.<node>', moving
+DIR/node.<node>.json aside.
+
+SIGINT or SIGTERM stops it within a second, in every state; the files stay.
 
 Example:
   meshctl agent --membership /etc/mesh/enrol.json --dir /var/lib/meshctl-agent
