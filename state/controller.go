@@ -221,7 +221,7 @@ func (s *Store) RecordReport(ctx context.Context, r Report) error {
 			failed = excluded.failed, reported_at = excluded.reported_at, recorded_at = excluded.recorded_at`,
 		r.Node, r.Generation, string(applied), string(failed), formatTime(r.ReportedAt), formatTime(r.RecordedAt))
 	if err != nil {
-		return fmt.Errorf("recording node %s's report of generation %d in %s: %w", r.Node, r.Generation, s.dir, err)
+		return DiskError(fmt.Errorf("recording node %s's report of generation %d in %s: %w", r.Node, r.Generation, s.dir, err), s.dir)
 	}
 	return nil
 }

@@ -178,7 +178,7 @@ func storeHashes(ctx context.Context, tx *sql.Tx, fresh []minted, at time.Time, 
 func (s *Store) Revoke(ctx context.Context, principal string) (bool, error) {
 	res, err := s.db.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", principal)
 	if err != nil {
-		return false, fmt.Errorf("revoking the credential of %s: %w", principal, err)
+		return false, DiskError(fmt.Errorf("revoking the credential of %s: %w", principal, err), s.dir)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {

@@ -14,8 +14,12 @@
 //
 // Lifecycle: Open creates the directory (0700) and database (0600) if absent, refuses a file it
 // cannot trust (corrupt, not SQLite, or written by a newer meshctl), and migrates an older schema
-// in one transaction. Callers take the apply lock with AcquireLock before they change the bus and
-// record the result with RecordApply and SaveInventory; Close releases the database.
+// in one transaction. Processes opening one directory at once do so one after the other, under a
+// flock on the directory itself; a store already of this schema is opened without SQLite's write
+// lock, so the commands that only read (status, diff, credentials list) do not wait for a
+// writer. Callers take the apply lock with AcquireLock before they change the bus and record the
+// result with RecordApply and SaveInventory; Close releases the database. A failure to open or
+// write caused by a full disk wraps ErrNoSpace and names the state directory.
 //
 // What it must not do:
 //

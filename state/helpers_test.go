@@ -84,6 +84,7 @@ func checkPrivateModes(t *testing.T, modes map[string]fs.FileMode) {
 const (
 	helperModeEnv = "MESHCTL_STATE_TEST_HELPER"
 	helperDirEnv  = "MESHCTL_STATE_TEST_DIR"
+	helperGateEnv = "MESHCTL_STATE_TEST_GATE"
 )
 
 // helperCommand returns a command that runs this test binary as a helper process in mode.
@@ -139,6 +140,45 @@ func runHelper(mode, dir string) error {
 		// Block until killed; should the parent die first, its end of stdin closes.
 		io.Copy(io.Discard, os.Stdin)
 		return fmt.Errorf("stdin closed before the parent killed this process")
+
+	case "open":
+		// For each state directory the parent names on stdin: open the store and take the
+		// apply lock at the instant the parent releases the gate (its flock on the file named
+		// in helperGateEnv), where the other helpers wait too; say how it went, in one line,
+		// and hold what it got until the parent says "release".
+		gate, err := os.Open(os.Getenv(helperGateEnv))
+		if err != nil {
+			return err
+		}
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			fmt.Println("waiting")
+			if err := syscall.Flock(int(gate.Fd()), syscall.LOCK_SH); err != nil {
+				return err
+			}
+			s, err := Open(in.Text())
+			var l *Lock
+			if err == nil {
+				l, err = AcquireLock(ctx, in.Text(), false, nil)
+			}
+			if err := syscall.Flock(int(gate.Fd()), syscall.LOCK_UN); err != nil {
+				return err
+			}
+			if err != nil {
+				fmt.Println(err)
+			} else {
+				fmt.Println("locked")
+			}
+			in.Scan()
+			if l != nil {
+				l.Unlock()
+			}
+			if s != nil {
+				s.Close()
+			}
+			fmt.Println("released")
+		}
+		return nil
 
 	case "umask":
 		// Everything the store creates, under a umask that would leave new files world-readable.

@@ -25,6 +25,7 @@ const lockRetry = 100 * time.Millisecond
 type Lock struct {
 	mu   sync.Mutex
 	f    *os.File // nil once unlocked
+	dir  *os.File // the state directory, locked by withDirLock while the record is emptied
 	path string
 }
 
@@ -48,7 +49,9 @@ func (r lockRecord) String() string {
 // again every 100ms until it gets the lock or ctx ends (the error then wraps ErrLocked and
 // ctx's error). If the lock is free but its file still names a holder (that process died
 // without unlocking, possibly mid-apply), AcquireLock takes it over and tells notice so, since
-// the bus may be half applied. notice may be nil.
+// the bus may be half applied. notice may be nil. The flock and the record are taken together,
+// under a flock on the directory itself, so a process that finds the lock held always finds
+// whom it is held by.
 func AcquireLock(ctx context.Context, dir string, wait bool, notice func(string)) (*Lock, error) {
 	path := filepath.Join(dir, lockFileName)
 	l, err := acquireLock(ctx, dir, path, wait, notice)
@@ -65,45 +68,49 @@ func acquireLock(ctx context.Context, dir, path string, wait bool, notice func(s
 	if err := makePrivateDir(dir); err != nil {
 		return nil, err
 	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode)
 	if err != nil {
+		d.Close()
 		return nil, err
 	}
 	if err := f.Chmod(fileMode); err != nil {
 		f.Close()
+		d.Close()
 		return nil, err
 	}
-	if err := flockWaiting(ctx, f, wait, notice); err != nil {
+	if err := flockWaiting(ctx, d, f, wait, notice); err != nil {
 		f.Close()
+		d.Close()
 		return nil, err
 	}
-	// The lock is ours. A record left in the file belongs to a holder that never unlocked.
-	if prev, err := readLockRecord(f); err != nil {
-		notice("took over the apply lock, whose previous holder left an unreadable record; a previous apply may have stopped half way")
-	} else if prev != nil {
-		notice(fmt.Sprintf("took over the apply lock left by pid %d on %s (%s) since %s; that apply may have stopped half way",
-			prev.PID, prev.Host, holderFate(*prev), prev.Since.Format(time.RFC3339)))
-	}
-	if err := writeLockRecord(f); err != nil {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-		return nil, err
-	}
-	return &Lock{f: f, path: path}, nil
+	return &Lock{f: f, dir: d, path: path}, nil
 }
 
-// flockWaiting takes an exclusive flock on f, waiting for it if wait is set.
-func flockWaiting(ctx context.Context, f *os.File, wait bool, notice func(string)) error {
+// flockWaiting takes an exclusive flock on f and writes this process's record in it, waiting
+// for the lock if wait is set. Each try holds the directory lock d, and the record is written
+// before it is let go: a process that finds f locked always finds its holder's record.
+func flockWaiting(ctx context.Context, d, f *os.File, wait bool, notice func(string)) error {
 	var ticker *time.Ticker
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return nil
+		var holder string
+		err := withDirLock(d, func() error {
+			err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				holder = describeHolder(f)
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("flock: %w", err)
+			}
+			return takeOver(f, notice)
+		})
+		if err != nil || holder == "" {
+			return err
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return fmt.Errorf("flock: %w", err)
-		}
-		holder := describeHolder(f)
 		if !wait {
 			return fmt.Errorf("%w: held by %s", ErrLocked, holder)
 		}
@@ -120,11 +127,42 @@ func flockWaiting(ctx context.Context, f *os.File, wait bool, notice func(string
 	}
 }
 
+// takeOver writes this process's record in f, whose flock it has just taken, saying so when a
+// record left in it belongs to a holder that never unlocked.
+func takeOver(f *os.File, notice func(string)) error {
+	if prev, err := readLockRecord(f); err != nil {
+		notice("took over the apply lock, whose previous holder left an unreadable record; a previous apply may have stopped half way")
+	} else if prev != nil {
+		notice(fmt.Sprintf("took over the apply lock left by pid %d on %s (%s) since %s; that apply may have stopped half way",
+			prev.PID, prev.Host, holderFate(*prev), prev.Since.Format(time.RFC3339)))
+	}
+	if err := writeLockRecord(f); err != nil {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return err
+	}
+	return nil
+}
+
+// withDirLock runs fn holding an exclusive flock on the state directory d itself, for the short
+// steps that two meshctl processes must not interleave: creating and migrating the store (two
+// connections switching a new file to WAL at once deadlock, and SQLite fails one at once with
+// SQLITE_BUSY rather than wait), and taking or releasing the apply lock together with its
+// record (between the two, the lock would be held by a holder no one can name). fn must not
+// wait for anything another process holds other than through SQLite's busy timeout.
+func withDirLock(d *os.File, fn func() error) error {
+	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("flock %s: %w", d.Name(), err)
+	}
+	defer syscall.Flock(int(d.Fd()), syscall.LOCK_UN)
+	return fn()
+}
+
 // describeHolder says who holds the lock, from the record in f.
 func describeHolder(f *os.File) string {
 	r, err := readLockRecord(f)
 	if err != nil || r == nil {
-		// The holder has taken the flock but not yet written its record, or wrote it badly.
+		// The holder wrote its record badly, or is an older meshctl, which took the flock
+		// and wrote its record in two steps.
 		return "another process (it has not recorded its pid)"
 	}
 	return r.String()
@@ -183,13 +221,16 @@ func (l *Lock) Unlock() error {
 	if l.f == nil {
 		return nil
 	}
-	f := l.f
-	l.f = nil
-	// Truncate before releasing: once released, another process may already have written its
-	// record, which this truncate would then erase.
-	err := f.Truncate(0)
-	err = errors.Join(err, syscall.Flock(int(f.Fd()), syscall.LOCK_UN), f.Close())
-	if err != nil {
+	f, d := l.f, l.dir
+	l.f, l.dir = nil, nil
+	defer d.Close()
+	// Truncate before releasing, and both under the directory lock: once released, another
+	// process may already have written its record, which this truncate would then erase; and a
+	// process looking in between would find the lock held by no one it can name.
+	err := withDirLock(d, func() error {
+		return errors.Join(f.Truncate(0), syscall.Flock(int(f.Fd()), syscall.LOCK_UN))
+	})
+	if err = errors.Join(err, f.Close()); err != nil {
 		return fmt.Errorf("releasing the apply lock %s: %w", l.path, err)
 	}
 	return nil

@@ -1,9 +1,12 @@
 package state
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,5 +210,116 @@ func TestLockTakeoverOfUnreadableRecord(t *testing.T) {
 	defer l.Unlock()
 	if msgs := notices.all(); len(msgs) != 1 || !strings.Contains(msgs[0], "took over") {
 		t.Errorf("notices = %q, want one takeover notice", msgs)
+	}
+}
+
+// Three applies started at the same instant on a fresh state directory all create and migrate
+// the store; none may fail at that (one once failed with SQLITE_BUSY: two connections switching
+// a new file to WAL at once deadlock, and SQLite refuses one without waiting), and each that does
+// not get the apply lock must meet it held by a named holder, never "it has not recorded its
+// pid". They are processes, as two applies are, released together by a gate; the race is
+// repeated because most rounds serialise themselves.
+func TestSimultaneousFirstOpensMeetTheApplyLock(t *testing.T) {
+	t.Parallel()
+	const rounds, openers = 80, 3
+	helpers := startOpeners(t, openers)
+	for round := range rounds {
+		outcomes := helpers.openAtOnce(t, filepath.Join(t.TempDir(), "state"))
+		locked := 0
+		for _, o := range outcomes {
+			switch {
+			case o == "locked":
+				locked++
+			case !strings.Contains(o, ErrLocked.Error()+": held by pid "):
+				t.Errorf("round %d: an opener failed other than by meeting the apply lock held by a named holder:\n%s", round, o)
+			}
+		}
+		if locked != 1 {
+			t.Errorf("round %d: %d openers took the apply lock, want 1: %q", round, locked, outcomes)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// openers are helper processes that open a store and take its apply lock at the instant the
+// gate, a flock this process holds between rounds, is released.
+type openers struct {
+	gate    *os.File
+	stdins  []io.Writer
+	stdouts []*bufio.Scanner
+}
+
+// startOpeners starts n openers, stopped when the test ends.
+func startOpeners(t *testing.T, n int) *openers {
+	t.Helper()
+	gate, err := os.Create(filepath.Join(t.TempDir(), "gate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gate.Close() })
+	o := &openers{gate: gate}
+	for range n {
+		cmd := helperCommand(t, "open", "")
+		cmd.Env = append(cmd.Env, helperGateEnv+"="+gate.Name())
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			stdin.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("opener: %v\n%s", err, stderr.Bytes())
+			}
+		})
+		o.stdins = append(o.stdins, stdin)
+		o.stdouts = append(o.stdouts, bufio.NewScanner(stdout))
+	}
+	return o
+}
+
+// openAtOnce has every opener open the store in dir and take its apply lock at the same
+// instant, and returns what each said: "locked", or its error.
+func (o *openers) openAtOnce(t *testing.T, dir string) []string {
+	t.Helper()
+	if err := syscall.Flock(int(o.gate.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	o.sayToEach(t, dir, "waiting")
+	if err := syscall.Flock(int(o.gate.Fd()), syscall.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := make([]string, len(o.stdouts))
+	for i, out := range o.stdouts {
+		if !out.Scan() {
+			t.Fatalf("opener %d ended: %v", i, out.Err())
+		}
+		outcomes[i] = out.Text()
+	}
+	// Every opener has taken the lock or failed: the holder may let go.
+	o.sayToEach(t, "release", "released")
+	return outcomes
+}
+
+// sayToEach sends line to every opener and reads its answer, which must be want.
+func (o *openers) sayToEach(t *testing.T, line, want string) {
+	t.Helper()
+	for i := range o.stdins {
+		if _, err := io.WriteString(o.stdins[i], line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !o.stdouts[i].Scan() || o.stdouts[i].Text() != want {
+			t.Fatalf("opener %d answered %q (%v), want %q", i, o.stdouts[i].Text(), o.stdouts[i].Err(), want)
+		}
 	}
 }

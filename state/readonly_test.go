@@ -48,3 +48,42 @@ func TestStoredControllerPasswordNeverMints(t *testing.T) {
 		t.Fatalf("after revoking the controller: %v, want ErrControllerMismatch", err)
 	}
 }
+
+// What status, diff and credentials list read, they read while another process holds the
+// write lock: the database is in WAL mode, where a reader needs no lock a writer holds. Opening
+// a current store must not take the write lock either (it once began the migration's write
+// transaction, and waited 5s for the writer before failing with "database is locked").
+func TestReadsWhileAnotherProcessWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	openStore(t, dir).Close()
+	startCrashHelper(t, dir) // holds an open write transaction until the test ends
+
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatalf("opening the store while another process writes: %v", err)
+	}
+	defer s.Close()
+	reads := map[string]func() error{
+		"Inventory":     func() error { _, err := s.Inventory(ctx); return err },
+		"HolderChanges": func() error { _, err := s.HolderChanges(ctx, 10); return err },
+		"History":       func() error { _, err := s.History(ctx, 10); return err },
+		"Refusals":      func() error { _, err := s.Refusals(ctx, 10); return err },
+		"Credentials":   func() error { _, err := s.Credentials(ctx); return err },
+		"Hashes":        func() error { _, err := s.Hashes(ctx); return err },
+		"Enrolments":    func() error { _, err := s.Enrolments(ctx); return err },
+		"Reports":       func() error { _, err := s.Reports(ctx); return err },
+		"StoredControllerPassword": func() error {
+			if _, err := s.StoredControllerPassword(ctx); !errors.Is(err, ErrNoController) {
+				return err
+			}
+			return nil
+		},
+	}
+	for name, read := range reads {
+		if err := read(); err != nil {
+			t.Errorf("%s while another process writes: %v", name, err)
+		}
+	}
+}

@@ -55,11 +55,15 @@ type Store struct {
 // database runs in WAL mode with a 5s busy timeout and foreign keys on; an older schema is
 // migrated inside one transaction. A file written by a newer meshctl is refused with
 // ErrNewerSchema, and a corrupt or non-SQLite file with ErrCorrupt: neither is ever modified.
+// A store of the current schema is opened without taking SQLite's write lock, so a reader
+// (status, diff) opens it while another process writes. Processes opening one directory at
+// once create and migrate it one after the other. An error caused by a full disk wraps
+// ErrNoSpace and names dir.
 func Open(dir string) (*Store, error) {
 	path := filepath.Join(dir, dbFileName)
 	db, err := openDB(dir, path)
 	if err != nil {
-		return nil, fmt.Errorf("opening the state store at %s: %w", path, err)
+		return nil, DiskError(fmt.Errorf("opening the state store at %s: %w", path, err), dir)
 	}
 	return &Store{dir: dir, db: db}, nil
 }
@@ -81,22 +85,30 @@ func openDB(dir, path string) (*sql.DB, error) {
 	if err := makePrivateDir(dir); err != nil {
 		return nil, err
 	}
-	if err := preparePrivateDBFile(path); err != nil {
-		return nil, err
-	}
-	abs, err := filepath.Abs(path)
+	d, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", dsn(abs))
-	if err != nil {
-		return nil, err
-	}
-	if err := checkAndMigrate(context.Background(), db, path); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return db, nil
+	defer d.Close()
+	var db *sql.DB
+	err = withDirLock(d, func() error {
+		if err := preparePrivateDBFile(path); err != nil {
+			return err
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return err
+		}
+		if db, err = sql.Open("sqlite", dsn(abs)); err != nil {
+			return err
+		}
+		if err := checkAndMigrate(context.Background(), db, path); err != nil {
+			db.Close()
+			return err
+		}
+		return nil
+	})
+	return db, err
 }
 
 // dsn is the connection string for the database at the absolute path abs. Per-connection
@@ -199,6 +211,11 @@ func checkAndMigrate(ctx context.Context, db *sql.DB, path string) error {
 			return err
 		}
 	}
+	if version == schemaVersion {
+		// Nothing to migrate: beginning migrate's write transaction would wait for any
+		// process writing the store, and fail after the busy timeout if it writes on.
+		return nil
+	}
 	return migrate(ctx, db)
 }
 
@@ -247,17 +264,18 @@ func corrupt(cause error) error {
 	return fmt.Errorf("%w (left untouched: restore it from a backup, or move it aside to start a new store and re-issue every credential): %w", ErrCorrupt, cause)
 }
 
-// inWriteTx runs fn in a write transaction and commits it, or rolls back if fn fails.
+// inWriteTx runs fn in a write transaction and commits it, or rolls back if fn fails. A
+// failure caused by a full disk wraps ErrNoSpace and names the state directory.
 func (s *Store) inWriteTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return DiskError(err, s.dir)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return err
+		return DiskError(err, s.dir)
 	}
-	return tx.Commit()
+	return DiskError(tx.Commit(), s.dir)
 }
 
 // Times are stored as fixed-width UTC text: readable with the sqlite3 shell, and ordered the
