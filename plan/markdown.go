@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
 )
 
@@ -295,7 +296,8 @@ func mdCode(s string, inTable bool) string {
 	return out
 }
 
-// oneLine puts s on one line: a line break would end a list item or a table row.
+// oneLine puts s on one line, a line break would end a list item or a table row, and escapes
+// what else is not printable: the Markdown is also read on a terminal (diff -o markdown).
 func oneLine(s string) string {
-	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	return printable.Text(strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s))
 }

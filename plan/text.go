@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
 )
 
@@ -102,7 +103,7 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 	}
 	for _, ch := range p.Changes {
 		mark := marks[ch.Action]
-		head := fmt.Sprintf("%s %s", mark, ch.ID())
+		head := fmt.Sprintf("%s %s", mark, printable.Text(ch.ID()))
 		switch ch.Action {
 		case Create:
 			head = c.add(head)
@@ -111,13 +112,13 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 		default:
 			head = c.mod(head)
 		}
-		fmt.Fprintf(&b, "%s\n    %s\n", head, ch.Reason)
+		fmt.Fprintf(&b, "%s\n    %s\n", head, printable.Text(ch.Reason))
 		for _, f := range ch.Fields {
 			imm := ""
 			if f.Immutable {
 				imm = " (cannot be updated in place)"
 			}
-			fmt.Fprintf(&b, "    %s: %s → %s%s\n", f.Field, f.Before, f.After, imm)
+			fmt.Fprintf(&b, "    %s: %s → %s%s\n", printable.Text(f.Field), printable.Text(f.Before), printable.Text(f.After), imm)
 		}
 		if ch.Risk != RiskNone && ch.Risk != "" {
 			fmt.Fprintf(&b, "    risk: %s\n", ch.Risk)
@@ -128,18 +129,18 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 			b.WriteString("    at stake: not counted (no bus was read)\n")
 		}
 		if ch.Refused != "" {
-			fmt.Fprintf(&b, "    %s\n", c.bold(c.del("REFUSED: "+ch.Refused)))
+			fmt.Fprintf(&b, "    %s\n", c.bold(c.del("REFUSED: "+printable.Text(ch.Refused))))
 		}
 		for _, u := range ch.Users {
 			writeUser(&b, c, u)
 		}
 	}
 	for _, h := range p.Holders {
-		fmt.Fprintf(&b, "%s seat %s: holder %s → %s (its work queue is kept)\n", c.mod("~"), h.Seat, instanceOrNone(h.From), instanceOrNone(h.To))
+		fmt.Fprintf(&b, "%s seat %s: holder %s → %s (its work queue is kept)\n", c.mod("~"), printable.Text(h.Seat), instanceOrNone(h.From), instanceOrNone(h.To))
 	}
 	fmt.Fprintf(&b, "\nPlan: %s.\n", p.Summary())
 	if p.MassDeleteRefused() {
-		fmt.Fprintf(&b, "%s\n", c.bold(c.del("REFUSED: "+p.MassDelete.Refused)))
+		fmt.Fprintf(&b, "%s\n", c.bold(c.del("REFUSED: "+printable.Text(p.MassDelete.Refused))))
 	}
 	if n := len(p.Conflicts()); n > 0 {
 		fmt.Fprintf(&b, "%d object(s) in conflict are left alone, with what depends on them; an apply performs the rest and exits 2.\n", n)
@@ -186,38 +187,39 @@ func uncountedNote(p *Plan) string {
 
 func writeUser(b *strings.Builder, c palette, u UserChange) {
 	var head string
+	user := printable.Text(u.User)
 	switch u.Action {
 	case Create:
-		head = c.add("+ user " + u.User)
+		head = c.add("+ user " + user)
 	case Delete:
-		head = c.del("- user " + u.User)
+		head = c.del("- user " + user)
 	default:
-		head = c.mod("~ user " + u.User)
+		head = c.mod("~ user " + user)
 	}
 	var notes []string
 	if u.Credential != "" {
-		notes = append(notes, "credential "+u.Credential)
+		notes = append(notes, "credential "+printable.Text(u.Credential))
 	} else if u.Action == Create {
 		notes = append(notes, "locked until a credential is issued")
 	}
 	if u.AllowResponses != "" {
-		notes = append(notes, "allow_responses "+u.AllowResponses)
+		notes = append(notes, "allow_responses "+printable.Text(u.AllowResponses))
 	}
 	if len(notes) > 0 {
 		head += " (" + strings.Join(notes, ", ") + ")"
 	}
 	fmt.Fprintf(b, "    %s\n", head)
 	for _, s := range u.PublishAdded {
-		fmt.Fprintf(b, "        %s\n", c.add("+ publish   "+s))
+		fmt.Fprintf(b, "        %s\n", c.add("+ publish   "+printable.Text(s)))
 	}
 	for _, s := range u.PublishRemoved {
-		fmt.Fprintf(b, "        %s\n", c.del("- publish   "+s))
+		fmt.Fprintf(b, "        %s\n", c.del("- publish   "+printable.Text(s)))
 	}
 	for _, s := range u.SubscribeAdded {
-		fmt.Fprintf(b, "        %s\n", c.add("+ subscribe "+s))
+		fmt.Fprintf(b, "        %s\n", c.add("+ subscribe "+printable.Text(s)))
 	}
 	for _, s := range u.SubscribeRemoved {
-		fmt.Fprintf(b, "        %s\n", c.del("- subscribe "+s))
+		fmt.Fprintf(b, "        %s\n", c.del("- subscribe "+printable.Text(s)))
 	}
 }
 
@@ -225,5 +227,5 @@ func instanceOrNone(i *model.Instance) string {
 	if i == nil {
 		return "none"
 	}
-	return i.String()
+	return printable.Text(i.String())
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/explain"
+	"github.com/meshbus/meshctl/internal/printable"
 )
 
 func init() {
@@ -77,11 +78,8 @@ func runExplain(ctx context.Context, e *env, args []string) int {
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	for _, r := range order {
-		what := r.Op + " " + r.Subject
-		if r.Queue != "" {
-			what += " in queue group " + r.Queue
-		}
-		fmt.Fprintf(w, "%s\t%s\t%d time(s)\t%s\n", r.User, what, counts[r], explain.Refusal(m, r).Text)
+		fmt.Fprintf(w, "%s\t%s\t%d time(s)\t%s\n", printable.Text(r.User), refused(r.Op, r.Subject, r.Queue), counts[r],
+			printable.Text(explain.Refusal(m, r).Text))
 	}
 	_ = w.Flush()
 	return exitOK

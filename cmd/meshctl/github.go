@@ -3,9 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/meshbus/meshctl/model"
 )
@@ -36,23 +34,4 @@ func writeAnnotation(w io.Writer, dir string, d model.Diagnostic) {
 		where += fmt.Sprintf(",line=%d,col=%d", d.Pos.Line, d.Pos.Col)
 	}
 	fmt.Fprintf(w, "::error %s::%s\n", where, escapeData(d.Message))
-}
-
-// printable escapes the control characters of a file name for a line of text output, so a
-// name holding a newline prints as one line: nothing in a log, a terminal or a CI runner
-// reads the rest of it as a line of its own.
-func printable(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

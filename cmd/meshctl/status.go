@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/controller"
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -135,7 +136,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	if len(inv.Holders) > 0 {
 		fmt.Fprintln(e.stdout, "\nSeat holders:")
 		for _, h := range inv.Holders {
-			fmt.Fprintf(w, "  %s\t%s/%s\n", h.Seat, h.Node, h.Module)
+			fmt.Fprintf(w, "  %s\t%s/%s\n", printable.Text(h.Seat), printable.Text(h.Node), printable.Text(h.Module))
 		}
 		_ = w.Flush()
 	}
@@ -145,7 +146,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	if len(changes) > 0 {
 		fmt.Fprintln(e.stdout, "\nHolder changes (newest first):")
 		for _, c := range changes {
-			fmt.Fprintf(w, "  %s\t%s\t%s → %s\n", c.At.Local().Format(time.DateTime), c.Seat, instance(c.From), instance(c.To))
+			fmt.Fprintf(w, "  %s\t%s\t%s → %s\n", c.At.Local().Format(time.DateTime), printable.Text(c.Seat), instance(c.From), instance(c.To))
 		}
 		_ = w.Flush()
 	}
@@ -156,7 +157,8 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 			if len(commit) > 12 {
 				commit = commit[:12] + map[bool]string{true: "-dirty", false: ""}[len(h.Commit) > 40]
 			}
-			fmt.Fprintf(w, "  %s\t%s@%s\t%s\t%s\t%s\n", h.Started.Local().Format(time.DateTime), h.User, h.Host, orDash(commit), h.Summary, h.Outcome)
+			fmt.Fprintf(w, "  %s\t%s@%s\t%s\t%s\t%s\n", h.Started.Local().Format(time.DateTime), printable.Text(h.User), printable.Text(h.Host),
+				printable.Text(orDash(commit)), printable.Text(h.Summary), printable.Text(h.Outcome))
 		}
 		_ = w.Flush()
 	} else {
@@ -173,20 +175,27 @@ func printRefusals(out io.Writer, w *tabwriter.Writer, refusals []state.Refusal)
 	}
 	fmt.Fprintln(out, "\nRefused by the bus (newest first):")
 	for _, r := range refusals {
-		what := r.Op + " " + r.Subject
-		if r.Queue != "" {
-			what += " in queue group " + r.Queue
-		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%d time(s)\t%s\n", r.LastAt.Local().Format(time.DateTime), r.User, what, r.Count, r.Advice)
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%d time(s)\t%s\n", r.LastAt.Local().Format(time.DateTime), printable.Text(r.User),
+			refused(r.Op, r.Subject, r.Queue), r.Count, printable.Text(r.Advice))
 	}
 	_ = w.Flush()
+}
+
+// refused says what the bus refused, for a line of status or explain: the operation, the
+// subject and any queue group, escaped, since the subject is whatever a client sent.
+func refused(op, subject, queue string) string {
+	what := op + " " + subject
+	if queue != "" {
+		what += " in queue group " + queue
+	}
+	return printable.Text(what)
 }
 
 func instance(i *state.Instance) string {
 	if i == nil {
 		return "none"
 	}
-	return i.Node + "/" + i.Module
+	return printable.Text(i.Node + "/" + i.Module)
 }
 
 func orDash(s string) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/controller"
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -84,7 +85,7 @@ func printNodes(out io.Writer, nodes []controller.NodeStatus, beats heartbeatsSe
 		case len(n.Failed) > 0:
 			state = fmt.Sprintf("%d instance(s) not applied", len(n.Failed))
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Node, enrolled, n.Declared, n.Reported, last, beat, state)
+		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", printable.Text(n.Node), enrolled, n.Declared, n.Reported, last, beat, state)
 	}
 	_ = w.Flush()
 }
@@ -132,7 +133,7 @@ func printWork(out io.Writer, seats []controller.SeatWork, backlogs []controller
 			if s.Bound {
 				bound = "bound"
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\n", s.Seat, orDash(s.Holder), bound, s.Waiting, s.Unacknowledged)
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\n", printable.Text(s.Seat), printable.Text(orDash(s.Holder)), bound, s.Waiting, s.Unacknowledged)
 		}
 		_ = w.Flush()
 	}
@@ -140,7 +141,7 @@ func printWork(out io.Writer, seats []controller.SeatWork, backlogs []controller
 		fmt.Fprintln(out, "\nConsumers with work pending:")
 		fmt.Fprintln(w, "  STREAM\tCONSUMER\tPENDING\tUNACKED")
 		for _, b := range backlogs {
-			fmt.Fprintf(w, "  %s\t%s\t%d\t%d\n", b.Stream, b.Consumer, b.Pending, b.Unacknowledged)
+			fmt.Fprintf(w, "  %s\t%s\t%d\t%d\n", printable.Text(b.Stream), printable.Text(b.Consumer), b.Pending, b.Unacknowledged)
 		}
 		_ = w.Flush()
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/meshbus/meshctl/state"
 )
@@ -45,5 +47,44 @@ func TestStatusListsRecentRefusals(t *testing.T) {
 	}
 	if len(out.Refusals) != 1 || out.Refusals[0].Advice != r.Advice || out.Refusals[0].Count != 3 {
 		t.Errorf("status -o json refusals: %+v", out.Refusals)
+	}
+}
+
+// A refused subject is whatever a client sent, and the store keeps it as the server logged it:
+// status must print it escaped as watch's log does, never the ESC and BEL bytes that would
+// erase and overwrite the lines of the terminal it is printed on. So with everything else the
+// store holds from outside: a user, a queue group, an apply's outcome.
+func TestStatusEscapesWhatCameFromTheBus(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	at := time.Now()
+	evil := "mesh.evil\x1b[2K\x1b[1A\x1b]0;owned\a\r\nforged line"
+	r := state.Refusal{User: "two.shop\x1b[8m", Op: "subscribe", Subject: evil, Queue: "q\x07\t",
+		Advice: evil + " is outside the subjects the mesh derives: no declaration grants it", Count: 1, FirstAt: at, LastAt: at}
+	if err := st.RecordRefusal(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RecordApply(ctx, state.ApplyRecord{Started: at, Finished: at, User: "ops\x1b[1A", Host: "h\x9b", Commit: "c\x1b",
+		Summary: "1 created\x1b[2K", Outcome: "failed: server said \x1b]0;x\a"}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	code, stdout, stderr := meshctl(t, "status", "--state", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if i := strings.IndexFunc(stdout, func(r rune) bool { return r != '\n' && unicode.IsControl(r) || r == utf8.RuneError }); i >= 0 {
+		t.Errorf("status printed a control character or invalid UTF-8 at byte %d:\n%q", i, stdout)
+	}
+	for _, want := range []string{`mesh.evil\x1b[2K\x1b[1A\x1b]0;owned\a\r\nforged line`, `two.shop\x1b[8m`, `queue group q\a\t`, `ops\x1b[1A@h\x9b`, `failed: server said \x1b]0;x\a`} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("status does not show %s escaped:\n%s", want, stdout)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/watch"
 )
 
@@ -59,16 +60,17 @@ func printWatch(out io.Writer, w *tabwriter.Writer, s *watchSeen) {
 	case !s.Running:
 		who += ", which is no longer running (it did not say it stopped: killed or crashed)"
 	}
-	fmt.Fprintf(w, "Watch:\t%s since %s (trigger %s): %s\n", s.Outcome, s.At.Local().Format(time.DateTime), s.Trigger, watchOutcomes[s.Outcome])
+	fmt.Fprintf(w, "Watch:\t%s since %s (trigger %s): %s\n", printable.Text(string(s.Outcome)), s.At.Local().Format(time.DateTime),
+		printable.Text(s.Trigger), watchOutcomes[s.Outcome])
 	fmt.Fprintf(w, "\trecorded by %s\n", who)
 	_ = w.Flush()
 	if s.Reason != "" {
-		fmt.Fprintf(out, "  reason: %s\n", s.Reason)
+		fmt.Fprintf(out, "  reason: %s\n", printable.Text(s.Reason))
 	}
 	if len(s.Problems) > 0 {
 		fmt.Fprintln(out, "  problems:")
 		for _, p := range s.Problems {
-			fmt.Fprintf(out, "    %s\n", p)
+			fmt.Fprintf(out, "    %s\n", printable.Text(p))
 		}
 	}
 }

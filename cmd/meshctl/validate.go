@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
 )
 
@@ -83,8 +84,8 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 // joinPos prints a diagnostic with its file relative to the current directory, so an
 // editor or terminal can open it as printed, on one line whatever the file is named.
 func joinPos(dir string, d model.Diagnostic) string {
-	d.Pos.File = printable(githubPath(dir, d.Pos.File))
-	d.Message = printable(d.Message)
+	d.Pos.File = printable.Text(githubPath(dir, d.Pos.File))
+	d.Message = printable.Text(d.Message)
 	return d.String()
 }
 
