@@ -55,6 +55,9 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 		} else if n == 0 {
 			return fmt.Errorf("%w (%s)", ErrNoEnrolmentCredential, e.EnrolPrincipal)
 		}
+		if err := recordRevocation(ctx, tx, e.EnrolPrincipal, now); err != nil {
+			return err
+		}
 		if err := storeHashes(ctx, tx, fresh, now, "enrol"); err != nil {
 			return err
 		}

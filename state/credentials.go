@@ -169,18 +169,28 @@ func storeHashes(ctx context.Context, tx *sql.Tx, fresh []minted, at time.Time, 
 		if _, err := stmt.ExecContext(ctx, m.principal, m.hash, formatTime(at), operation); err != nil {
 			return fmt.Errorf("storing the hash of %s: %w", m.principal, err)
 		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM revocations WHERE principal = ?", m.principal); err != nil {
+			return fmt.Errorf("storing the hash of %s: %w", m.principal, err)
+		}
 	}
 	return nil
 }
 
 // Revoke deletes principal's credential, so that the next accounts file leaves it out and it can
-// no longer log in. It reports whether there was one.
+// no longer log in. It reports whether there was one. The revocation is recorded too (Known): the principal's entry on the server is this store's to
+// lock, whether or not it held the credential.
 func (s *Store) Revoke(ctx context.Context, principal string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", principal)
-	if err != nil {
-		return false, DiskError(fmt.Errorf("revoking the credential of %s: %w", principal, err), s.dir)
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", principal)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return recordRevocation(ctx, tx, principal, time.Now())
+	})
 	if err != nil {
 		return false, fmt.Errorf("revoking the credential of %s: %w", principal, err)
 	}

@@ -106,6 +106,23 @@ var migrations = []string{
 		last_at    TEXT NOT NULL,
 		PRIMARY KEY (user, op, subject, queue)
 	) STRICT;`,
+
+	// 5: the store's identity, made once with the store: it names the store as the manager of
+	// the buses it applies to (the stamp of every accounts file it writes), so that another
+	// store in front of the same bus is told apart and refused rather than taken for it. And
+	// the principals whose credential this store took away (revoked, or an enrolment identity
+	// locked again): with the credentials it holds, they are every principal whose entry on a
+	// server this store may change. A working hash on a server that the store neither minted
+	// nor revoked is a host that logs in today by someone else's credential.
+	`CREATE TABLE identity (
+		id         TEXT NOT NULL,
+		created_at TEXT NOT NULL
+	) STRICT;
+	INSERT INTO identity (id, created_at) VALUES (lower(hex(randomblob(16))), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));
+	CREATE TABLE revocations (
+		principal  TEXT PRIMARY KEY NOT NULL,
+		revoked_at TEXT NOT NULL
+	) STRICT;`,
 }
 
 // schemaVersion is the version this binary writes.
