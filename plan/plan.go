@@ -205,6 +205,10 @@ type Target struct {
 	Bus      *render.Desired
 	Accounts []byte
 	Hashes   map[string]string
+	// Known are the principals whose entry on the server the planning store may change: it
+	// minted their credential or revoked it (state's Known). nil for a target without a
+	// store (diff --from); see Strands.
+	Known map[string]bool
 }
 
 // TargetOf is the target of a derivation, its accounts config rendered with hashes (nil

@@ -40,6 +40,8 @@ type Accounts struct {
 	// Others are the cluster's other servers, each with its own file, reload and record
 	// (cluster.go); a single server has none.
 	Others []Accounts
+	// Manager is the line naming the store that writes the file (manager.go), put at its top.
+	Manager string
 }
 
 // ErrNotLive is returned (wrapped) when the accounts config was written but the operator
@@ -87,7 +89,7 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 			return nil, a.reloadAgain(ctx, prevGen)
 		}
 	}
-	stamped, gen, err := stamp(data, a.Path)
+	stamped, gen, err := stamp(data, a.Path, a.Manager)
 	if err != nil {
 		return nil, fmt.Errorf("writing the accounts config: %w", err)
 	}
@@ -259,7 +261,7 @@ func restoreGeneration(stateDir, server string, prev generation, known bool) err
 // first config, read when it starts. Starting proves nothing by itself; the first plan's
 // login as its generation principal does.
 func (a Accounts) install(data []byte) error {
-	stamped, gen, err := stamp(data, a.Path)
+	stamped, gen, err := stamp(data, a.Path, a.Manager)
 	if err != nil {
 		return fmt.Errorf("writing the first accounts config: %w", err)
 	}

@@ -48,7 +48,7 @@ func BenchmarkReloadAccounts(b *testing.B) {
 			}
 			dir := b.TempDir()
 			conf := render.AccountsConfig(render.Derive(m).Principals, map[string]string{})
-			stamped, gen, err := stamp(conf, filepath.Join(dir, "bus", "accounts.conf"))
+			stamped, gen, err := stamp(conf, filepath.Join(dir, "bus", "accounts.conf"), "")
 			if err != nil {
 				b.Fatal(err)
 			}

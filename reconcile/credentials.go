@@ -8,7 +8,6 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/model"
-	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -38,12 +37,16 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 	if err := systemCredential(ctx, store, m, state.DefaultCost); err != nil {
 		return "", err
 	}
-	hashes, err := store.Hashes(ctx)
+	target, err := desired(ctx, store, m)
 	if err != nil {
 		return "", err
 	}
-	data := render.AccountsConfig(render.Derive(m).Principals, hashes)
+	line, err := managerLine(ctx, store)
+	if err != nil {
+		return "", err
+	}
 	a, _ := externalAccounts(m, store.Dir())
+	a = a.withManager(line)
 	var what string
 	if !m.Bus.Embedded() {
 		what = "the accounts config at " + a.Path + " is rewritten and reloaded (" + a.Reloader.Describe() + "), and the server is seen serving it"
@@ -59,8 +62,11 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 			a.Reloader = atNextStart{}
 		}
 	}
+	if err := mayRewrite(ctx, store, a, target); err != nil {
+		return "", err
+	}
 	removeStaleChecks(a.Path, func(string, ...any) {})
-	err = a.write(ctx, data)
+	err = a.write(ctx, target.Accounts)
 	switch {
 	case errors.Is(err, errAtNextStart):
 		return "the embedded bus is not running; it loads the new accounts config when it next starts", nil

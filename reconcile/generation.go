@@ -179,9 +179,9 @@ func commonPrefix(a, b []byte) int {
 	return n
 }
 
-// stamp returns a rendering with a fresh generation principal added, and the record of it
-// for the file at path.
-func stamp(rendered []byte, path string) ([]byte, generation, error) {
+// stamp returns a rendering with a fresh generation principal added, and manager's line
+// (managerLine) ahead of it, and the record of it for the file at path.
+func stamp(rendered []byte, path, manager string) ([]byte, generation, error) {
 	l, err := generationBlock()
 	if err != nil {
 		return nil, generation{}, err
@@ -199,7 +199,8 @@ func stamp(rendered []byte, path string) ([]byte, generation, error) {
 		return nil, generation{}, err
 	}
 	head := rendered[:len(rendered)-len(l.tail)]
-	out := make([]byte, 0, len(rendered)+len(l.before)+len(hash)+len(l.after))
+	out := make([]byte, 0, len(manager)+len(rendered)+len(l.before)+len(hash)+len(l.after))
+	out = append(out, manager...)
 	out = append(out, head...)
 	out = append(out, l.before...)
 	out = append(out, hash...)
@@ -208,9 +209,12 @@ func stamp(rendered []byte, path string) ([]byte, generation, error) {
 	return out, generation{File: absPath(path), SHA256: digest(out), Password: password, Controller: controllerHashIn(rendered)}, nil
 }
 
-// unstamp returns conf without its generation principal — the rendering it was stamped
-// from — and whether it carried one.
+// unstamp returns conf without its generation principal and its manager line — the rendering
+// it was stamped from — and whether it carried a generation principal.
 func unstamp(conf []byte) ([]byte, bool) {
+	if _, rest, ok := cutManagerLine(conf); ok {
+		conf = rest
+	}
 	l, err := generationBlock()
 	if err != nil || !bytes.HasSuffix(conf, l.tail) {
 		return conf, false

@@ -51,11 +51,22 @@ func (s *Session) Desired(ctx context.Context, m *model.Mesh) (plan.Target, erro
 			return plan.Target{}, err
 		}
 	}
-	hashes, err := s.Store.Hashes(ctx)
+	return desired(ctx, s.Store, m)
+}
+
+// desired is the target store renders for m: its hashes, and the principals it knows.
+func desired(ctx context.Context, store *state.Store, m *model.Mesh) (plan.Target, error) {
+	hashes, err := store.Hashes(ctx)
 	if err != nil {
 		return plan.Target{}, err
 	}
-	return plan.TargetOf(render.Derive(m), hashes), nil
+	known, err := store.Known(ctx)
+	if err != nil {
+		return plan.Target{}, err
+	}
+	t := plan.TargetOf(render.Derive(m), hashes)
+	t.Known = known
+	return t, nil
 }
 
 // Plan reads the live bus and plans against the mesh, changing nothing.

@@ -289,7 +289,7 @@ func TestAnApplyRemovesTheChecksAKilledRunLeft(t *testing.T) {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(d, "accounts.conf"), []byte("# hashes"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(d, "accounts.conf", ""), []byte("# hashes"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -361,11 +361,11 @@ func TestAGenerationIsAddedAndTakenOutWhole(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, quickMesh)
 	data := render.AccountsConfig(render.Derive(f.mesh()).Principals, nil)
-	one, g1, err := stamp(data, "accounts.conf")
+	one, g1, err := stamp(data, "accounts.conf", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, g2, err := stamp(data, "accounts.conf")
+	two, g2, err := stamp(data, "accounts.conf", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestAGenerationIsAddedAndTakenOutWhole(t *testing.T) {
 	if _, ok := unstamp(data); ok {
 		t.Error("a rendering without a generation was read as stamped")
 	}
-	if _, _, err := stamp(one, "accounts.conf"); err == nil {
+	if _, _, err := stamp(one, "accounts.conf", ""); err == nil {
 		t.Error("a file already stamped was stamped again")
 	}
 	users, err := plan.ParseUsers(one)

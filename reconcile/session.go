@@ -61,8 +61,10 @@ type Session struct {
 	Embedded *bus.Embedded
 
 	password string
-	logf     func(string, ...any)
-	opts     Options
+	// manager is the line naming this session's store in every accounts file it writes.
+	manager string
+	logf    func(string, ...any)
+	opts    Options
 	// release ends this session's lease on an embedded bus another process serves.
 	release func()
 	// stop ends the wait, in Close, for other processes to finish with the bus this one
@@ -126,6 +128,9 @@ func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) 
 		return nil, err
 	}
 	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done(), held: o.Lock, locked: o.Lock != nil}
+	if s.manager, err = managerLine(ctx, store); err != nil {
+		return nil, err
+	}
 	if m.Bus.Embedded() {
 		err = s.connectEmbedded(ctx, m)
 	} else {
@@ -166,6 +171,9 @@ func (s *Session) Redial(ctx context.Context, m *model.Mesh, cost int) error {
 func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
 	if s.controllerCanLogIn(s.Accounts.Path) {
 		return nil
+	}
+	if err := mayInstall(ctx, s.Store, s.Accounts, s.Target, s.password); err != nil {
+		return err
 	}
 	if s.opts.ReadOnly {
 		return s.refuseBootstrap(s.Accounts.Path)
@@ -267,12 +275,18 @@ func (s *Session) controllerCanLogIn(path string) bool {
 	if s.knownToLetControllerIn(path, data) {
 		return true
 	}
+	return admitsController(data, s.password)
+}
+
+// admitsController reports whether the accounts config data lets the controller in with
+// password.
+func admitsController(data []byte, password string) bool {
 	users, err := plan.ParseUsers(data)
 	if err != nil {
 		return false
 	}
 	u, ok := users[render.ControllerUser]
-	return ok && bcrypt.CompareHashAndPassword([]byte(u.Password), []byte(s.password)) == nil
+	return ok && bcrypt.CompareHashAndPassword([]byte(u.Password), []byte(password)) == nil
 }
 
 // connectEmbedded uses the embedded bus another meshctl process serves from this state
@@ -293,7 +307,7 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh) error {
 				s.release = release
 				s.Target = bus.Target{URL: url}
 				s.Accounts = Accounts{Path: filepath.Join(stateDir, "bus", "accounts.conf"),
-					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}
+					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin, Manager: s.manager}
 				s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
 				return s.letControllerIn(ctx, m)
 			}
@@ -333,7 +347,7 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 		if _, statErr := os.Stat(accountsPath); statErr == nil {
 			s.logf("the controller cannot log in with %s; installing the rendered accounts config before starting the bus", accountsPath)
 		}
-		if err := (Accounts{Path: accountsPath, StateDir: stateDir}).install(data); err != nil {
+		if err := (Accounts{Path: accountsPath, StateDir: stateDir, Manager: s.manager}).install(data); err != nil {
 			return err
 		}
 	}
@@ -352,7 +366,7 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))
 	}
 	s.Target = bus.Target{URL: e.URL()}
-	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}
+	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin, Manager: s.manager}
 	return nil
 }
 
@@ -404,6 +418,7 @@ func (s *Session) rejoin(ctx context.Context, m *model.Mesh) error {
 
 func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
 	s.Accounts, s.Target = externalAccounts(m, s.Store.Dir())
+	s.Accounts = s.Accounts.withManager(s.manager)
 	s.Accounts.Verify = s.verifyLogin
 	return s.letControllerIn(ctx, m)
 }
