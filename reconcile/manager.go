@@ -206,3 +206,18 @@ func mayRewrite(ctx context.Context, store *state.Store, a Accounts, target plan
 	}
 	return nil
 }
+
+// CheckManager returns ErrNotManager (wrapped) where store may not rewrite the accounts config
+// of the bus m names (mayRewrite): what `credentials` asks before it mints or revokes anything,
+// so that a store that does not manage the bus changes nothing, its own store included.
+func CheckManager(ctx context.Context, m *model.Mesh, store *state.Store) error {
+	if m.Bus.Embedded() {
+		return nil // the state directory's own bus
+	}
+	target, err := desired(ctx, store, m)
+	if err != nil {
+		return err
+	}
+	a, _ := externalAccounts(m, store.Dir())
+	return mayRewrite(ctx, store, a, target)
+}

@@ -69,7 +69,10 @@ func TestAFreshStoreInFrontOfAManagedBusChangesNothing(t *testing.T) {
 	if !errors.Is(err, ErrNotManager) {
 		t.Fatalf("a fresh store's diff was not refused as another's bus: %v", err)
 	}
-	// credentials issue
+	// credentials issue: refused before anything is minted, and the write itself refused too
+	if err := CheckManager(ctx, fresh.mesh(), fresh.store); !errors.Is(err, ErrNotManager) {
+		t.Fatalf("a fresh store may issue credentials on a bus another manages: %v", err)
+	}
 	fresh.mint(ctx, "alpha.shop")
 	if _, err := SyncAccounts(ctx, fresh.mesh(), fresh.store); !errors.Is(err, ErrNotManager) {
 		t.Fatalf("a fresh store's credentials issue was not refused: %v", err)

@@ -196,6 +196,12 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		e.errorf("the mesh in %s derives no principal %q%s; principals are node.<node>, enrol.<node> and <node>.<module>", *dir, principal, hint)
 		return exitError
 	}
+	// Before anything is minted or revoked: a store that does not manage the bus must change
+	// nothing, neither the bus nor itself.
+	if err := reconcile.CheckManager(ctx, m, st); err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
 	var password string
 	var file *membershipFile
 	switch verb {
