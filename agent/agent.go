@@ -558,7 +558,7 @@ func (a *agent) apply(ctx context.Context, msg jetstream.Msg) {
 	}
 	removed, err := a.removeUndeclared(declared)
 	if err != nil {
-		r.Failed["(removing)"] = err.Error()
+		r.Failed[controller.ReportRemoval] = err.Error()
 	}
 	data, _ := json.Marshal(r)
 	rctx, cancel := context.WithTimeout(ctx, attemptTimeout)

@@ -21,7 +21,8 @@ import (
 func TestAReportIsRecordedAndLeavesTheWorkQueue(t *testing.T) {
 	t.Parallel()
 	f := start(t, twoNodes)
-	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 0, Applied: []string{"one.shop"}})
+	enrolAndDeclare(t, f, "one", 1)
+	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 1, Applied: []string{"one.shop"}})
 	f.waitEvent(0, settled(Ack))
 	r := f.reports()
 	if len(r) != 1 || r[0].Node != "one" || len(r[0].Applied) != 1 {
@@ -35,8 +36,9 @@ func TestAReportIsRecordedAndLeavesTheWorkQueue(t *testing.T) {
 func TestAReportTheStoreCannotTakeIsHeldAndRecordedWhenItReturns(t *testing.T) {
 	t.Parallel()
 	f := start(t, twoNodes)
+	enrolAndDeclare(t, f, "one", 1)
 	release := f.holdWriteLock()
-	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 0})
+	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 1})
 	nak, next := f.waitEvent(0, settled(Nak))
 	if nak.Settle.Delay != 100*time.Millisecond {
 		t.Errorf("nak'd with delay %s, want the retry delay 100ms", nak.Settle.Delay)
@@ -79,8 +81,9 @@ func TestAReportAboutASupersededDeclarationIsSettledNotActedOn(t *testing.T) {
 func TestAReportTheStoreNeverTakesIsLetGoAtTheBound(t *testing.T) {
 	t.Parallel()
 	f := start(t, twoNodes, func(c *Config) { c.Bound = 600 * time.Millisecond })
+	enrolAndDeclare(t, f, "one", 1)
 	f.holdWriteLock()
-	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 0})
+	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 1})
 	_, next := f.waitEvent(0, settled(Nak))
 	e, _ := f.waitEvent(next, settled(Term))
 	if !strings.Contains(e.Settle.Reason, "past the bound") {

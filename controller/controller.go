@@ -105,12 +105,35 @@ type Controller struct {
 	log    *slog.Logger
 	meshes chan *model.Mesh
 
-	mu    sync.Mutex
-	beats map[string]Seen
-	js    jetstream.JetStream // the loop's, once joined, for SeatWork
-	mesh  *model.Mesh         // the description the loop last took, for SeatWork
+	mu        sync.Mutex
+	beats     map[string]Seen
+	conn      *bus.Conn           // the loop's while it is joined, for Health
+	js        jetstream.JetStream // the loop's while it is joined, for SeatWork
+	mesh      *model.Mesh         // the description the loop last took, for SeatWork
+	joined    bool                // it has been on the bus since it started
+	lastTaken time.Time           // when the loop last took a delivery from CONTROL
 
-	ready chan struct{} // closed once the loop hears deliveries and heartbeats
+	ready     chan struct{} // closed once the loop hears deliveries and heartbeats
+	readyOnce sync.Once
+}
+
+// Health is the controller's own state, apart from the reconciles': whether it is on the bus
+// and when it last took a message. A controller off the bus enrols nobody, records no report
+// and declares nothing, however well the bus is reconciled.
+type Health struct {
+	// Joined is whether it has been on the bus since it started; until then it is joining.
+	Joined bool
+	// Connected is whether it is on the bus now.
+	Connected bool
+	// LastTaken is when it last took a message from CONTROL; zero before the first.
+	LastTaken time.Time
+}
+
+// Health says how the controller is.
+func (c *Controller) Health() Health {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Health{Joined: c.joined, Connected: c.conn != nil && c.conn.IsConnected(), LastTaken: c.lastTaken}
 }
 
 // Ready is closed once the controller has joined the bus and hears its deliveries and the
@@ -196,11 +219,12 @@ func (c *Controller) SeatWork(ctx context.Context) ([]SeatWork, error) {
 	return Seats(ctx, js, seats, holders)
 }
 
-// loop is the state Run's goroutine owns.
+// loop is the state Run's goroutine owns. It outlives each connection: the store window, what
+// was declared and the backoff of a failing declaration are about the mesh, not the socket.
 type loop struct {
 	*Controller
-	conn     *bus.Conn
-	js       jetstream.JetStream
+	conn     *bus.Conn           // this session's
+	js       jetstream.JetStream // this session's
 	mesh     *model.Mesh
 	window   Window
 	declared map[string]uint64 // the generation last declared to each node, once read
@@ -209,12 +233,65 @@ type loop struct {
 	// credentials is the digest of the store's credential hashes as the last declaration
 	// pass left them; empty until one ran.
 	credentials string
+	redeclare   *time.Timer  // the next attempt at a declaration that failed
+	poll        *time.Ticker // the next read of the store's credential hashes
 }
 
-// Run joins the bus as the controller and runs the loop until ctx ends. It returns an error only
-// when it cannot start; a bus that is down at the start is dialled again until it answers.
-func (c *Controller) Run(ctx context.Context) error {
-	conn, err := c.dial(ctx)
+// Run joins the bus as the controller and runs the loop until ctx ends. Whatever takes its
+// connection — the server closing it (nats.go gives a connection up for good after some of the
+// server's errors, an overlong protocol line among them), a slow consumer, a reload — it joins
+// again with a capped backoff and binds its CONTROL consumer and heartbeat subscription anew.
+// Nothing it took is lost: a delivery not yet settled is the server's, delivered again after
+// the consumer's ack wait.
+func (c *Controller) Run(ctx context.Context) {
+	l := &loop{Controller: c, window: Window{Bound: c.cfg.Bound, Retry: c.cfg.Retry},
+		redeclare: time.NewTimer(time.Hour), poll: time.NewTicker(c.cfg.CredentialPoll)}
+	l.redeclare.Stop()
+	defer l.redeclare.Stop()
+	defer l.poll.Stop()
+	var rejoin backoff
+	for {
+		began := time.Now()
+		err := l.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > maxBackoff {
+			rejoin = backoff{} // it held for a while: this is a new loss, not the same one again
+		}
+		wait := rejoin.next()
+		c.log.Warn("controller: off the bus; joining again", "error", err, "retry_in", wait)
+		if !pause(ctx, wait) {
+			return
+		}
+	}
+}
+
+// errClosed is why a session ended when the connection closed without saying why.
+var errClosed = errors.New("the controller's connection closed")
+
+// session is one connection's life: it joins, binds the CONTROL consumer, hears the heartbeats
+// and runs the loop until ctx ends or the connection closes for good, and returns why it ended.
+// A connection nats.go reconnects by itself (the server restarting, a network fault) is the
+// same session: its subscriptions are made again by the library.
+func (l *loop) session(ctx context.Context) error {
+	// Ended when the connection closes for good, so that nothing waits on a connection that
+	// will never answer: not the binding, not the library's handler, not the loop.
+	sctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	conn, err := l.dial(sctx, nats.ClosedHandler(func(nc *nats.Conn) {
+		why := nc.LastError()
+		if why == nil {
+			why = errClosed
+		}
+		lost(fmt.Errorf("%w: %w", errClosed, why))
+	}), nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		if err != nil { // nil: closed on purpose, at the session's end
+			l.log.Warn("controller: disconnected from the bus; reconnecting", "error", err)
+		}
+	}), nats.ReconnectHandler(func(*nats.Conn) {
+		l.log.Info("controller: reconnected to the bus")
+	}))
 	if err != nil {
 		return err
 	}
@@ -224,9 +301,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("the controller's JetStream: %w", err)
 	}
 	// Channels, not handlers: the library would run a handler on its own goroutine, and the
-	// loop's state (the window above all) is owned by this one alone.
+	// loop's state (the window above all) is owned by this one alone. Deliveries left in the
+	// channel when the session ends are not settled, and come again.
 	deliveries := make(chan jetstream.Msg, deliveryBuffer)
-	inbox, err := c.bindControl(ctx, js, deliveries)
+	inbox, err := l.bindControl(sctx, js, deliveries)
 	if err != nil {
 		return err
 	}
@@ -237,31 +315,37 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("hearing the nodes' heartbeats: %w", err)
 	}
 	defer hsub.Unsubscribe()
-	if err := conn.FlushTimeout(c.cfg.StoreTimeout); err != nil {
-		return fmt.Errorf("subscribing as the controller at %s: %w", c.cfg.Target.Address(), err)
+	if err := conn.FlushTimeout(l.cfg.StoreTimeout); err != nil {
+		return fmt.Errorf("subscribing as the controller at %s: %w", l.cfg.Target.Address(), err)
 	}
-	close(c.ready)
-	c.log.Info("controller: taking reports and enrolment requests, hearing heartbeats",
-		"bus", c.cfg.Target.Address(), "bound", c.cfg.Bound, "retry", c.cfg.Retry)
-
-	c.mu.Lock()
-	c.js = js
-	c.mu.Unlock()
-	l := &loop{Controller: c, conn: conn, js: js, window: Window{Bound: c.cfg.Bound, Retry: c.cfg.Retry}}
-	redeclare := time.NewTimer(time.Hour)
-	redeclare.Stop()
-	defer redeclare.Stop()
-	poll := time.NewTicker(c.cfg.CredentialPoll)
-	defer poll.Stop()
+	l.conn, l.js = conn, js
+	l.mu.Lock()
+	l.Controller.conn, l.Controller.js, l.joined = conn, js, true
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.Controller.conn, l.Controller.js = nil, nil
+		l.mu.Unlock()
+	}()
+	l.readyOnce.Do(func() { close(l.ready) })
+	l.log.Info("controller: taking reports and enrolment requests, hearing heartbeats",
+		"bus", l.cfg.Target.Address(), "bound", l.cfg.Bound, "retry", l.cfg.Retry)
+	if l.mesh != nil {
+		// Joined again: what failed to go out while it was off the bus goes now.
+		l.declarePass(sctx)
+	}
 	for {
 		select {
-		case <-ctx.Done():
-			return nil
+		case <-sctx.Done():
+			if ctx.Err() != nil {
+				return nil
+			}
+			return context.Cause(sctx)
 		case m := <-deliveries:
-			l.take(ctx, m)
+			l.take(sctx, m)
 		case m := <-beats:
 			l.heard(m)
-		case m := <-c.meshes:
+		case m := <-l.meshes:
 			l.mesh = m
 			if push := m.Bus.Consumers == model.ConsumersPush; push != (inbox.kind == model.ConsumersPush) {
 				// The reconcile that handed m over replaced the CONTROL consumer with one of
@@ -269,21 +353,50 @@ func (c *Controller) Run(ctx context.Context) error {
 				// subscription would wait on a deliver subject nothing delivers to, a puller
 				// would ask a consumer that no longer pulls.
 				inbox.cc.Stop()
-				if inbox, err = c.bindControl(ctx, js, deliveries); err != nil {
+				if inbox, err = l.bindControl(sctx, js, deliveries); err != nil {
 					return err
 				}
 			}
-			c.mu.Lock()
-			c.mesh = m
-			c.mu.Unlock()
-			l.declarePass(ctx, redeclare)
-		case <-redeclare.C:
-			l.declarePass(ctx, redeclare)
-		case <-poll.C:
-			if l.credentialsChanged(ctx) {
-				l.declarePass(ctx, redeclare)
+			l.mu.Lock()
+			l.Controller.mesh = m
+			l.mu.Unlock()
+			l.declarePass(sctx)
+		case <-l.redeclare.C:
+			l.declarePass(sctx)
+		case <-l.poll.C:
+			if l.credentialsChanged(sctx) {
+				l.declarePass(sctx)
 			}
 		}
+	}
+}
+
+// The backoff between attempts at joining the bus and binding the CONTROL consumer: from
+// minBackoff, doubling, to maxBackoff. A bus restarting or reloading answers within moments;
+// one that stays away is asked every few seconds, not hammered.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// backoff is the wait before each attempt of a series that keeps failing.
+type backoff struct{ last time.Duration }
+
+// next is the wait before the next attempt.
+func (b *backoff) next() time.Duration {
+	b.last = min(max(2*b.last, minBackoff), maxBackoff)
+	return b.last
+}
+
+// pause waits d, and reports false if ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -296,12 +409,13 @@ type controlInbox struct {
 
 // bindControl binds the CONTROL consumer, whichever kind it is, handing its messages to
 // deliveries. The library runs the handler on its own goroutine; the loop takes them from the
-// channel on its own. A binding the bus cannot answer yet is tried again with a capped backoff
-// until ctx ends: right after a reload of the accounts config the account's JetStream may
-// answer "no responders" for a moment, and a controller that gave up then would take no
-// report or enrolment until watch restarted.
+// channel on its own. A binding the bus cannot answer yet is tried again with the backoff until
+// ctx ends: right after a reload of the accounts config the account's JetStream may answer "no
+// responders" for a moment, and a controller that gave up then would take no report or
+// enrolment until watch restarted.
 func (c *Controller) bindControl(ctx context.Context, js jetstream.JetStream, deliveries chan<- jetstream.Msg) (controlInbox, error) {
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+	var again backoff
+	for {
 		cc, kind, err := host.Bind(ctx, js, render.StreamControl, render.ControllerUser, func(m jetstream.Msg) {
 			select {
 			case deliveries <- m:
@@ -311,33 +425,31 @@ func (c *Controller) bindControl(ctx context.Context, js jetstream.JetStream, de
 		if err == nil {
 			return controlInbox{cc: cc, kind: kind}, nil
 		}
+		wait := again.next()
 		c.log.Warn("controller: the CONTROL consumer cannot be bound yet; trying again", "error", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return controlInbox{}, fmt.Errorf("taking the controller's CONTROL deliveries: %w (and then %w)", err, ctx.Err())
-		case <-time.After(wait):
+		if !pause(ctx, wait) {
+			return controlInbox{}, fmt.Errorf("taking the controller's CONTROL deliveries: %w (and then %w)", err, context.Cause(ctx))
 		}
 	}
 }
 
-// dial joins the bus as the controller, trying again with a capped backoff until it answers or
-// ctx ends. The connection reconnects for as long as it takes, through refusals too: a bus
-// restarting or reloading must not leave the controller deaf.
-func (c *Controller) dial(ctx context.Context) (*bus.Conn, error) {
-	wait := 100 * time.Millisecond
+// dial joins the bus as the controller, trying again with the backoff until it answers or ctx
+// ends. The connection reconnects by itself for as long as it takes, through refusals too: a
+// bus restarting or reloading must not leave the controller deaf. What closes it for good
+// ends the session (Run).
+func (c *Controller) dial(ctx context.Context, opts ...nats.Option) (*bus.Conn, error) {
+	var again backoff
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(), nats.ReconnectWait(250 * time.Millisecond)}, opts...)
 	for {
-		conn, err := bus.Dial(ctx, c.cfg.Target, bus.Credential{User: render.ControllerUser, Password: c.cfg.Password},
-			nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(), nats.ReconnectWait(250*time.Millisecond))
+		conn, err := bus.Dial(ctx, c.cfg.Target, bus.Credential{User: render.ControllerUser, Password: c.cfg.Password}, opts...)
 		if err == nil {
 			return conn, nil
 		}
+		wait := again.next()
 		c.log.Warn("controller: the bus does not let the controller in yet; trying again", "error", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("the controller joining the bus: %w", ctx.Err())
-		case <-time.After(wait):
+		if !pause(ctx, wait) {
+			return nil, fmt.Errorf("the controller joining the bus: %w", context.Cause(ctx))
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 
@@ -359,9 +471,12 @@ func (l *loop) storeCtx(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, l.cfg.StoreTimeout)
 }
 
-// take settles one delivery from CONTROL.
+// take settles one delivery from CONTROL, and logs it once: a message let go says why, each
+// value it carried quoted (model.Quote), so that what a node sent cannot forge a log line or
+// fill the log.
 func (l *loop) take(ctx context.Context, m jetstream.Msg) {
 	kind, node := Classify(m.Subject())
+	subject := m.Subject() // a subject Classify accepted is one render spells: safe to show
 	var s Settle
 	switch kind {
 	case KindReport:
@@ -369,11 +484,15 @@ func (l *loop) take(ctx context.Context, m jetstream.Msg) {
 	case KindEnrol:
 		s = l.enrol(ctx, node, m)
 	default:
+		subject = model.Quote(subject)
 		s = Settle{Verb: Term, Reason: "not a subject the mesh derives for CONTROL"}
 	}
 	l.settle(ctx, m, s)
+	l.mu.Lock()
+	l.lastTaken = time.Now()
+	l.mu.Unlock()
 	ev := Event{Kind: kind, Node: node, Subject: m.Subject(), Settle: s}
-	attrs := []any{"subject", m.Subject(), "settled", string(s.Verb), "why", s.Reason}
+	attrs := []any{"subject", subject, "settled", string(s.Verb), "why", s.Reason}
 	switch s.Verb {
 	case Term:
 		l.log.Warn("controller: let a message go", attrs...)
@@ -435,7 +554,7 @@ func (l *loop) report(ctx context.Context, node string, m jetstream.Msg) Settle 
 	if err != nil {
 		return l.window.After(err, published(m), time.Now())
 	}
-	r, err := JudgeReport(m.Data(), declared)
+	r, err := JudgeReport(node, m.Data(), declared)
 	switch {
 	case errors.Is(err, ErrSuperseded):
 		// Settled, not acted on: what it says is about what the node no longer runs.
@@ -459,8 +578,14 @@ func (l *loop) heard(m *nats.Msg) {
 	if kind != KindHeartbeat {
 		return
 	}
-	var hb Heartbeat
-	_ = json.Unmarshal(m.Data, &hb) // a heartbeat that says nothing is still a heartbeat
+	hb, err := JudgeHeartbeat(m.Data)
+	if err != nil {
+		l.log.Warn("controller: let a heartbeat go", "subject", m.Subject, "why", err.Error())
+		if l.cfg.Observe != nil {
+			l.cfg.Observe(Event{Kind: KindHeartbeat, Node: node, Subject: m.Subject, Settle: Settle{Verb: Term, Reason: err.Error()}})
+		}
+		return
+	}
 	l.mu.Lock()
 	l.beats[node] = Seen{At: time.Now(), Generation: hb.Generation}
 	l.mu.Unlock()
@@ -545,9 +670,9 @@ func (l *loop) answer(reply string, a EnrolAnswer) error {
 // must not be asked every few seconds for as long as it does.
 const maxRedeclare = time.Minute
 
-// declarePass declares to the enrolled nodes, arming retry when a declaration failed: after
-// Retry, doubling with each failure in a row up to maxRedeclare.
-func (l *loop) declarePass(ctx context.Context, retry *time.Timer) {
+// declarePass declares to the enrolled nodes, arming the redeclare timer when a declaration
+// failed: after Retry, doubling with each failure in a row up to maxRedeclare.
+func (l *loop) declarePass(ctx context.Context) {
 	// What the next polls compare the store with is the hashes as this pass found them, with
 	// what it minted and revoked itself: its own doing is no change to act on, but another
 	// process's is, even one made while the pass ran (a revocation between a node's
@@ -573,7 +698,7 @@ func (l *loop) declarePass(ctx context.Context, retry *time.Timer) {
 		wait = min(wait, max(maxRedeclare, l.cfg.Retry))
 		l.failedPasses++
 		l.log.Error("controller: declaring to the nodes failed; trying again", "error", err, "retry_in", wait)
-		retry.Reset(wait)
+		l.redeclare.Reset(wait)
 	} else {
 		l.failedPasses = 0
 	}
@@ -621,12 +746,21 @@ func digestOf(hashes map[string]string) string {
 	return hex.EncodeToString(sum.Sum(nil))
 }
 
+// errNotConnected is why a declaration pass did nothing while the controller was off the bus.
+var errNotConnected = errors.New("the controller is not connected to the bus; the declarations wait for it")
+
 // declareAll declares to every enrolled node in the description what it runs, where that
 // changed, and returns the nodes it published to. A converged pass publishes nothing and mints
 // nothing. What it minted and revoked goes into own (declare).
 func (l *loop) declareAll(ctx context.Context, own map[string]string) ([]string, error) {
 	if l.mesh == nil {
 		return nil, nil
+	}
+	if !l.conn.IsConnected() {
+		// Off the bus (nats.go reconnecting): a declaration would mint and have the bus
+		// reloaded only to fail at its publish, and the retry would mint again. Nothing is
+		// minted until it can go out.
+		return nil, errNotConnected
 	}
 	sctx, cancel := l.storeCtx(ctx)
 	enrolled, err := l.cfg.Store.Enrolments(sctx)

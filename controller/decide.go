@@ -35,6 +35,9 @@ func Classify(subject string) (Kind, string) {
 		return KindUnknown, ""
 	}
 	node := tokens[2]
+	if !nodeName(node) {
+		return KindUnknown, ""
+	}
 	switch subject {
 	case render.ReportSubject(node):
 		return KindReport, node
@@ -44,6 +47,21 @@ func Classify(subject string) (Kind, string) {
 		return KindHeartbeat, node
 	}
 	return KindUnknown, ""
+}
+
+// nodeName reports whether s could be a node's name as the model allows them (lowercase
+// letters, digits and `-`, at most model.MaxNameLen): the node a subject names goes into every
+// log line, store row and answer about the message, so no other byte may.
+func nodeName(s string) bool {
+	if s == "" || len(s) > model.MaxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // Verb is how a message taken from CONTROL is settled.
@@ -106,16 +124,50 @@ func (w *Window) After(stored error, published, now time.Time) Settle {
 // newer one replaced: what it says is no longer about what the node is meant to run.
 var ErrSuperseded = errors.New("the report is about a superseded declaration")
 
-// ErrNotReport is returned (wrapped) for a payload that is not a report.
+// ErrNotReport is returned (wrapped) for a payload that is not a report the controller may
+// record: malformed, out of bounds, or about a generation never declared to the node. No
+// store that returns could take it, so it is let go, never held.
 var ErrNotReport = errors.New("not a report")
 
-// JudgeReport reads a report's payload and decides whether it is to be recorded: a report about
-// a generation older than the one last declared to the node is superseded, and settled without
-// being acted on.
-func JudgeReport(payload []byte, declared uint64) (Report, error) {
+// MaxReportSize bounds a report's payload, in bytes. A report names each instance of its node
+// once, with a reason where it failed: a thousand instances failing with reasons of 200 bytes
+// fit. It is checked before the payload is read.
+const MaxReportSize = 256 << 10
+
+// MaxReasonLen bounds the reason a report gives for one instance it could not apply, in bytes:
+// an error the agent met, with the path it met it at.
+const MaxReasonLen = 4096
+
+// JudgeReport reads node's report and decides whether it is to be recorded, given the
+// generation last declared to the node (0 when none was). Each user it names must be an
+// instance of that node (or the agent's ReportRemoval), each reason bounded (JSON decoding makes
+// it UTF-8 already, invalid bytes replaced), and
+// its generation one that was declared: from 1 to the last declared. A report about an older
+// generation is superseded, and settled without being acted on; one above it (or of 0, which
+// no declaration carries) says the node applied what it was never told, and is not a report.
+func JudgeReport(node string, payload []byte, declared uint64) (Report, error) {
+	if len(payload) > MaxReportSize {
+		return Report{}, fmt.Errorf("%w: %d bytes, above the bound of %d", ErrNotReport, len(payload), MaxReportSize)
+	}
 	var r Report
 	if err := json.Unmarshal(payload, &r); err != nil {
 		return Report{}, fmt.Errorf("%w: %v", ErrNotReport, err)
+	}
+	for _, u := range r.Applied {
+		if !instanceOf(node, u) {
+			return Report{}, fmt.Errorf("%w: it says it applied %s, not an instance of node %s", ErrNotReport, model.Quote(u), node)
+		}
+	}
+	for u, why := range r.Failed {
+		if u != ReportRemoval && !instanceOf(node, u) {
+			return Report{}, fmt.Errorf("%w: it says %s failed, not an instance of node %s", ErrNotReport, model.Quote(u), node)
+		}
+		if len(why) > MaxReasonLen {
+			return Report{}, fmt.Errorf("%w: the reason it gives for %s is %d bytes, above the bound of %d", ErrNotReport, u, len(why), MaxReasonLen)
+		}
+	}
+	if r.Generation == 0 || r.Generation > declared {
+		return Report{}, fmt.Errorf("%w: generation %d was never declared to node %s (the last declared is %d)", ErrNotReport, r.Generation, node, declared)
 	}
 	if r.Generation < declared {
 		return r, fmt.Errorf("%w: it applied generation %d, and generation %d was declared since", ErrSuperseded, r.Generation, declared)
@@ -123,7 +175,36 @@ func JudgeReport(payload []byte, declared uint64) (Report, error) {
 	return r, nil
 }
 
-// ErrRefused is returned (wrapped) for an enrolment the controller refuses.
+// instanceOf reports whether user names a module instance of node, with a module name the model
+// allows in length.
+func instanceOf(node, user string) bool {
+	inst, ok := host.InstanceOf(user)
+	return ok && inst.Node == node && len(inst.Module) <= model.MaxNameLen
+}
+
+// ErrNotHeartbeat is returned (wrapped) for a heartbeat payload that is not one.
+var ErrNotHeartbeat = errors.New("not a heartbeat")
+
+// MaxHeartbeatSize bounds a heartbeat's payload, in bytes: a time and a generation in JSON take
+// under a hundred.
+const MaxHeartbeatSize = 1024
+
+// JudgeHeartbeat reads a heartbeat. Its generation is the node's own word about itself, kept in
+// memory and shown as said, so it is not held to what was declared (a node that lies about it
+// misleads only about itself); what is bounded is what reading it costs.
+func JudgeHeartbeat(payload []byte) (Heartbeat, error) {
+	if len(payload) > MaxHeartbeatSize {
+		return Heartbeat{}, fmt.Errorf("%w: %d bytes, above the bound of %d", ErrNotHeartbeat, len(payload), MaxHeartbeatSize)
+	}
+	var hb Heartbeat
+	if err := json.Unmarshal(payload, &hb); err != nil {
+		return Heartbeat{}, fmt.Errorf("%w: %v", ErrNotHeartbeat, err)
+	}
+	return hb, nil
+}
+
+// ErrRefused is returned (wrapped) for an enrolment the controller refuses: a well-formed
+// request it answers, saying why.
 var ErrRefused = errors.New("enrolment refused")
 
 // EnrolAsk is an enrolment request as the controller reads it: the node its subject names, where
@@ -134,24 +215,30 @@ type EnrolAsk struct {
 	Key   []byte
 }
 
-// JudgeEnrolment reads an enrolment request and checks what can be checked without the store:
-// the answer's address lies under the node's own enrolment inbox (host.EnrolReply), the node is
-// in the description, and the key is an X25519 public key. Whether the node's enrolment
-// credential is unused is the store's to say, in the same transaction that uses it.
+// JudgeEnrolment reads an enrolment request and checks what can be checked without the store.
+// A request that is not well formed — its answer's address not under the node's own enrolment
+// inbox or out of bounds (host.EnrolReply), its key not an X25519 public key — is
+// host.ErrNotEnrolment, and is let go unanswered: nothing it carries is fit to use. A
+// well-formed one from a node not in the description is ErrRefused, answered. Whether the
+// node's enrolment credential is unused is the store's to say, in the same transaction that
+// uses it.
 func JudgeEnrolment(m *model.Mesh, subject string, payload []byte) (EnrolAsk, error) {
 	reply, err := host.EnrolReply(subject, payload)
 	if err != nil {
 		return EnrolAsk{}, err
 	}
-	_, node := Classify(subject)
+	kind, node := Classify(subject)
+	if kind != KindEnrol {
+		return EnrolAsk{}, fmt.Errorf("%w: subject %s", host.ErrNotEnrolment, model.Quote(subject))
+	}
 	var req host.EnrolRequest
 	_ = json.Unmarshal(payload, &req) // EnrolReply read it already
+	if len(req.Key) != KeySize {
+		return EnrolAsk{}, fmt.Errorf("%w: node %s sent a key of %d bytes, not an X25519 public key of %d", host.ErrNotEnrolment, node, len(req.Key), KeySize)
+	}
 	ask := EnrolAsk{Node: node, Reply: reply, Key: req.Key}
 	if !slices.ContainsFunc(m.Nodes, func(n model.Node) bool { return n.Name == node }) {
 		return ask, fmt.Errorf("%w: node %s is not in the mesh's description", ErrRefused, node)
-	}
-	if len(req.Key) != KeySize {
-		return ask, fmt.Errorf("%w: node %s sent a key of %d bytes, not an X25519 public key of %d", ErrRefused, node, len(req.Key), KeySize)
 	}
 	return ask, nil
 }

@@ -2,12 +2,15 @@ package controller
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 )
 
@@ -16,12 +19,16 @@ func TestClassifyReadsOnlyTheSubjectsTheMeshDerives(t *testing.T) {
 		kind Kind
 		node string
 	}{
-		"mesh.control.one.report":    {KindReport, "one"},
-		"mesh.control.one.enrol":     {KindEnrol, "one"},
-		"mesh.control.two.heartbeat": {KindHeartbeat, "two"},
-		"mesh.control.one.other":     {KindUnknown, ""},
-		"mesh.control.one.report.x":  {KindUnknown, ""},
-		"mesh.node.one.declare":      {KindUnknown, ""},
+		"mesh.control.one.report":     {KindReport, "one"},
+		"mesh.control.one.enrol":      {KindEnrol, "one"},
+		"mesh.control.two.heartbeat":  {KindHeartbeat, "two"},
+		"mesh.control.one.other":      {KindUnknown, ""},
+		"mesh.control.one.report.x":   {KindUnknown, ""},
+		"mesh.node.one.declare":       {KindUnknown, ""},
+		"mesh.control..report":        {KindUnknown, ""},
+		"mesh.control.One.report":     {KindUnknown, ""},
+		"mesh.control.o\x1bne.report": {KindUnknown, ""},
+		"mesh.control." + strings.Repeat("n", model.MaxNameLen+1) + ".report": {KindUnknown, ""},
 	} {
 		if k, n := Classify(subject); k != want.kind || n != want.node {
 			t.Errorf("Classify(%s) = %v, %q; want %v, %q", subject, k, n, want.kind, want.node)
@@ -57,18 +64,53 @@ func TestTheStoreWindow(t *testing.T) {
 }
 
 func TestAReportOfAnOlderGenerationIsSuperseded(t *testing.T) {
-	if _, err := JudgeReport([]byte(`{"generation":2}`), 3); !errors.Is(err, ErrSuperseded) {
+	if _, err := JudgeReport("one", []byte(`{"generation":2}`), 3); !errors.Is(err, ErrSuperseded) {
 		t.Errorf("generation 2 after 3 was declared: %v, want ErrSuperseded", err)
 	}
-	if r, err := JudgeReport([]byte(`{"generation":3,"applied":["one.shop"]}`), 3); err != nil || r.Generation != 3 {
+	if r, err := JudgeReport("one", []byte(`{"generation":3,"applied":["one.shop"],"failed":{"one.audit":"disk full","(removing)":"read-only"}}`), 3); err != nil || r.Generation != 3 {
 		t.Errorf("the current generation: %+v, %v", r, err)
-	}
-	if _, err := JudgeReport([]byte(`not json`), 0); !errors.Is(err, ErrNotReport) {
-		t.Errorf("garbage: %v, want ErrNotReport", err)
 	}
 }
 
-func load(t *testing.T, description string) *model.Mesh {
+// A report out of bounds is not a report: no store that returns could take it, so it is let
+// go, never held as a store failure.
+func TestAReportOutOfBoundsIsNotAReport(t *testing.T) {
+	for name, payload := range map[string]string{
+		"garbage":                     `not json`,
+		"the largest generation":      `{"generation":18446744073709551615}`,
+		"a generation above the last": `{"generation":4}`,
+		"generation 0":                `{"generation":0}`,
+		"another node's instance":     `{"generation":3,"applied":["two.shop"]}`,
+		"not an instance":             `{"generation":3,"applied":["node.one"]}`,
+		"an overlong module":          `{"generation":3,"applied":["one.` + strings.Repeat("m", 33) + `"]}`,
+		"a failure of another node's": `{"generation":3,"failed":{"two.shop":"x"}}`,
+		"an overlong reason":          `{"generation":3,"failed":{"one.shop":"` + strings.Repeat("x", MaxReasonLen+1) + `"}}`,
+		"a payload above the bound":   `{"generation":3,"x":"` + strings.Repeat("x", MaxReportSize) + `"}`,
+	} {
+		if _, err := JudgeReport("one", []byte(payload), 3); !errors.Is(err, ErrNotReport) {
+			t.Errorf("%s: %v, want ErrNotReport", name, err)
+		}
+	}
+	if _, err := JudgeReport("one", []byte(`{"generation":1}`), 0); !errors.Is(err, ErrNotReport) {
+		t.Errorf("a report from a node never declared to: %v, want ErrNotReport", err)
+	}
+}
+
+func TestAHeartbeatIsBoundedNotJudgedByItsGeneration(t *testing.T) {
+	if hb, err := JudgeHeartbeat([]byte(`{"generation":18446744073709551615}`)); err != nil || hb.Generation != math.MaxUint64 {
+		t.Errorf("a heartbeat of any generation: %+v, %v", hb, err)
+	}
+	for name, payload := range map[string]string{
+		"garbage":   `not json`,
+		"oversized": `{"generation":1,"x":"` + strings.Repeat("x", MaxHeartbeatSize) + `"}`,
+	} {
+		if _, err := JudgeHeartbeat([]byte(payload)); !errors.Is(err, ErrNotHeartbeat) {
+			t.Errorf("%s: %v, want ErrNotHeartbeat", name, err)
+		}
+	}
+}
+
+func load(t testing.TB, description string) *model.Mesh {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "mesh.yaml"), []byte(description), 0o600); err != nil {
@@ -94,8 +136,33 @@ func TestAnEnrolmentIsJudgedByItsNodeAndKey(t *testing.T) {
 	if _, err := JudgeEnrolment(m, "mesh.control.one.enrol", []byte(`{"reply":"_INBOX.enrol.two.abc","key":"`+b64(key)+`"}`)); err == nil {
 		t.Errorf("an answer steered to another node's inbox was accepted")
 	}
-	if _, err := JudgeEnrolment(m, "mesh.control.one.enrol", []byte(`{"reply":"_INBOX.enrol.one.abc","key":"AAAA"}`)); !errors.Is(err, ErrRefused) {
-		t.Errorf("a short key: %v, want ErrRefused", err)
+	// Not well formed: let go unanswered, whatever the node.
+	for name, payload := range map[string]string{
+		"a short key":                `{"reply":"_INBOX.enrol.one.abc","key":"AAAA"}`,
+		"no key":                     `{"reply":"_INBOX.enrol.one.abc"}`,
+		"a key that is not base64":   `{"reply":"_INBOX.enrol.one.abc","key":"!!"}`,
+		"an overlong answer address": `{"reply":"_INBOX.enrol.one.` + strings.Repeat("a", host.MaxEnrolReplyLen) + `","key":"` + b64(key) + `"}`,
+		"an empty token":             `{"reply":"_INBOX.enrol.one.a..b","key":"` + b64(key) + `"}`,
+		"a trailing dot":             `{"reply":"_INBOX.enrol.one.a.","key":"` + b64(key) + `"}`,
+		"a wildcard token":           `{"reply":"_INBOX.enrol.one.*","key":"` + b64(key) + `"}`,
+		"a wildcard inside a token":  `{"reply":"_INBOX.enrol.one.a>b","key":"` + b64(key) + `"}`,
+		"a space":                    `{"reply":"_INBOX.enrol.one.a b","key":"` + b64(key) + `"}`,
+		"a control byte":             `{"reply":"_INBOX.enrol.one.a\u001bb","key":"` + b64(key) + `"}`,
+		"a tab":                      `{"reply":"_INBOX.enrol.one.a\tb","key":"` + b64(key) + `"}`,
+		"a non-ASCII byte":           `{"reply":"_INBOX.enrol.one.a\u00e9","key":"` + b64(key) + `"}`,
+		"a payload above the bound":  `{"reply":"_INBOX.enrol.one.abc","key":"` + b64(key) + `","x":"` + strings.Repeat("x", host.MaxEnrolRequestSize) + `"}`,
+	} {
+		if _, err := JudgeEnrolment(m, "mesh.control.one.enrol", []byte(payload)); !errors.Is(err, host.ErrNotEnrolment) {
+			t.Errorf("%s: %v, want ErrNotEnrolment", name, err)
+		}
+	}
+	if _, err := JudgeEnrolment(m, "mesh.control.three.enrol", []byte(`{"reply":"_INBOX.enrol.three.abc"}`)); !errors.Is(err, host.ErrNotEnrolment) {
+		t.Errorf("a request without a key from a node not in the description: %v, want ErrNotEnrolment", err)
+	}
+	// The longest address within the bound is an address.
+	longest := "_INBOX.enrol.one." + strings.Repeat("a", host.MaxEnrolReplyLen-len("_INBOX.enrol.one."))
+	if ask, err := JudgeEnrolment(m, "mesh.control.one.enrol", []byte(`{"reply":"`+longest+`","key":"`+b64(key)+`"}`)); err != nil || ask.Reply != longest {
+		t.Errorf("an address of %d bytes: %+v, %v", len(longest), ask, err)
 	}
 }
 

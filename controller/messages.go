@@ -51,12 +51,17 @@ type Consumer struct {
 }
 
 // Report is what a node's agent files after applying a declaration: the generation it
-// applied, the users whose memberships it wrote, and those it could not, with why.
+// applied, the users whose memberships it wrote, and those it could not, with why (and, under
+// ReportRemoval, what it could not remove).
 type Report struct {
 	Generation uint64            `json:"generation"`
 	Applied    []string          `json:"applied,omitempty"`
 	Failed     map[string]string `json:"failed,omitempty"`
 }
+
+// ReportRemoval is the key of a report's Failed under which the agent says why it could not
+// remove the memberships no longer declared.
+const ReportRemoval = "(removing)"
 
 // Heartbeat is what a node's agent says every interval, on core NATS: nothing is stored.
 type Heartbeat struct {

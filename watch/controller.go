@@ -68,9 +68,7 @@ func (l *loop) withController(ctx context.Context, r stepResult) {
 		side := &controllerSide{ctrl: c, target: target, password: password, cancel: cancel, done: make(chan struct{})}
 		go func() {
 			defer close(side.done)
-			if err := c.Run(cctx); err != nil && cctx.Err() == nil {
-				l.log.Error("the controller stopped", "error", err)
-			}
+			c.Run(cctx)
 		}()
 		l.ctl = side
 		l.metrics.controller.Store(c)
@@ -121,7 +119,9 @@ const StaleAfter = 30 * time.Second
 // heartbeatCollector exports what the controller knows of the live mesh, read at each scrape:
 // the last heartbeat of each node and how many nodes have gone silent (heartbeats are kept in
 // memory only, so these say what this watch heard since it started), and each seat's waiting
-// work and whether its worker is bound, read from the bus on the controller's connection.
+// work and whether its worker is bound, read from the bus on the controller's connection; and
+// the controller's own health, which the reconciles' metrics do not show: whether it is on the
+// bus, and when it last took a message.
 type heartbeatCollector struct{ m *metrics }
 
 var (
@@ -133,6 +133,10 @@ var (
 		"Work in each seat's queue: not yet delivered, or delivered and not yet acknowledged.", []string{"seat"}, nil)
 	seatBoundDesc = prometheus.NewDesc("meshctl_controller_seat_worker_bound",
 		"1 when the seat's holder is at work on its worker (a subscription takes its deliveries, or a pull request waits on it), else 0.", []string{"seat"}, nil)
+	connectedDesc = prometheus.NewDesc("meshctl_controller_connected",
+		"1 while the controller loop is on the bus, else 0 (joining, or joining again after losing its connection).", nil, nil)
+	lastTakenDesc = prometheus.NewDesc("meshctl_controller_last_message_timestamp_seconds",
+		"Unix time of the last report or enrolment request the controller took from CONTROL; absent before the first.", nil, nil)
 )
 
 // scrapeTimeout bounds reading the seats' queues from the bus at a scrape.
@@ -143,11 +147,22 @@ func (c heartbeatCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- staleNodesDesc
 	ch <- seatWaitingDesc
 	ch <- seatBoundDesc
+	ch <- connectedDesc
+	ch <- lastTakenDesc
 }
 
 func (c heartbeatCollector) Collect(ch chan<- prometheus.Metric) {
 	var beats map[string]controller.Seen
 	if ctrl := c.m.controller.Load(); ctrl != nil {
+		health := ctrl.Health()
+		connected := 0.0
+		if health.Connected {
+			connected = 1
+		}
+		ch <- prometheus.MustNewConstMetric(connectedDesc, prometheus.GaugeValue, connected)
+		if !health.LastTaken.IsZero() {
+			ch <- prometheus.MustNewConstMetric(lastTakenDesc, prometheus.GaugeValue, float64(health.LastTaken.UnixNano())/1e9)
+		}
 		beats = ctrl.Heartbeats()
 		ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 		// A bus that does not answer leaves the seats out of this scrape rather than failing it.

@@ -119,10 +119,32 @@ func (m *metrics) observe(c Cycle) {
 	m.health.Store(&health{ok: ok, state: healthStates[c.Outcome]})
 }
 
-// healthz answers 200 when the last reconcile left the bus in sync and 503 otherwise, with
-// a line saying which state it is in, for a load balancer or an operator's curl.
+// controllerOff is /healthz's answer while the controller loop is off the bus: the bus may be
+// in sync, but no node enrols, files a report or is declared to until it is back.
+const controllerOff = "controller: the controller is off the bus and joining again; meanwhile no node enrols, reports or is declared to (the reason is in watch's log)"
+
+// answer is what /healthz says, given the last reconcile's state and the controller's health
+// (nil while watch runs no controller): a reconcile's problem first, since a bus that cannot be
+// reconciled is the likelier reason the controller is off it too; then the controller off the
+// bus. A controller still joining for the first time is not held against watch: it is started
+// once a reconcile succeeded, and joins the bus that reconcile just reached.
+func answer(h *health, c *controller.Health) health {
+	if h.ok && c != nil && c.Joined && !c.Connected {
+		return health{state: controllerOff}
+	}
+	return *h
+}
+
+// healthz answers 200 when the last reconcile left the bus in sync and the controller is on it,
+// and 503 otherwise, with a line saying which state it is in, for a load balancer or an
+// operator's curl.
 func (m *metrics) healthz(w http.ResponseWriter, _ *http.Request) {
-	h := m.health.Load()
+	var c *controller.Health
+	if ctrl := m.controller.Load(); ctrl != nil {
+		h := ctrl.Health()
+		c = &h
+	}
+	h := answer(m.health.Load(), c)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if !h.ok {
 		w.WriteHeader(http.StatusServiceUnavailable)
