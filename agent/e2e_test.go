@@ -104,6 +104,17 @@ func startWorld(t *testing.T, description string) *world {
 	return w
 }
 
+// worldOnAPort is a world, and its description, whose embedded bus listens on a port of its own, the same across
+// watch's restarts, with the mesh described but no watch started: for the tests that stop and
+// start the control host.
+func worldOnAPort(t *testing.T) (w *world, description string) {
+	t.Helper()
+	description = strings.Replace(mesh, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(freePort(t)), 1)
+	w = &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedbuf.Buffer{}, more: make(chan struct{})}
+	w.write(description)
+	return w, description
+}
+
 // freePort is a port nothing listened on a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -500,10 +511,7 @@ func atDeclared(t *testing.T, stateDir string, nodes ...string) bool {
 // again and applies what was declared meanwhile.
 func TestAnAgentRejoinsAcrossABusRestart(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
-	description := strings.Replace(mesh, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(port), 1)
-	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedbuf.Buffer{}, more: make(chan struct{})}
-	w.write(description)
+	w, description := worldOnAPort(t)
 	stop := w.startWatch()
 	enrol := w.issueEnrolments("one")
 	dir := w.runAgent(enrol["one"])

@@ -7,12 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/meshbus/meshctl/internal/lockedbuf"
 )
 
 // waitRunning is w.wait that fails at once, with what Run returned, when the agent gives up
@@ -30,10 +27,7 @@ func (w *world) waitRunning(r *running, what string, cond func() bool) {
 // so, and enrols once it is back. It exited: "no servers available for connection".
 func TestAnAgentWaitsForTheBusToEnrol(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
-	description := strings.Replace(mesh, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(port), 1)
-	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedbuf.Buffer{}, more: make(chan struct{})}
-	w.write(description)
+	w, _ := worldOnAPort(t)
 	stop := w.startWatch()
 	enrol := w.issueEnrolments("one")
 	stop()

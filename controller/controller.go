@@ -693,13 +693,17 @@ func (l *loop) declarePass(ctx context.Context) {
 		}
 		l.credentials = digestOf(found)
 	}
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Cut off by the session's end — watch stopping, or the connection lost, after which
+		// the session that joins again declares anew: no failure to retry or alert on.
+	case err != nil:
 		wait := l.cfg.Retry << min(l.failedPasses, 10)
 		wait = min(wait, max(maxRedeclare, l.cfg.Retry))
 		l.failedPasses++
 		l.log.Error("controller: declaring to the nodes failed; trying again", "error", err, "retry_in", wait)
 		l.redeclare.Reset(wait)
-	} else {
+	default:
 		l.failedPasses = 0
 	}
 	if l.cfg.Observe != nil {

@@ -205,24 +205,32 @@ func runHelper(mode, dir string) error {
 	return fmt.Errorf("unknown helper mode %q", mode)
 }
 
-// startCrashHelper starts a helper process that holds the apply lock and an open transaction in
-// dir, and returns once it says so. The process is killed when the test ends, if not before.
-func startCrashHelper(t *testing.T, dir string) *exec.Cmd {
+// startPiped starts cmd with its standard input and output piped to the test, and its standard
+// error kept for a failure's message.
+func startPiped(t *testing.T, cmd *exec.Cmd) (stdin io.WriteCloser, stdout *bufio.Scanner, stderr *bytes.Buffer) {
 	t.Helper()
-	cmd := helperCommand(t, "crash", dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr = &bytes.Buffer{}
+	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return stdin, bufio.NewScanner(out), stderr
+}
+
+// startCrashHelper starts a helper process that holds the apply lock and an open transaction in
+// dir, and returns once it says so. The process is killed when the test ends, if not before.
+func startCrashHelper(t *testing.T, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := helperCommand(t, "crash", dir)
+	stdin, lines, stderr := startPiped(t, cmd)
 	t.Cleanup(func() {
 		stdin.Close()
 		if cmd.ProcessState == nil {
@@ -230,7 +238,6 @@ func startCrashHelper(t *testing.T, dir string) *exec.Cmd {
 			cmd.Wait()
 		}
 	})
-	lines := bufio.NewScanner(stdout)
 	for lines.Scan() {
 		if lines.Text() == "ready" {
 			return cmd

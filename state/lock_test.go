@@ -2,7 +2,6 @@ package state
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -263,19 +262,7 @@ func startOpeners(t *testing.T, n int) *openers {
 	for range n {
 		cmd := helperCommand(t, "open", "")
 		cmd.Env = append(cmd.Env, helperGateEnv+"="+gate.Name())
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		stdin, stdout, stderr := startPiped(t, cmd)
 		t.Cleanup(func() {
 			stdin.Close()
 			if err := cmd.Wait(); err != nil {
@@ -283,7 +270,7 @@ func startOpeners(t *testing.T, n int) *openers {
 			}
 		})
 		o.stdins = append(o.stdins, stdin)
-		o.stdouts = append(o.stdouts, bufio.NewScanner(stdout))
+		o.stdouts = append(o.stdouts, stdout)
 	}
 	return o
 }
