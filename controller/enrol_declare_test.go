@@ -69,6 +69,12 @@ func TestAReplayedEnrolmentIsRefusedAndLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The description first, taken by the loop (its declaration pass says so): a request taken
+	// before it is held for a description to check the node against, and the two, delivered
+	// again, might come the other way round.
+	f.ctrl.Mesh(f.mesh)
+	f.run()
+	_, from := f.waitEvent(0, func(e Event) bool { return e.Kind == KindUnknown && e.Subject == "" })
 	inbox := render.Inbox(render.EnrolUser("one"))
 	for _, r := range []host.EnrolRequest{{Reply: inbox + ".first", Key: pub}, {Reply: inbox + ".replay", Key: other}} {
 		data, _ := json.Marshal(r)
@@ -76,10 +82,8 @@ func TestAReplayedEnrolmentIsRefusedAndLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.ctrl.Mesh(f.mesh)
-	f.run()
 	isEnrol := func(e Event) bool { return e.Kind == KindEnrol }
-	e, next := f.waitEvent(0, isEnrol)
+	e, next := f.waitEvent(from, isEnrol)
 	if e.Settle.Verb != Ack || !strings.Contains(e.Settle.Reason, "enrolled node one") {
 		t.Fatalf("the first request was settled %+v, want enrolled", e.Settle)
 	}
