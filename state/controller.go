@@ -34,7 +34,8 @@ var ErrNoEnrolmentCredential = errors.New("the node's enrolment credential is no
 // node's key, and deletes the enrolment identity's credential, so the same credential never
 // enrols twice. A node enrolled before (a lost disk, enrolled again with a freshly issued
 // credential) keeps its generation, but what it was declared is forgotten: those credentials
-// were sealed to a key that is gone. It returns the node's password, the one plaintext.
+// were sealed to a key that is gone. It returns the node's password, the one plaintext, also
+// with ErrReplicaBehind: the enrolment stands.
 func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (string, error) {
 	if len(e.PublicKey) == 0 || e.Node == "" || e.EnrolPrincipal == "" || e.NodePrincipal == "" {
 		return "", errors.New("enrolling a node: the node, its principals and its key are all required")
@@ -45,7 +46,7 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 		return "", fmt.Errorf("enrolling node %s: %w", e.Node, err)
 	}
 	now := time.Now()
-	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	err = s.change(ctx, fmt.Sprintf("enrolling node %s in %s", e.Node, s.dir), func(tx *sql.Tx, c *changes) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", e.EnrolPrincipal)
 		if err != nil {
 			return err
@@ -55,12 +56,14 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 		} else if n == 0 {
 			return fmt.Errorf("%w (%s)", ErrNoEnrolmentCredential, e.EnrolPrincipal)
 		}
-		if err := recordRevocation(ctx, tx, e.EnrolPrincipal, now); err != nil {
+		c.add(&credentials, e.EnrolPrincipal)
+		if err := recordRevocation(ctx, tx, c, e.EnrolPrincipal, now); err != nil {
 			return err
 		}
-		if err := storeHashes(ctx, tx, fresh, now, "enrol"); err != nil {
+		if err := storeHashes(ctx, tx, c, fresh, now, "enrol"); err != nil {
 			return err
 		}
+		c.add(&enrolments, e.Node)
 		if _, err := tx.ExecContext(ctx, `INSERT INTO enrolments (node, public_key, enrolled_at) VALUES (?, ?, ?)
 			ON CONFLICT (node) DO UPDATE SET public_key = excluded.public_key, enrolled_at = excluded.enrolled_at`,
 			e.Node, e.PublicKey, formatTime(now)); err != nil {
@@ -69,13 +72,21 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 		if _, err := tx.ExecContext(ctx, "DELETE FROM declared_credentials WHERE node = ?", e.Node); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, "UPDATE declarations SET digest = '' WHERE node = ?", e.Node)
-		return err
+		res, err = tx.ExecContext(ctx, "UPDATE declarations SET digest = '' WHERE node = ?", e.Node)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n > 0 {
+			c.add(&declarations, e.Node)
+		}
+		return nil
 	})
-	if err != nil {
-		return "", fmt.Errorf("enrolling node %s in %s: %w", e.Node, s.dir, err)
+	if err != nil && !errors.Is(err, ErrReplicaBehind) {
+		return "", err
 	}
-	return fresh[0].password, nil
+	return fresh[0].password, err
 }
 
 // Enrolments lists the enrolled nodes, sorted by node.
@@ -159,7 +170,9 @@ func (s *Store) Declared(ctx context.Context, node string) (Declared, error) {
 // RecordDeclaration records what node was declared, replacing the previous declaration and
 // its credentials, in one transaction. The node must be enrolled.
 func (s *Store) RecordDeclaration(ctx context.Context, node string, d Declared) error {
-	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	what := fmt.Sprintf("recording generation %d of node %s's declaration in %s", d.Generation, node, s.dir)
+	return s.change(ctx, what, func(tx *sql.Tx, c *changes) error {
+		c.add(&declarations, node)
 		if _, err := tx.ExecContext(ctx, "DELETE FROM declared_credentials WHERE node = ?", node); err != nil {
 			return err
 		}
@@ -176,10 +189,6 @@ func (s *Store) RecordDeclaration(ctx context.Context, node string, d Declared) 
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("recording generation %d of node %s's declaration in %s: %w", d.Generation, node, s.dir, err)
-	}
-	return nil
 }
 
 // Generations returns the last declared generation of every declared node.
@@ -219,14 +228,15 @@ func (s *Store) RecordReport(ctx context.Context, r Report) error {
 	if r.RecordedAt.IsZero() {
 		r.RecordedAt = time.Now()
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO reports (node, generation, applied, failed, reported_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (node) DO UPDATE SET generation = excluded.generation, applied = excluded.applied,
-			failed = excluded.failed, reported_at = excluded.reported_at, recorded_at = excluded.recorded_at`,
-		r.Node, r.Generation, string(applied), string(failed), formatTime(r.ReportedAt), formatTime(r.RecordedAt))
-	if err != nil {
-		return DiskError(fmt.Errorf("recording node %s's report of generation %d in %s: %w", r.Node, r.Generation, s.dir, err), s.dir)
-	}
-	return nil
+	what := fmt.Sprintf("recording node %s's report of generation %d in %s", r.Node, r.Generation, s.dir)
+	return s.change(ctx, what, func(tx *sql.Tx, c *changes) error {
+		c.add(&reports, r.Node)
+		_, err := tx.ExecContext(ctx, `INSERT INTO reports (node, generation, applied, failed, reported_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (node) DO UPDATE SET generation = excluded.generation, applied = excluded.applied,
+				failed = excluded.failed, reported_at = excluded.reported_at, recorded_at = excluded.recorded_at`,
+			r.Node, r.Generation, string(applied), string(failed), formatTime(r.ReportedAt), formatTime(r.RecordedAt))
+		return err
+	})
 }
 
 // Reports returns every node's last report, sorted by node.

@@ -76,17 +76,18 @@ func (s *Store) Mint(ctx context.Context, principals []string, cost int, operati
 		return nil, fmt.Errorf("minting credentials: %w", err)
 	}
 	now := time.Now()
-	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		return storeHashes(ctx, tx, fresh, now, operation)
+	err = s.change(ctx, fmt.Sprintf("storing %d minted credentials in %s", len(fresh), s.dir), func(tx *sql.Tx, c *changes) error {
+		return storeHashes(ctx, tx, c, fresh, now, operation)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("storing %d minted credentials in %s: %w", len(fresh), s.dir, err)
+	if err != nil && !errors.Is(err, ErrReplicaBehind) {
+		return nil, err
 	}
+	// Stored, if not yet on the bus: these plaintexts are the only ones of the hashes stored.
 	passwords := make(map[string]string, len(fresh))
 	for _, m := range fresh {
 		passwords[m.principal] = m.password
 	}
-	return passwords, nil
+	return passwords, err
 }
 
 // minted is one principal's new password and its hash, before they are stored.
@@ -155,8 +156,9 @@ func hashAll(ctx context.Context, entries []minted, cost int) error {
 	return nil
 }
 
-// storeHashes writes the hashes of fresh, replacing any previous rows of the same principals.
-func storeHashes(ctx context.Context, tx *sql.Tx, fresh []minted, at time.Time, operation string) error {
+// storeHashes writes the hashes of fresh, replacing any previous rows of the same principals,
+// and notes in c the rows it changed.
+func storeHashes(ctx context.Context, tx *sql.Tx, c *changes, fresh []minted, at time.Time, operation string) error {
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO credentials (principal, hash, minted_at, operation)
 		VALUES (?, ?, ?, ?)
 		ON CONFLICT (principal) DO UPDATE SET
@@ -169,19 +171,27 @@ func storeHashes(ctx context.Context, tx *sql.Tx, fresh []minted, at time.Time, 
 		if _, err := stmt.ExecContext(ctx, m.principal, m.hash, formatTime(at), operation); err != nil {
 			return fmt.Errorf("storing the hash of %s: %w", m.principal, err)
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM revocations WHERE principal = ?", m.principal); err != nil {
+		c.add(&credentials, m.principal)
+		res, err := tx.ExecContext(ctx, "DELETE FROM revocations WHERE principal = ?", m.principal)
+		if err != nil {
 			return fmt.Errorf("storing the hash of %s: %w", m.principal, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n > 0 {
+			c.add(&revocations, m.principal)
 		}
 	}
 	return nil
 }
 
 // Revoke deletes principal's credential, so that the next accounts file leaves it out and it can
-// no longer log in. It reports whether there was one. The revocation is recorded too (Known): the principal's entry on the server is this store's to
-// lock, whether or not it held the credential.
+// no longer log in. It reports whether there was one. The revocation is recorded too (Known):
+// the principal's entry on the server is this store's to lock, whether or not it held the
+// credential. On ErrReplicaBehind the revocation stands and the result is valid.
 func (s *Store) Revoke(ctx context.Context, principal string) (bool, error) {
 	var n int64
-	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	err := s.change(ctx, "revoking the credential of "+principal, func(tx *sql.Tx, c *changes) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", principal)
 		if err != nil {
 			return err
@@ -189,12 +199,15 @@ func (s *Store) Revoke(ctx context.Context, principal string) (bool, error) {
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		return recordRevocation(ctx, tx, principal, time.Now())
+		if n > 0 {
+			c.add(&credentials, principal)
+		}
+		return recordRevocation(ctx, tx, c, principal, time.Now())
 	})
-	if err != nil {
-		return false, fmt.Errorf("revoking the credential of %s: %w", principal, err)
+	if err != nil && !errors.Is(err, ErrReplicaBehind) {
+		return false, err
 	}
-	return n > 0, nil
+	return n > 0, err
 }
 
 // Hashes returns every stored bcrypt hash by principal: what the accounts file is rendered from.
@@ -289,35 +302,33 @@ type own struct {
 	what      string // how errors name it
 	// The operations recorded when it is minted: the first time, and anew.
 	opFirstUse, opRemint string
+	wrong                error // what adopting a password its hash refuses wraps
 }
 
 var (
 	controllerOwn = own{principal: controllerPrincipal, file: controllerPasswordFileName, what: "the controller's",
-		opFirstUse: opControllerFirstUse, opRemint: opControllerRemint}
+		opFirstUse: opControllerFirstUse, opRemint: opControllerRemint, wrong: ErrWrongControllerPassword}
 	systemOwn = own{principal: systemPrincipal, file: systemPasswordFileName, what: "meshctl's system user's",
-		opFirstUse: opSystemFirstUse, opRemint: opSystemRemint}
+		opFirstUse: opSystemFirstUse, opRemint: opSystemRemint, wrong: ErrWrongSystemPassword}
 )
 
+// ownPassword is ControllerPassword and SystemPassword for o. On ErrReplicaBehind the
+// password returned is the one stored.
 func (s *Store) ownPassword(ctx context.Context, o own, cost int) (string, error) {
-	pw, err := s.mintOwnPassword(ctx, o, cost)
-	if err != nil {
-		return "", fmt.Errorf("getting %s password in %s: %w", o.what, s.dir, err)
-	}
-	return pw, nil
-}
-
-func (s *Store) mintOwnPassword(ctx context.Context, o own, cost int) (string, error) {
-	if pw, err := s.verifiedOwnPassword(ctx, s.db, o, true); err != nil || pw != "" {
-		return pw, err
+	what := fmt.Sprintf("getting %s password in %s", o.what, s.dir)
+	if pw, err := s.verifiedOwnPassword(ctx, s.db, o, true); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	} else if pw != "" {
+		return pw, nil
 	}
 	// Hash before taking the write lock: at a cost an operator may choose, bcrypt takes ~100ms
 	// (cost 11), during which every other writer of the store would wait.
 	m, err := mint(ctx, []string{o.principal}, cost)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: %w", what, err)
 	}
 	var pw string
-	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	err = s.change(ctx, what, func(tx *sql.Tx, c *changes) error {
 		// Check again under the write lock: two meshctl processes starting together must not
 		// both mint, or the one that wrote its file first would hold a password the other
 		// overwrote.
@@ -327,14 +338,18 @@ func (s *Store) mintOwnPassword(ctx context.Context, o own, cost int) (string, e
 			return err
 		}
 		pw = m[0].password
-		return s.storeOwnPassword(ctx, tx, o, m)
+		return s.storeOwnPassword(ctx, tx, c, o, m)
 	})
+	if err != nil && !errors.Is(err, ErrReplicaBehind) {
+		return "", err
+	}
 	return pw, err
 }
 
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 // verifiedOwnPassword returns the password in o's file if the stored hash accepts it, and ""
@@ -376,10 +391,10 @@ func (s *Store) verifiedOwnPassword(ctx context.Context, q querier, o own, remem
 	return pw, nil
 }
 
-// storeOwnPassword stores o's minted hash in tx and writes its password to the file. The file
+// storeOwnPassword stores o's minted hash in tx (noting it in c) and writes its password to the file. The file
 // is written before the transaction commits: if writing fails nothing changes, and if the
 // commit fails the next call finds file and hash disagreeing and mints again.
-func (s *Store) storeOwnPassword(ctx context.Context, tx *sql.Tx, o own, m []minted) error {
+func (s *Store) storeOwnPassword(ctx context.Context, tx *sql.Tx, c *changes, o own, m []minted) error {
 	path := filepath.Join(s.dir, o.file)
 	op := o.opFirstUse
 	if _, err := os.Stat(path); err == nil {
@@ -393,15 +408,22 @@ func (s *Store) storeOwnPassword(ctx context.Context, tx *sql.Tx, o own, m []min
 			op = o.opRemint
 		}
 	}
-	if err := storeHashes(ctx, tx, m, time.Now(), op); err != nil {
+	if err := storeHashes(ctx, tx, c, m, time.Now(), op); err != nil {
 		return err
 	}
+	// Bound to the new hash: if the commit fails, the old hash and the record disagree.
+	return s.writeOwnPassword(o, m[0].hash, m[0].password)
+}
+
+// writeOwnPassword writes o's password file and the record that it matches hash. Callers hold
+// the database's write lock (removeStaleTemps).
+func (s *Store) writeOwnPassword(o own, hash, password string) error {
+	path := filepath.Join(s.dir, o.file)
 	removeStaleTemps(filepath.Split(path))
-	if err := atomicfile.Write(path, []byte(m[0].password+"\n")); err != nil {
+	if err := atomicfile.Write(path, []byte(password+"\n")); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	// Bound to the new hash: if the commit fails, the old hash and this record disagree.
-	s.rememberMatch(o, m[0].hash, m[0].password)
+	s.rememberMatch(o, hash, password)
 	return nil
 }
 

@@ -10,7 +10,16 @@
 //   - the last applied inventory (nodes, module instances, seats and their holders) and an
 //     append-only log of every change of a seat's holder;
 //   - the history of applies (who, from which host and git commit, when, what, with what outcome);
-//   - the apply lock, dir/apply.lock, which keeps two meshctl processes from applying at once.
+//   - the apply lock, dir/apply.lock, which keeps two meshctl processes from applying at once;
+//   - the store as records (replica.go, records.go): one JSON record a row a restore needs, under
+//     keys a JetStream KV bucket takes — identity, credential.<principal>,
+//     revocation.<principal>, enrolment.<node>, declaration.<node> (with its sealed copies),
+//     report.<node>, apply.<id>, holder.<id> (ids zero-padded, so keys sort as ids), inventory.
+//     Refusals and password files are not records: the one is a log, the others plaintexts.
+//     Snapshot gives them all; SetReplica hands a Replica the records every change commits,
+//     before the method that made it returns; Restore rebuilds a store from them, and
+//     AdoptControllerPassword (AdoptSystemPassword) takes the operator's password back after
+//     checking it against the restored hash.
 //
 // Lifecycle: Open creates the directory (0700) and database (0600) if absent, refuses a file it
 // cannot trust (corrupt, not SQLite, or written by a newer meshctl), and migrates an older schema
@@ -21,13 +30,23 @@
 // result with RecordApply and SaveInventory; Close releases the database. A failure to open or
 // write caused by a full disk wraps ErrNoSpace and names the state directory.
 //
+// With a replica set, every change commits locally first and is then written to the replica,
+// in commit order; a replica that fails is said as ErrReplicaBehind, the change standing and
+// the method's results valid, and the store's next change sends the replica the whole store
+// with a deletion of every key the store may have dropped, so that it is equal again. A change
+// that writes nothing (a converged inventory, a password that matches) and every read send the
+// replica nothing.
+//
 // What it must not do:
 //
 //   - write, log or return in an error any password other than through the values Mint and
-//     ControllerPassword (and SystemPassword) return: the bus's security rests on the plaintext
-//     existing once;
+//     ControllerPassword (and SystemPassword) return, nor hand one to a replica: the bus's
+//     security rests on the plaintext existing once;
+//   - delete a row without leaving a row that says so (a revocation for a credential): a
+//     replica catching up is told of deletions only through such rows (catchUp);
 //   - recreate, truncate or "repair" a database it cannot read: the hashes in it are what lets
 //     every node log in, and an empty store would lock the whole mesh out at the next reload;
 //   - talk to the bus, render configuration or decide what to apply: it stores values that the
-//     reconciler computed, and nothing in it depends on the YAML model.
+//     reconciler computed, and nothing in it depends on the YAML model. A Replica is the
+//     caller's: the store only hands it records.
 package state

@@ -2,6 +2,8 @@ package state
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,23 +20,37 @@ type ApplyRecord struct {
 	Commit            string // git commit of the YAML directory, "-dirty" appended if modified; may be empty
 	Summary           string // what was changed, e.g. "3 created, 1 updated"
 	Outcome           string // e.g. "applied", "failed: …", "no changes"
+	// Converged says the apply found nothing to do: it is kept in this store's history, but
+	// not sent to its copy on the bus on its own, since a converged apply writes nothing there.
+	Converged bool
 }
 
 // RecordApply appends r to the history (r.ID is ignored) and returns its ID, which is never
-// reused and which SaveInventory takes to tie holder changes to the apply that made them.
+// reused and which SaveInventory takes to tie holder changes to the apply that made them; the
+// ID is valid with ErrReplicaBehind too. A full disk, the failure the history most often
+// tells of, is said as ErrNoSpace.
 func (s *Store) RecordApply(ctx context.Context, r ApplyRecord) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `INSERT INTO applies (started, finished, user, host, git_commit, summary, outcome)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		formatTime(r.Started), formatTime(r.Finished), r.User, r.Host, r.Commit, r.Summary, r.Outcome)
-	if err != nil {
-		// The history is most often lost to a full disk, the failure it would have told of.
-		return 0, DiskError(fmt.Errorf("recording the apply in %s: %w", s.dir, err), s.dir)
+	var id int64
+	err := s.change(ctx, "recording the apply in "+s.dir, func(tx *sql.Tx, c *changes) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO applies (started, finished, user, host, git_commit, summary, outcome)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			formatTime(r.Started), formatTime(r.Finished), r.User, r.Host, r.Commit, r.Summary, r.Outcome)
+		if err != nil {
+			return err
+		}
+		if id, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		c.add(&applies, id)
+		if r.Converged {
+			c.keepLocal()
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrReplicaBehind) {
+		return 0, err
 	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return 0, fmt.Errorf("recording the apply in %s: %w", s.dir, err)
-	}
-	return id, nil
+	return id, err
 }
 
 // History returns up to limit applies, newest first (limit <= 0: all of them). Times are UTC.

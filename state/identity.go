@@ -42,8 +42,10 @@ func (s *Store) Known(ctx context.Context) (map[string]bool, error) {
 	return known, nil
 }
 
-// recordRevocation notes, in tx, that this store took principal's credential away at at.
-func recordRevocation(ctx context.Context, tx *sql.Tx, principal string, at time.Time) error {
+// recordRevocation notes, in tx and in c, that this store took principal's credential away at
+// at.
+func recordRevocation(ctx context.Context, tx *sql.Tx, c *changes, principal string, at time.Time) error {
+	c.add(&revocations, principal)
 	_, err := tx.ExecContext(ctx, `INSERT INTO revocations (principal, revoked_at) VALUES (?, ?)
 		ON CONFLICT (principal) DO UPDATE SET revoked_at = excluded.revoked_at`, principal, formatTime(at))
 	return err

@@ -50,7 +50,7 @@ func (s *Store) SaveInventory(ctx context.Context, inv Inventory, applyID int64)
 		return fmt.Errorf("saving the inventory: %w", err)
 	}
 	at := time.Now()
-	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	return s.change(ctx, fmt.Sprintf("saving the inventory (apply %d) in %s", applyID, s.dir), func(tx *sql.Tx, c *changes) error {
 		prev, err := readInventory(ctx, tx)
 		if err != nil {
 			return err
@@ -58,17 +58,25 @@ func (s *Store) SaveInventory(ctx context.Context, inv Inventory, applyID int64)
 		if err := replaceInventory(ctx, tx, inv); err != nil {
 			return err
 		}
-		for _, c := range holderChanges(prev.Holders, inv.Holders) {
-			if err := insertHolderChange(ctx, tx, at, c, applyID); err != nil {
+		// An unchanged inventory is no change: a converged apply sends the bus nothing.
+		if !sameInventory(prev, inv) {
+			c.add(&inventoryRecord, nil)
+		}
+		for _, hc := range holderChanges(prev.Holders, inv.Holders) {
+			id, err := insertHolderChange(ctx, tx, at, hc, applyID)
+			if err != nil {
 				return err
 			}
+			c.add(&holderChangeRecords, id)
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("saving the inventory (apply %d) in %s: %w", applyID, s.dir, err)
-	}
-	return nil
+}
+
+// sameInventory reports whether two sorted inventories are equal.
+func sameInventory(a, b Inventory) bool {
+	return slices.Equal(a.Nodes, b.Nodes) && slices.Equal(a.Instances, b.Instances) &&
+		slices.Equal(a.Seats, b.Seats) && slices.Equal(a.Holders, b.Holders)
 }
 
 // Inventory returns the last saved inventory, sorted; the zero Inventory if none was ever saved.
@@ -227,10 +235,10 @@ func holderChanges(before, after []Holder) []HolderChange {
 	return changes
 }
 
-// readInventory reads the stored inventory in tx, sorted.
-func readInventory(ctx context.Context, tx *sql.Tx) (Inventory, error) {
+// readInventory reads the stored inventory in q, sorted.
+func readInventory(ctx context.Context, q querier) (Inventory, error) {
 	var inv Inventory
-	err := queryEach(ctx, tx, "SELECT node FROM inventory_nodes ORDER BY node", func(rows *sql.Rows) error {
+	err := queryEach(ctx, q, "SELECT node FROM inventory_nodes ORDER BY node", func(rows *sql.Rows) error {
 		var n string
 		err := rows.Scan(&n)
 		inv.Nodes = append(inv.Nodes, n)
@@ -239,7 +247,7 @@ func readInventory(ctx context.Context, tx *sql.Tx) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	err = queryEach(ctx, tx, "SELECT node, module FROM inventory_instances ORDER BY node, module", func(rows *sql.Rows) error {
+	err = queryEach(ctx, q, "SELECT node, module FROM inventory_instances ORDER BY node, module", func(rows *sql.Rows) error {
 		var in Instance
 		err := rows.Scan(&in.Node, &in.Module)
 		inv.Instances = append(inv.Instances, in)
@@ -248,7 +256,7 @@ func readInventory(ctx context.Context, tx *sql.Tx) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	err = queryEach(ctx, tx, "SELECT seat FROM inventory_seats ORDER BY seat", func(rows *sql.Rows) error {
+	err = queryEach(ctx, q, "SELECT seat FROM inventory_seats ORDER BY seat", func(rows *sql.Rows) error {
 		var seat string
 		err := rows.Scan(&seat)
 		inv.Seats = append(inv.Seats, seat)
@@ -257,7 +265,7 @@ func readInventory(ctx context.Context, tx *sql.Tx) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	err = queryEach(ctx, tx, "SELECT seat, node, module FROM inventory_holders ORDER BY seat", func(rows *sql.Rows) error {
+	err = queryEach(ctx, q, "SELECT seat, node, module FROM inventory_holders ORDER BY seat", func(rows *sql.Rows) error {
 		var h Holder
 		err := rows.Scan(&h.Seat, &h.Node, &h.Module)
 		inv.Holders = append(inv.Holders, h)
@@ -269,9 +277,9 @@ func readInventory(ctx context.Context, tx *sql.Tx) (Inventory, error) {
 	return inv, nil
 }
 
-// queryEach runs query in tx and calls scan for every row.
-func queryEach(ctx context.Context, tx *sql.Tx, query string, scan func(*sql.Rows) error) error {
-	rows, err := tx.QueryContext(ctx, query)
+// queryEach runs query with args in q and calls scan for every row.
+func queryEach(ctx context.Context, q querier, query string, scan func(*sql.Rows) error, args ...any) error {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}
@@ -315,8 +323,9 @@ func replaceInventory(ctx context.Context, tx *sql.Tx, inv Inventory) error {
 	return nil
 }
 
-// insertHolderChange appends c to the log. An applyID of 0 is stored as NULL: no apply.
-func insertHolderChange(ctx context.Context, tx *sql.Tx, at time.Time, c HolderChange, applyID int64) error {
+// insertHolderChange appends c to the log and returns its id. An applyID of 0 is stored as
+// NULL: no apply.
+func insertHolderChange(ctx context.Context, tx *sql.Tx, at time.Time, c HolderChange, applyID int64) (int64, error) {
 	var fromNode, fromModule, toNode, toModule sql.NullString
 	if c.From != nil {
 		fromNode, fromModule = sql.NullString{String: c.From.Node, Valid: true}, sql.NullString{String: c.From.Module, Valid: true}
@@ -324,13 +333,13 @@ func insertHolderChange(ctx context.Context, tx *sql.Tx, at time.Time, c HolderC
 	if c.To != nil {
 		toNode, toModule = sql.NullString{String: c.To.Node, Valid: true}, sql.NullString{String: c.To.Module, Valid: true}
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO holder_changes (at, seat, from_node, from_module, to_node, to_module, apply_id)
+	res, err := tx.ExecContext(ctx, `INSERT INTO holder_changes (at, seat, from_node, from_module, to_node, to_module, apply_id)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		formatTime(at), c.Seat, fromNode, fromModule, toNode, toModule, sql.NullInt64{Int64: applyID, Valid: applyID != 0})
 	if err != nil {
-		return fmt.Errorf("recording the holder change of seat %q: %w", c.Seat, err)
+		return 0, fmt.Errorf("recording the holder change of seat %q: %w", c.Seat, err)
 	}
-	return nil
+	return res.LastInsertId()
 }
 
 // nullableInstance is the instance named by two nullable columns, or nil.

@@ -123,6 +123,15 @@ var migrations = []string{
 		principal  TEXT PRIMARY KEY NOT NULL,
 		revoked_at TEXT NOT NULL
 	) STRICT;`,
+
+	// 6: whether the store's copy on the bus may be behind it (replica.go): set in the
+	// transaction of every change made while a replica is kept, cleared once the replica took
+	// it. A process that died between the two leaves it set, and the next to keep the replica
+	// sends the whole store. A store starts behind: its copy on the bus is made whole first.
+	`CREATE TABLE replica (
+		behind INTEGER NOT NULL CHECK (behind IN (0, 1))
+	) STRICT;
+	INSERT INTO replica (behind) VALUES (1);`,
 }
 
 // schemaVersion is the version this binary writes.

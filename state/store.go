@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -49,6 +50,12 @@ var ErrCorrupt = errors.New("the state store is corrupt or not a SQLite database
 type Store struct {
 	dir string
 	db  *sql.DB
+
+	// replicaMu orders the changes handed to replica (change); replicaBehind says a Write
+	// failed and the next must send the whole store.
+	replicaMu     sync.Mutex
+	replica       Replica
+	replicaBehind bool
 }
 
 // Open opens the store in dir, creating dir (0700) and dir/meshctl.db (0600) if absent. The
