@@ -17,6 +17,8 @@ import (
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/replica"
+	"github.com/meshbus/meshctl/state"
 )
 
 // job is one thing a principal of the matrix mesh exists to do, done end to end against a live
@@ -122,6 +124,26 @@ func jobs() []job {
 	})
 	add(ctl, "call a module's tool", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
 		return call(ctx, b, as, status, "one.telegram")
+	})
+	add(ctl, "keep the store on the bus, and read it back", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
+		return as.Check(ctx, func(ctx context.Context) error {
+			kv, err := replica.Open(ctx, as.JetStream(), b.Model.Bus.Replicas)
+			if err != nil {
+				return err
+			}
+			row := state.Record{Key: "credential.two.shop", Value: token("hash")}
+			if err := kv.Write(ctx, []state.Record{row, {Key: "revocation.two.shop"}}); err != nil {
+				return err
+			}
+			got, err := kv.ReadAll(ctx)
+			if err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(got, func(r state.Record) bool { return r.Key == row.Key && bytes.Equal(r.Value, row.Value) }) {
+				return fmt.Errorf("the store's bucket reads back %d records, not the one written", len(got))
+			}
+			return nil
+		})
 	})
 
 	// Each node, and its enrolment identity.

@@ -121,7 +121,7 @@ func refusals() []refusal {
 		_, err := js.Stream(ctx, render.StreamEvents)
 		return err
 	}
-	return []refusal{
+	rs := []refusal{
 		// A module: another module's events, inbox, consumer and acks.
 		subscribing(audit, "hear an event it does not follow", upgraded),
 		persisting(audit, "emit another module's event", orderPlaced),
@@ -239,6 +239,34 @@ func refusals() []refusal {
 		subscribing(audit, "hear every inbox", "_INBOX.>"),
 		subscribing(catalog, "use the client's default inbox", "_INBOX.abcdefghijklmnopqrstuv.*"),
 		subscribing(telegram, "hear the controller's inbox", "_INBOX.controller.>"),
+	}
+	// The store kept on the bus is the controller's alone: a module, a node and an enrolment
+	// identity may neither read it (every way nats.go reads a bucket is an API request) nor
+	// write it.
+	for _, user := range []string{audit, nodeOne, enrolOne} {
+		rs = append(rs, bucketRefusals(user)...)
+	}
+	return rs
+}
+
+// bucketRefusals is user refused every way of reading and writing the store's bucket.
+func bucketRefusals(user string) []refusal {
+	const key = "credential.two.shop"
+	direct := "$JS.API.DIRECT.GET." + render.StateStream + "." + strings.TrimSuffix(render.StateSubjects, ">") + key
+	return []refusal{
+		asking(user, "bind the store's bucket (kv get)", "$JS.API.STREAM.INFO."+render.StateStream, func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.KeyValue(ctx, render.StateBucket)
+			return err
+		}),
+		asking(user, "read a row of the store (direct get)", direct, func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.Conn().RequestWithContext(ctx, direct, []byte(`{"last_by_subj":"`+key+`"}`))
+			return err
+		}),
+		asking(user, "read the store through a consumer of its own", "$JS.API.CONSUMER.CREATE."+render.StateStream+".peek", func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateConsumer(ctx, render.StateStream, jetstream.ConsumerConfig{Name: "peek", AckPolicy: jetstream.AckNonePolicy})
+			return err
+		}),
+		persisting(user, "write a row of the store", strings.TrimSuffix(render.StateSubjects, ">")+key),
 	}
 }
 

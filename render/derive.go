@@ -212,6 +212,14 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	// live bus, nothing the controller does is refused (host's TestEveryGrantIsNeeded), so it
 	// is not granted.
 	pub.add("manage the mesh's streams and consumers", "$JS.API.>")
+	// The store is kept on the bus too (package replica): the controller writes its rows as
+	// puts and purges of the bucket's keys, publishes on the bucket's subjects whose PubAck
+	// comes back to its inbox. Creating the bucket and reading it back (stream info, direct
+	// gets, a consumer of its stream) are API requests the grant above covers. No other
+	// principal gets anything of it: the rows are every password's hash, nodes' keys and
+	// sealed memberships, and with no `$JS.API` grant and no `$KV` subject nobody else can
+	// read or write them (host's matrix refuses each kind of principal both).
+	pub.add("keep the store on the bus", StateSubjects)
 	// watch hears the server's own word that a stream or consumer went or a stream's config
 	// changed, and heals it in seconds rather than at the next resync. By wildcard: the MESH
 	// account holds the mesh alone, its streams share no name prefix a subject token could

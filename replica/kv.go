@@ -1,0 +1,245 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+)
+
+// MaxValueSize is the largest record the bucket takes: the server's default max_payload, which
+// bounds any one message on a server left at its default anyway. A declaration with sealed
+// memberships reaches hundreds of KB; a limit of the bucket's own makes a record too large a
+// refusal that names the bucket (nats-server: "message size exceeds maximum allowed") rather
+// than a surprise on the server that happens to be configured smaller.
+const MaxValueSize = 1 << 20
+
+// ErrNoReplica is returned (wrapped) by Bind, and by ReadAll, when the bus holds no bucket:
+// never written, or deleted since. An empty bucket is not this error but an empty result, so a
+// restore can tell "nothing kept here" from "nothing to keep".
+var ErrNoReplica = errors.New("the bus holds no copy of the store")
+
+// KV is the store's replica on the bus.
+type KV struct {
+	js jetstream.JetStream
+	kv jetstream.KeyValue
+}
+
+var _ state.Replica = (*KV)(nil)
+
+// config is the bucket's whole configuration, sent whole whenever it is created or changed
+// (NATS-FACTS: a partial config silently resets what nobody meant to change).
+func config(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:       render.StateBucket,
+		Description:  "meshctl: the controller's store, kept on the bus; written by the controller alone",
+		History:      1,
+		MaxValueSize: MaxValueSize,
+		Storage:      jetstream.FileStorage,
+		Replicas:     replicas,
+	}
+}
+
+// Open binds the bucket, creating it when the bus has none. replicas is the mesh's
+// bus.replicas (1 on a single server: the server refuses more, err 10074).
+//
+// A bucket whose replicas, history, value size, TTL, byte limit or storage differ from this
+// configuration is updated to it: bus.replicas grew (a cluster formed) and the store must follow
+// the mesh's streams, which are updated the same way. The server changes replicas in place in
+// a cluster (NATS-FACTS: stream updates) and refuses a change of storage (10052), which Open
+// returns. An equal bucket is only bound, never updated: an update, even to the same config, is
+// a stream-updated advisory that watch would hear on every Open.
+func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*KV, error) {
+	want := config(replicas)
+	k, err := Bind(ctx, js)
+	if errors.Is(err, ErrNoReplica) {
+		// Two controllers creating it at once both succeed: creating a stream that exists with
+		// the same config returns it (NATS-FACTS: streams).
+		kv, err := js.CreateKeyValue(ctx, want)
+		if err != nil {
+			return nil, fmt.Errorf("creating the store's bucket %s on the bus: %w", want.Bucket, err)
+		}
+		return &KV{js: js, kv: kv}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := k.kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the store's bucket %s on the bus: %w", want.Bucket, err)
+	}
+	if have := st.Config(); differs(have, want) {
+		if k.kv, err = js.UpdateKeyValue(ctx, want); err != nil {
+			return nil, fmt.Errorf("updating the store's bucket %s on the bus from %d to %d replicas, history %d, values up to %d bytes: %w",
+				want.Bucket, have.Replicas, want.Replicas, want.History, want.MaxValueSize, err)
+		}
+	}
+	return k, nil
+}
+
+// Bind binds the bucket as it is, never creating or changing it: what a restore reads from.
+// A bus without one is ErrNoReplica.
+func Bind(ctx context.Context, js jetstream.JetStream) (*KV, error) {
+	kv, err := js.KeyValue(ctx, render.StateBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		err = fmt.Errorf("%w: %w", ErrNoReplica, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("binding the store's bucket %s on the bus: %w", render.StateBucket, err)
+	}
+	return &KV{js: js, kv: kv}, nil
+}
+
+// differs compares what config sets, as the server reports it back. Not the whole config: the
+// server adds `_nats.` metadata (NATS-FACTS: metadata), which a comparison of everything would
+// see as drift forever.
+func differs(have, want jetstream.KeyValueConfig) bool {
+	maxBytes := want.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = -1 // nats.go sends 0 as "no limit", -1, and the server reports that
+	}
+	return have.Replicas != want.Replicas || have.History != want.History ||
+		have.MaxValueSize != want.MaxValueSize || have.TTL != want.TTL ||
+		have.MaxBytes != maxBytes || have.Storage != want.Storage
+}
+
+// Write puts every record in order, each acknowledged by the stream before the next is sent,
+// and returns at the first that is not: the records before it are on the bus, it and those
+// after it may not be (state then resends the whole store).
+//
+// A nil Value purges the key rather than deleting it. Both leave a marker as the key's latest
+// message, which ReadAll leaves out and a reader following the bucket sees as the row gone;
+// a purge also rolls up (Nats-Rollup: sub) whatever older revisions the key had, so a revoked
+// credential's hash is gone from the bus, not kept under a delete marker, whatever the
+// bucket's history. With history 1 the server keeps one message per key either way.
+func (k *KV) Write(ctx context.Context, records []state.Record) error {
+	for _, r := range records {
+		var err error
+		if r.Value == nil {
+			err = k.kv.Purge(ctx, r.Key)
+		} else {
+			_, err = k.kv.Put(ctx, r.Key, r.Value)
+		}
+		if err != nil {
+			return fmt.Errorf("writing %s to the store's bucket %s: %w", r.Key, render.StateBucket, err)
+		}
+	}
+	return nil
+}
+
+// Get returns key's latest value, nil when the bucket has none (never written, or purged): one
+// direct get, which the stream's leader or any replica answers (the bucket allows direct gets).
+func (k *KV) Get(ctx context.Context, key string) ([]byte, error) {
+	e, err := k.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		// nats.go says the same of a key whose latest message is a delete or purge marker.
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s from the store's bucket %s: %w", key, render.StateBucket, err)
+	}
+	if v := e.Value(); v != nil {
+		return v, nil
+	}
+	return []byte{}, nil // an empty value is a row, not its absence
+}
+
+// kvOperation is the header nats.go marks a key's delete or purge with ("DEL", "PURGE";
+// jetstream/kv.go kvop, unexported): a message carrying it is a tombstone, not a value.
+const kvOperation = "KV-Operation"
+
+// readInactive is how long the server keeps ReadAll's consumer after its last request, when
+// ReadAll could not delete it itself.
+const readInactive = time.Minute
+
+// readBatch is how many messages ReadAll asks for at once: large enough that thousands of
+// records take a few round trips, small enough that a batch of large records stays a few MB.
+const readBatch = 256
+
+// ReadAll returns every key's latest value, sorted by key, keys that were purged or deleted
+// left out.
+//
+// It reads the stream through a consumer of its own that delivers the last message of each
+// key (deliver last-per-subject), pulled in batches, rather than a KV watcher: nats.go's watcher
+// is an ordered push consumer with flow control, whose flow-control replies go to
+// `$JS.FC.<stream>.>` — a grant no other job of the controller needs, and without which
+// delivery stalls (NATS-FACTS: push consumers). A pull request and its answers need only
+// `$JS.API.>` and the controller's inbox. It reads until the consumer has nothing pending, so
+// a record written meanwhile is read too; the latest message of each key wins.
+func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
+	fail := func(err error) ([]state.Record, error) {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			err = fmt.Errorf("%w: %w", ErrNoReplica, err)
+		}
+		return nil, fmt.Errorf("reading the store's bucket %s: %w", render.StateBucket, err)
+	}
+	prefix := strings.TrimSuffix(render.StateSubjects, ">")
+	// Memory storage, one replica, acks none: a read leaves nothing to keep. Deleted when done;
+	// InactiveThreshold removes it when the reader died first.
+	cons, err := k.js.CreateConsumer(ctx, render.StateStream, jetstream.ConsumerConfig{
+		Description:       "meshctl: reading the store back",
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		FilterSubject:     render.StateSubjects,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: readInactive,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	info := cons.CachedInfo()
+	defer k.js.DeleteConsumer(context.WithoutCancel(ctx), render.StateStream, info.Name)
+
+	latest := map[string][]byte{}
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, readBatch)), jetstream.FetchContext(ctx))
+		if err != nil {
+			return fail(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			meta, err := m.Metadata()
+			if err != nil {
+				return fail(err)
+			}
+			pending = meta.NumPending
+			key := strings.TrimPrefix(m.Subject(), prefix)
+			if m.Headers().Get(kvOperation) != "" {
+				delete(latest, key) // a purge or a delete: the row is gone
+				continue
+			}
+			value := m.Data()
+			if value == nil {
+				value = []byte{} // an empty value is a row, not its absence
+			}
+			latest[key] = value
+		}
+		if err := batch.Error(); err != nil {
+			return fail(err)
+		}
+		if got == 0 {
+			// Nothing came though something was pending: the stream changed under the read
+			// (purged). Ask again what is left rather than wait for messages that are gone.
+			ci, err := cons.Info(ctx)
+			if err != nil {
+				return fail(err)
+			}
+			pending = ci.NumPending
+		}
+	}
+	out := make([]state.Record, 0, len(latest))
+	for key, value := range latest {
+		out = append(out, state.Record{Key: key, Value: value})
+	}
+	slices.SortFunc(out, func(a, b state.Record) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}

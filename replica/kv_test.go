@@ -1,0 +1,279 @@
+package replica_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/replica"
+	"github.com/meshbus/meshctl/state"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bus.RemoveBuiltServer()
+	os.Exit(code)
+}
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// connect is a JetStream client of an open test bus at urls, closed when t ends.
+func connect(t *testing.T, urls string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(urls, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// eventually retries op, two seconds an attempt, until it succeeds or ctx ends: for a cluster
+// whose stream is between leaders.
+func eventually(ctx context.Context, t *testing.T, op func(ctx context.Context) error) {
+	t.Helper()
+	for {
+		octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := op(octx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		t.Logf("retrying: %v", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func records(n int, version string) []state.Record {
+	out := make([]state.Record, n)
+	for i := range out {
+		out[i] = state.Record{Key: fmt.Sprintf("credential.p%05d", i), Value: []byte(`{"v":"` + version + `"}`)}
+	}
+	return out
+}
+
+func mustReadAll(ctx context.Context, t *testing.T, kv *replica.KV) []state.Record {
+	t.Helper()
+	got, err := kv.ReadAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// Writes, overwrites and deletions come back from ReadAll as the latest value of each key that
+// is left, in key order, at thousands of records; a second Open binds the same bucket.
+func TestWriteAndReadBack(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	url := bus.StartTestBus(t, nil).URL()
+	js := connect(t, url)
+	if _, err := replica.Bind(ctx, js); !errors.Is(err, replica.ErrNoReplica) {
+		t.Fatalf("binding a bus without the bucket: %v, want ErrNoReplica", err)
+	}
+	kv, err := replica.Open(ctx, js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustReadAll(ctx, t, kv); len(got) != 0 {
+		t.Fatalf("a new bucket reads %d records", len(got))
+	}
+
+	const n = 3000
+	want := records(n, "1")
+	start := time.Now()
+	if err := kv.Write(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d records written in %s", n, time.Since(start))
+	start = time.Now()
+	got := mustReadAll(ctx, t, kv)
+	t.Logf("%d records read in %s", len(got), time.Since(start))
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("read back (-written +read):\n%s", diff)
+	}
+
+	// Overwrite some, delete others (one of them twice, one never written), add one whose
+	// value is empty: one change, as state hands it over.
+	change := []state.Record{
+		{Key: "credential.p00001", Value: []byte(`{"v":"2"}`)},
+		{Key: "credential.p00002"},
+		{Key: "credential.p00002"},
+		{Key: "credential.p02999"},
+		{Key: "revocation.p00003"},
+		{Key: "singleton", Value: []byte{}},
+	}
+	if err := kv.Write(ctx, change); err != nil {
+		t.Fatal(err)
+	}
+	want[1].Value = []byte(`{"v":"2"}`)
+	want = slices.DeleteFunc(want, func(r state.Record) bool {
+		return r.Key == "credential.p00002" || r.Key == "credential.p02999"
+	})
+	want = append(want, state.Record{Key: "singleton", Value: []byte{}})
+
+	for key, want := range map[string][]byte{"credential.p00001": []byte(`{"v":"2"}`), "credential.p00002": nil, "missing": nil, "singleton": {}} {
+		got, err := kv.Get(ctx, key)
+		if err != nil || !slices.Equal(got, want) || (got == nil) != (want == nil) {
+			t.Errorf("Get(%s) = %q, %v; want %q", key, got, err, want)
+		}
+	}
+
+	// Another controller opening the bus binds the same bucket and reads the same.
+	again, err := replica.Open(ctx, connect(t, url), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, mustReadAll(ctx, t, again)); diff != "" {
+		t.Fatalf("read back through a second Open (-written +read):\n%s", diff)
+	}
+
+	// The bucket keeps one message per key, deletions included: history 1 and a purge leave
+	// nothing older behind.
+	s, err := js.Stream(ctx, render.StateStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := s.CachedInfo()
+	if info.State.Msgs != n+2 || info.Config.MaxMsgsPerSubject != 1 || info.Config.MaxAge != 0 ||
+		info.Config.MaxMsgSize != replica.MaxValueSize || info.Config.Storage != jetstream.FileStorage {
+		t.Fatalf("the bucket holds %d messages (want %d), config %+v", info.State.Msgs, n+2, info.Config)
+	}
+	// ReadAll's consumers are gone once it returns.
+	if info.State.Consumers != 0 {
+		t.Fatalf("%d consumers left on the bucket", info.State.Consumers)
+	}
+
+	// A bucket deleted under the replica is said, not read as an empty store.
+	if err := js.DeleteKeyValue(ctx, render.StateBucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.ReadAll(ctx); !errors.Is(err, replica.ErrNoReplica) {
+		t.Fatalf("reading a deleted bucket: %v, want ErrNoReplica", err)
+	}
+}
+
+// On a three-server cluster the bucket has three replicas, and every record Write reported
+// written is read back after the stream's leader is stopped; writing goes on under the new
+// leader. An existing R1 bucket is raised to the mesh's replicas by Open.
+func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := bus.StartTestCluster(t, 3)
+	// One user with every permission: this test is about durability, the host matrix about
+	// who may reach the bucket.
+	for _, srv := range c.Servers {
+		conf := "accounts { MESH { jetstream: enabled, users: [{user: ctl, password: pw}] } }\n"
+		if err := os.WriteFile(srv.AccountsFile, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reloaded := time.Now()
+	for _, srv := range c.Servers {
+		if err := bus.PIDFileReloader(srv.PIDFile).Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, srv := range c.Servers {
+		for {
+			at, err := srv.ConfigLoadTime()
+			if err == nil && !at.Before(reloaded.Truncate(time.Second)) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("server %s did not reload: %v", srv.Name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var urls []string
+	for _, srv := range c.Servers {
+		urls = append(urls, srv.URL)
+	}
+	login := nats.UserInfo("ctl", "pw")
+	var js jetstream.JetStream
+	for {
+		// The servers take the new users one after another; retry until one lets us in.
+		nc, err := nats.Connect(strings.Join(urls, ","), login, nats.MaxReconnects(-1))
+		if err == nil {
+			t.Cleanup(nc.Close)
+			if js, err = jetstream.New(nc); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if _, err := replica.Open(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := replica.Open(ctx, js, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, render.StateStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.CachedInfo().Config.Replicas; r != 3 {
+		t.Fatalf("the bucket has %d replicas after Open with 3", r)
+	}
+	want := records(500, "1")
+	// Right after R1→R3 the new replicas may still be catching up (NATS-FACTS: embedded
+	// servers); a write is retried until the stream takes it.
+	eventually(ctx, t, func(ctx context.Context) error { return kv.Write(ctx, want) })
+
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.Cluster.Leader
+	for _, srv := range c.Servers {
+		if srv.Name == leader {
+			srv.Stop()
+		}
+	}
+	t.Logf("stopped %s, the bucket's leader", leader)
+	// Until the remaining two elect a leader, the stream does not answer.
+	var got []state.Record
+	eventually(ctx, t, func(ctx context.Context) (err error) {
+		got, err = kv.ReadAll(ctx)
+		return err
+	})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("after the leader stopped (-written +read):\n%s", diff)
+	}
+	more := []state.Record{{Key: "credential.p00000"}, {Key: "credential.zzz", Value: []byte("{}")}}
+	eventually(ctx, t, func(ctx context.Context) error { return kv.Write(ctx, more) })
+	want = append(want[1:], more[1])
+	if diff := cmp.Diff(want, mustReadAll(ctx, t, kv)); diff != "" {
+		t.Fatalf("after a write under the new leader (-written +read):\n%s", diff)
+	}
+}
