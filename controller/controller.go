@@ -466,6 +466,18 @@ func (l *loop) sync(ctx context.Context) error {
 	return nil
 }
 
+// kept takes a change the store committed but could not send to its copy on the bus
+// (state.ErrReplicaBehind) for the change it is: the store has it, and sends its copy the whole
+// store with its next change. Taken for a failure, an enrolment would be answered never and
+// refused as a replay when delivered again, and a report held for the store window.
+func (l *loop) kept(err error) error {
+	if errors.Is(err, state.ErrReplicaBehind) {
+		l.log.Warn("controller: the store took a change its copy on the bus did not yet", "error", err)
+		return nil
+	}
+	return err
+}
+
 // storeCtx bounds one store operation.
 func (l *loop) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, l.cfg.StoreTimeout)
@@ -564,8 +576,8 @@ func (l *loop) report(ctx context.Context, node string, m jetstream.Msg) Settle 
 	}
 	sctx, cancel := l.storeCtx(ctx)
 	defer cancel()
-	stored := l.cfg.Store.RecordReport(sctx, state.Report{Node: node, Generation: r.Generation, Applied: r.Applied,
-		Failed: r.Failed, ReportedAt: published(m)})
+	stored := l.kept(l.cfg.Store.RecordReport(sctx, state.Report{Node: node, Generation: r.Generation, Applied: r.Applied,
+		Failed: r.Failed, ReportedAt: published(m)}))
 	s := l.window.After(stored, published(m), time.Now())
 	if s.Verb == Ack {
 		s.Reason = fmt.Sprintf("recorded node %s's report of generation %d (%d applied, %d failed)", node, r.Generation, len(r.Applied), len(r.Failed))
@@ -613,6 +625,7 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 	password, err := l.cfg.Store.EnrolNode(sctx, state.NodeEnrolment{Node: node, EnrolPrincipal: render.EnrolUser(node),
 		NodePrincipal: render.NodeUser(node), PublicKey: ask.Key}, l.cfg.Cost)
 	cancel()
+	err = l.kept(err)
 	if errors.Is(err, state.ErrNoEnrolmentCredential) {
 		err = fmt.Errorf("%w: a replayed or second enrolment of node %s: its enrolment credential was used already "+
 			"or never issued; issue a fresh one with `meshctl credentials issue %s`", ErrRefused, node, render.EnrolUser(node))
@@ -821,11 +834,11 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 		return false, nil
 	}
 	passwords, err := l.cfg.Store.Mint(ctx, mint, l.cfg.Cost, "declare")
-	if err != nil {
+	if err = l.kept(err); err != nil {
 		return false, err
 	}
 	for _, u := range departed {
-		if _, err := l.cfg.Store.Revoke(ctx, u); err != nil {
+		if _, err := l.cfg.Store.Revoke(ctx, u); l.kept(err) != nil {
 			return false, err
 		}
 	}
@@ -861,8 +874,8 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 	if _, err := l.js.Publish(ctx, render.DeclareSubject(e.Node), data); err != nil {
 		return false, fmt.Errorf("publishing generation %d: %w", d.Generation, err)
 	}
-	if err := l.cfg.Store.RecordDeclaration(ctx, e.Node, state.Declared{Generation: d.Generation, Digest: digest,
-		DeclaredAt: time.Now(), Credentials: creds}); err != nil {
+	if err := l.kept(l.cfg.Store.RecordDeclaration(ctx, e.Node, state.Declared{Generation: d.Generation, Digest: digest,
+		DeclaredAt: time.Now(), Credentials: creds})); err != nil {
 		return false, err
 	}
 	if l.declared != nil {

@@ -8,4 +8,11 @@
 // atomically, checks it with the server's own parser first, reloads, verifies, and puts
 // the previous file back when the server refuses the new one. A converged bus costs the
 // read and nothing else: no mutating call, no write, no reload.
+//
+// It also owns the two answers to "whose bus is this" (manager.go): every accounts file it
+// writes names the store that wrote it, and a store that does not manage the bus installs
+// nothing over another's and replaces no working hash it neither minted nor revoked. And on
+// an external bus it keeps the store's copy on the bus current through the session's
+// connection, and rebuilds a lost store from it (restore.go); what a record is and when one is
+// written are the state package's, how the bucket holds them the replica package's.
 package reconcile

@@ -188,7 +188,7 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 	}
 	if p.Empty() && len(p.Holders) == 0 {
 		if o.RecordNoop {
-			res.ApplyID, err = s.record(ctx, o.Dir, started, p, "in sync: nothing to do")
+			res.ApplyID, err = s.recordConverged(ctx, o.Dir, started, p)
 		}
 		return res, err
 	}
@@ -244,11 +244,20 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 }
 
 func (s *Session) record(ctx context.Context, dir string, started time.Time, p *plan.Plan, outcome string) (int64, error) {
+	return s.recordApply(ctx, dir, started, p, outcome, false)
+}
+
+// recordConverged records an apply that found nothing to do, in this store's history alone.
+func (s *Session) recordConverged(ctx context.Context, dir string, started time.Time, p *plan.Plan) (int64, error) {
+	return s.recordApply(ctx, dir, started, p, "in sync: nothing to do", true)
+}
+
+func (s *Session) recordApply(ctx context.Context, dir string, started time.Time, p *plan.Plan, outcome string, converged bool) (int64, error) {
 	user, host, commit := state.WhoAmI(dir)
 	// Recorded even when ctx has ended (an interrupt): the history is for exactly that.
 	return s.Store.RecordApply(context.WithoutCancel(ctx), state.ApplyRecord{
 		Started: started, Finished: time.Now(), User: user, Host: host, Commit: commit,
-		Summary: p.Summary().String(), Outcome: outcome,
+		Summary: p.Summary().String(), Outcome: outcome, Converged: converged,
 	})
 }
 

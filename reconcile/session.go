@@ -18,6 +18,7 @@ import (
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/replica"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -63,6 +64,11 @@ type Session struct {
 	password string
 	// manager is the line naming this session's store in every accounts file it writes.
 	manager string
+	// replicas is, on an external bus, the replicas of the bucket the store is kept in on the
+	// bus (restore.go); 0 where no copy is kept (the embedded bus, a read-only session).
+	replicas int
+	// replica is the copy the store writes to through this session's connection, nil if none.
+	replica *replica.KV
 	logf    func(string, ...any)
 	opts    Options
 	// release ends this session's lease on an embedded bus another process serves.
@@ -82,6 +88,7 @@ type Session struct {
 // (an `apply --wait` queued behind this one) to finish with it, or for Connect's context to
 // end; `watch` stops at once, as it was told to.
 func (s *Session) Close() {
+	s.dropReplica()
 	if s.Conn != nil {
 		s.Conn.Close()
 	}
@@ -199,11 +206,12 @@ func (s *Session) connect(ctx context.Context) error {
 		conn.Close()
 		return err
 	}
+	s.dropReplica()
 	if s.Conn != nil {
 		s.Conn.Close()
 	}
 	s.Conn, s.API = conn, retrying(api, s.Target)
-	return nil
+	return s.keepReplica(ctx)
 }
 
 func (s *Session) credential() bus.Credential {
@@ -419,6 +427,7 @@ func (s *Session) rejoin(ctx context.Context, m *model.Mesh) error {
 func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
 	s.Accounts, s.Target = externalAccounts(m, s.Store.Dir())
 	s.Accounts = s.Accounts.withManager(s.manager)
+	s.replicas = max(m.Bus.Replicas, 1)
 	s.Accounts.Verify = s.verifyLogin
 	return s.letControllerIn(ctx, m)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -202,8 +203,22 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		e.errorf("%v", err)
 		return exitError
 	}
+	if verb != "list" {
+		// Every change is kept on the bus too, before the command returns (restore.go).
+		stop, err := reconcile.KeepOnBus(ctx, m, st)
+		if err != nil && !errors.Is(err, state.ErrNoController) {
+			e.errorf("%v", err)
+			return exitError
+		}
+		if stop != nil {
+			defer stop()
+		}
+	}
 	var password string
 	var file *membershipFile
+	// behind is a change the store took and its copy on the bus did not: the credential is
+	// what it says, and the command exits 2 all the same, since the bus could not rebuild it.
+	var behind error
 	switch verb {
 	case "issue":
 		if node, enrolled, code := enrolledNode(ctx, e, st, desired, principal); code != exitOK {
@@ -239,6 +254,9 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 			}
 		}
 		minted, err := st.Mint(ctx, []string{principal}, *cost, operation)
+		if errors.Is(err, state.ErrReplicaBehind) {
+			behind, err = err, nil
+		}
 		if err != nil {
 			if file != nil {
 				file.abandon()
@@ -249,6 +267,9 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		password = minted[principal]
 	case "revoke":
 		had, err := st.Revoke(ctx, principal)
+		if errors.Is(err, state.ErrReplicaBehind) {
+			behind, err = err, nil
+		}
 		if err != nil {
 			e.errorf("%v", err)
 			return exitError
@@ -271,10 +292,10 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	if verb == "revoke" {
 		if node, declared, _ := declaredNode(ctx, e, st, m, principal); declared {
 			fmt.Fprintf(e.stderr, "%s's credential is revoked: it can no longer log in; the controller declares the instance a new one, since the description puts it on node %s (remove it from the node there to lock it out)\n", principal, node)
-			return exitOK
+			return replicaBehind(e, behind)
 		}
 		fmt.Fprintf(e.stderr, "%s is revoked: it can no longer log in\n", principal)
-		return exitOK
+		return replicaBehind(e, behind)
 	}
 	fields := map[string]any{
 		"address": busAddress(m, st.Dir()), "fingerprint": m.Bus.Fingerprint, "user": principal, "password": password,
@@ -307,7 +328,18 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "%s cannot log in yet: the server does not serve the config holding it; fix the server, then run apply\n", principal)
 		return exitError
 	}
-	return exitOK
+	return replicaBehind(e, behind)
+}
+
+// replicaBehind reports a change the store took and its copy on the bus did not, exit 2: the
+// store sends the copy the whole store at its next change, but until then a restore from the
+// bus would miss it.
+func replicaBehind(e *env, behind error) int {
+	if behind == nil {
+		return exitOK
+	}
+	e.errorf("%v", behind)
+	return exitError
 }
 
 // mintedHow names what credentials does to a password: rotates it or issues it.

@@ -55,6 +55,7 @@ func TestOneExitCodeTable(t *testing.T) {
 		"apply":       {{"-f", invalid}, {"-f", invalid, "--dry-run"}},
 		"credentials": {{"issue", "one.shop", "-f", invalid}, {"list", "-f", invalid}, {"revoke", "one.shop", "-f", invalid}},
 		"explain":     {{"-f", invalid, "nats-server.log"}},
+		"state":       {{"restore", "-f", invalid, "--controller-password-file", "controller.password"}},
 		// watch reports an invalid tree and keeps running: the last good state stays live
 		// (watch's own tests hold it to that).
 		"watch": nil,

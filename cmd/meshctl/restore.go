@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/meshbus/meshctl/reconcile"
+	"github.com/meshbus/meshctl/state"
+)
+
+func init() {
+	register("state", command{summary: "rebuild a lost state directory from the store kept on the bus (state restore)", run: runState})
+}
+
+const stateHelp = `
+Usage: meshctl state restore -f DIR --state NEWDIR --controller-password-file FILE
+
+On an external bus or cluster, meshctl keeps a copy of its state store on the bus itself:
+every credential's hash and revocation, every enrolled node's key and sealed membership,
+every declaration, the holder changes and the apply history, in a JetStream bucket only
+the controller may read or write, written before each command that changed the store
+returns. Never a password: the controller's password stays with the operator.
+
+restore rebuilds the store in NEWDIR (a new control host, after a lost disk) from that
+copy, joining the bus as the controller with the password in FILE — knowing it is what
+proves the same authority. It is the same store: every issued credential still logs in,
+enrolled agents keep taking their declarations without enrolling again, the bus still
+names it as its manager, and a diff afterwards is clean. The accounts config is written
+once more with the same users, so that the new store sees the server serve it.
+
+NEWDIR must hold no store. The embedded bus keeps its store beside it, in its state
+directory: the two are lost together, and there is nothing on the bus to restore.
+
+Example:
+  meshctl state restore -f mesh/ --state /var/lib/meshctl --controller-password-file /root/controller.password
+`
+
+func runState(ctx context.Context, e *env, args []string) int {
+	f := newFlags(e, "state", stateHelp)
+	dir := f.dirFlag()
+	sf := f.stateFlag()
+	pwFile := f.String("controller-password-file", "", "the file holding the controller's password (the managing store's STATE/controller.password)")
+	positional, done, code := f.parse(args)
+	if done {
+		return code
+	}
+	if len(positional) != 1 || positional[0] != "restore" {
+		e.errorf("state: want the verb restore (meshctl state restore -f DIR --state NEWDIR --controller-password-file FILE)")
+		return exitError
+	}
+	m, code := loadDescription(ctx, e, *dir)
+	if code != exitOK {
+		return code
+	}
+	if *pwFile == "" {
+		e.errorf("state restore: --controller-password-file is required: the controller's password is what proves this is the store that manages the bus")
+		return exitError
+	}
+	password, err := readPasswordFile(*pwFile)
+	if err != nil {
+		e.errorf("state restore: %v", err)
+		return exitError
+	}
+	if ok, err := state.Exists(*sf.dir); err != nil || ok {
+		if err == nil {
+			err = fmt.Errorf("%s holds a state store already; restore into a new directory", *sf.dir)
+		}
+		e.errorf("state restore: %v", err)
+		return exitError
+	}
+	st, what, err := reconcile.Restore(ctx, m, *sf.dir, password)
+	if err != nil {
+		e.errorf("state restore: %v", err)
+		return exitError
+	}
+	defer st.Close()
+	fmt.Fprintln(e.stderr, what)
+	fmt.Fprintf(e.stderr, "restored the state store in %s from the bus; the next diff is clean\n", *sf.dir)
+	return exitOK
+}
+
+// readPasswordFile reads a password kept alone in a file, as STATE/controller.password keeps
+// it: one line, its end trimmed.
+func readPasswordFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	pw := strings.TrimRight(string(data), "\r\n")
+	if pw == "" {
+		return "", fmt.Errorf("%s holds no password", path)
+	}
+	return pw, nil
+}

@@ -1,0 +1,108 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/render"
+)
+
+// replicaSeq is the last sequence of the bucket the store is kept in on the bus: what a write
+// there moves.
+func replicaSeq(ctx context.Context, t *testing.T, s *Session) uint64 {
+	t.Helper()
+	js, err := jetstream.New(s.Conn.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+render.StateBucket)
+	if err != nil {
+		t.Fatalf("the store's bucket on the bus: %v", err)
+	}
+	return st.CachedInfo().State.LastSeq
+}
+
+// A control host lost with its disk is rebuilt from the bus by whoever knows the controller's
+// password: the same store — its identity, every hash — so every host goes on logging in, the
+// next plan is converged, and a revocation through the restored store takes effect. A
+// converged apply writes nothing to the bus's copy.
+func TestAStoreRestoredFromTheBusIsTheSameStore(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	x := startExternal(t)
+	f := newFixture(t, x.mesh(x.fingerprint))
+	s := f.connect(ctx)
+	pw := f.mint(ctx, "alpha.shop")
+	f.mustApply(ctx, s)
+	before := replicaSeq(ctx, t, s)
+	f.mustConverge(ctx, s)
+	if _, _, err := f.apply(ctx, s, RunOptions{RecordNoop: false}); err != nil {
+		t.Fatal(err)
+	}
+	if after := replicaSeq(ctx, t, s); after != before {
+		t.Fatalf("a converged apply wrote %d record(s) to the bus's copy of the store", after-before)
+	}
+	s.Close()
+	controllerPW, err := os.ReadFile(filepath.Join(f.stateDi, "controller.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	password := strings.TrimSpace(string(controllerPW))
+
+	// A wrong password restores nothing.
+	if _, _, err := Restore(ctx, f.mesh(), filepath.Join(t.TempDir(), "wrong"), "not-the-password"); err == nil {
+		t.Fatal("a wrong controller password restored the store")
+	}
+
+	dir := filepath.Join(t.TempDir(), "restored")
+	st, what, err := Restore(ctx, f.mesh(), dir, password)
+	if err != nil {
+		t.Fatalf("restoring: %v", err)
+	}
+	defer st.Close()
+	f.logf("%s", what)
+	wantID, _ := f.store.ID(ctx)
+	if id, err := st.ID(ctx); err != nil || id != wantID {
+		t.Fatalf("the restored store is %s (%v), not the store %s that manages the bus", id, err, wantID)
+	}
+	wantHashes, _ := f.store.Hashes(ctx)
+	if got, err := st.Hashes(ctx); err != nil || !maps.Equal(got, wantHashes) {
+		t.Fatalf("the restored hashes differ (%v):\n got %v\nwant %v", err, got, wantHashes)
+	}
+	if err := loginWorks(ctx, t, x, "alpha.shop", pw["alpha.shop"]); err != nil {
+		t.Fatalf("a host issued by the lost store cannot log in after the restore: %v", err)
+	}
+
+	restored := &fixture{t: t, dir: f.dir, stateDi: dir, store: st, log: f.log}
+	rs := restored.connect(ctx)
+	defer rs.Close()
+	restored.mustConverge(ctx, rs)
+
+	if _, err := st.Revoke(ctx, "alpha.shop"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SyncAccounts(ctx, f.mesh(), st); err != nil {
+		t.Fatalf("revoking through the restored store: %v", err)
+	}
+	if err := loginWorks(ctx, t, x, "alpha.shop", pw["alpha.shop"]); err == nil {
+		t.Fatal("a credential revoked through the restored store still logs in")
+	}
+	f.secrets = append(f.secrets, password)
+}
+
+// The embedded bus keeps its store beside it: nothing is on the bus to restore.
+func TestTheEmbeddedBusHasNothingToRestore(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "nodes:\n  - name: alpha\n")
+	_, _, err := Restore(testContext(t), f.mesh(), filepath.Join(t.TempDir(), "restored"), "x")
+	if !errors.Is(err, ErrNothingToRestore) {
+		t.Fatalf("restoring an embedded bus's store: %v", err)
+	}
+}
