@@ -49,7 +49,7 @@ Example:
 func runApply(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "apply", applyHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlag()
+	sf := f.restorableStateFlag()
 	cost := f.costFlag()
 	dryRun := f.Bool("dry-run", false, "plan and print, change nothing")
 	allowLoss := f.Bool("allow-data-loss", false, "allow replacing or deleting objects that hold messages or unacknowledged work")

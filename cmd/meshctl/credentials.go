@@ -75,7 +75,7 @@ Example:
 func runCredentials(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "credentials", credentialsHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlag()
+	sf := f.restorableStateFlag()
 	cost := f.costFlag()
 	out := f.String("o", "", "list: output format, text (the default) or json; issue: write the membership to this file (0600) instead of stdout")
 	force := f.Bool("force", false, "issue -o: replace FILE if it exists")

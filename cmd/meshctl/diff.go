@@ -60,7 +60,7 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "diff", diffHelp)
 	dir := f.dirFlag()
 	from := f.String("from", "", "compare with the description in this directory instead of the live bus: no bus, no state")
-	sf := f.stateFlag()
+	sf := f.restorableStateFlag()
 	out := f.outputFlag(planFormats...)
 	// `diff --from base/mesh mesh` (no -f) would otherwise compare with the current
 	// directory and report a plan for the wrong tree.
@@ -99,6 +99,9 @@ func planBus(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Optio
 	defer pre.Close()
 	m, code := loadDescription(ctx, e, dir)
 	if code != exitOK {
+		return nil, code
+	}
+	if code := sf.restoreIfEmpty(ctx, e, m); code != exitOK {
 		return nil, code
 	}
 	st, err := sf.openExisting()

@@ -11,8 +11,51 @@ import (
 	"github.com/meshbus/meshctl/state"
 )
 
-// stateFlag is --state: the state directory of every command that uses one.
-type stateFlag struct{ dir *string }
+// stateFlag is --state: the state directory of every command that uses one; and, for those
+// that may start from an empty one (restorableStateFlag), --controller-password-file.
+type stateFlag struct {
+	dir          *string
+	passwordFile *string
+}
+
+// restorableStateFlag is stateFlag with --controller-password-file: a command given it and an
+// empty state directory rebuilds the store from the copy kept on the bus first, as `meshctl
+// state restore` does — knowing the controller's password is what proves the same authority.
+// A CI runner or a new control host then starts from the checkout and the password alone.
+func (f *flags) restorableStateFlag() stateFlag {
+	s := f.stateFlag()
+	s.passwordFile = f.String("controller-password-file", "", "with a state directory holding no store: rebuild it from the copy kept on the bus first (as 'meshctl state restore'), proving the same authority with the controller's password in this file")
+	return s
+}
+
+// restoreIfEmpty rebuilds the store from the bus where --controller-password-file is given and
+// the state directory holds none; the code is exitOK when the command may go on.
+func (s stateFlag) restoreIfEmpty(ctx context.Context, e *env, m *model.Mesh) int {
+	if s.passwordFile == nil || *s.passwordFile == "" {
+		return exitOK
+	}
+	if ok, err := state.Exists(*s.dir); err != nil || ok {
+		if err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		return exitOK
+	}
+	password, err := readPasswordFile(*s.passwordFile)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
+	st, what, err := reconcile.Restore(ctx, m, *s.dir, password)
+	if err != nil {
+		e.errorf("restoring the state store in %s from the bus: %v", *s.dir, err)
+		return exitError
+	}
+	st.Close()
+	fmt.Fprintln(e.stderr, what)
+	fmt.Fprintf(e.stderr, "restored the state store in %s from the bus\n", *s.dir)
+	return exitOK
+}
 
 func (f *flags) stateFlag() stateFlag {
 	def := os.Getenv("MESHCTL_STATE")
@@ -77,6 +120,9 @@ func loadDescription(ctx context.Context, e *env, dir string) (*model.Mesh, int)
 func (s stateFlag) loadAndOpen(ctx context.Context, e *env, dir string) (*model.Mesh, *state.Store, int) {
 	m, code := loadDescription(ctx, e, dir)
 	if code != exitOK {
+		return nil, nil, code
+	}
+	if code := s.restoreIfEmpty(ctx, e, m); code != exitOK {
 		return nil, nil, code
 	}
 	st, code := s.open(e)

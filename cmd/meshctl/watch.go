@@ -58,7 +58,7 @@ Example:
 func runWatch(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "watch", watchHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlag()
+	sf := f.restorableStateFlag()
 	cost := f.costFlag()
 	debounce := f.Duration("debounce", watch.DefaultDebounce, "how long the tree must stay quiet after a change before it is reconciled")
 	resync := f.Duration("resync", watch.DefaultResync, "how often to reconcile with no change in sight, healing drift")
@@ -99,6 +99,17 @@ func runWatch(ctx context.Context, e *env, args []string) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	if *sf.passwordFile != "" {
+		// Read here only to restore from: watch itself reads the description at each cycle,
+		// and keeps running through an invalid one.
+		m, code := loadDescription(ctx, e, *dir)
+		if code != exitOK {
+			return code
+		}
+		if code := sf.restoreIfEmpty(ctx, e, m); code != exitOK {
+			return code
+		}
+	}
 	err := watch.Run(ctx, watch.Config{
 		Dir:         *dir,
 		StateDir:    *sf.dir,
