@@ -157,7 +157,8 @@ func fileUnmanaged(ctx context.Context, store *state.Store, a Accounts, data []b
 
 // wayOut is what an operator does about ErrNotManager.
 const wayOut = "nothing was changed. Run meshctl with the managing state directory (--state), or from the control " +
-	"host that holds it; a state directory restored from a backup of it is the same store"
+	"host that holds it (a state directory restored from a backup of it is the same store); if that host is lost, " +
+	"rebuild its store in a new directory from the bus: 'meshctl state restore --controller-password-file FILE'"
 
 // serverUnmanaged is mayInstall where the file in use is not on this host: the server says
 // whether it has a manager by refusing this store's controller.
