@@ -60,8 +60,9 @@ type Manager struct {
 }
 
 func (m Manager) String() string {
+	// Quoted, each of them: the line is read back from a file, and an error prints it.
 	return fmt.Sprintf("state store %s in %s on host %s (last wrote the accounts config %s)",
-		m.Store, model.Quote(m.Dir), model.Quote(m.Host), m.Written.UTC().Format(time.RFC3339))
+		model.Quote(m.Store), model.Quote(m.Dir), model.Quote(m.Host), m.Written.UTC().Format(time.RFC3339))
 }
 
 // managerLine is the line that names store's state directory as the manager of the file it
