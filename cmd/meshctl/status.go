@@ -21,7 +21,9 @@ func init() {
 const statusHelp = `
 Usage: meshctl status [--state DIR] [-n N] [-o text|json]
 
-Reads the state store and shows, without touching the bus: whether an embedded bus is
+Reads the state store and shows, without touching the bus: the store's identity (the
+manager every accounts file it writes names, and a store that does not manage a bus is
+told of), whether an embedded bus is
 being served from the state directory (by 'meshctl watch'), the inventory of the last
 successful apply (nodes, module instances, seats and their holders), the latest holder
 changes, and the latest applies with who ran them, from which git commit, and how they
@@ -60,6 +62,11 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	defer st.Close()
+	id, err := st.ID(ctx)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
 	inv, err := st.Inventory(ctx)
 	if err != nil {
 		e.errorf("%v", err)
@@ -111,6 +118,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(struct {
+			Store         string                  `json:"store"`
 			EmbeddedBus   busStatus               `json:"embedded_bus"`
 			Watch         *watchSeen              `json:"watch"`
 			Inventory     state.Inventory         `json:"inventory"`
@@ -121,11 +129,13 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 			Seats         []controller.SeatWork   `json:"seats,omitempty"`
 			Backlogs      []controller.Backlog    `json:"backlogs,omitempty"`
 			Refusals      []state.Refusal         `json:"refusals"`
-		}{busStatus{running, url, pid}, watched, inv, changes, history, nodes, beats, seats, backlogs, refusals})
+		}{id, busStatus{running, url, pid}, watched, inv, changes, history, nodes, beats, seats, backlogs, refusals})
 		return exitOK
 	}
 
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	// The identity the accounts files it writes name it by: the manager a refused store is told of.
+	fmt.Fprintf(w, "State store:\t%s\n", id)
 	if running {
 		fmt.Fprintf(w, "Embedded bus:\t%s, served by meshctl pid %d\n", url, pid)
 	} else {
