@@ -17,9 +17,9 @@ const (
 	StreamNodes = "NODES"
 )
 
-// StateBucket is the JetStream KV bucket that keeps the controller's store on the bus (issue
-// 23), StateStream the stream the server keeps it in and StateSubjects the subjects its keys
-// are written on: nats.go names a bucket's stream `KV_<bucket>` and a key's subject
+// StateBucket is the JetStream KV bucket that keeps the controller's store on the bus,
+// StateStream the stream the server keeps it in and StateSubjects the subjects its keys are
+// written on: nats.go names a bucket's stream `KV_<bucket>` and a key's subject
 // `$KV.<bucket>.<key>` (jetstream/kv.go kvBucketNameTmpl, kvSubjectsTmpl), and the grant must
 // spell them as it does. An underscore, not a dot: a bucket name is [a-zA-Z0-9_-] and becomes a
 // single subject token. Not marked with OwnerKey: the plan deletes owned streams the mesh does

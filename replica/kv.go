@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/render"
@@ -110,29 +111,62 @@ func differs(have, want jetstream.KeyValueConfig) bool {
 		have.MaxBytes != maxBytes || have.Storage != want.Storage
 }
 
-// Write puts every record in order, each acknowledged by the stream before the next is sent,
-// and returns at the first that is not: the records before it are on the bus, it and those
-// after it may not be (state then resends the whole store).
+// Write puts every record, in order, and returns once the stream acknowledged each, or at the
+// first it did not: the records acknowledged are on the bus, the others may not be (state then
+// resends the whole store with its next change).
+//
+// The records go out as pipelined publishes, writeWindow of them in flight, not one request
+// each: a store sent whole is thousands of records, and on a cluster each acknowledgement is a
+// round of the stream's Raft group. Pipelining keeps their order: the server takes one
+// connection's messages in the order they were sent, and the stream's leader sequences them so.
+// A put is a plain message on the key's subject, as nats.go's Put publishes it.
 //
 // A nil Value purges the key rather than deleting it. Both leave a marker as the key's latest
 // message, which ReadAll leaves out and a reader following the bucket sees as the row gone;
 // a purge also rolls up (Nats-Rollup: sub) whatever older revisions the key had, so a revoked
 // credential's hash is gone from the bus, not kept under a delete marker, whatever the
-// bucket's history. With history 1 the server keeps one message per key either way.
+// bucket's history. With history 1 the server keeps one message per key either way. The
+// headers are nats.go's own for a purge (jetstream/kv.go delete with purge).
 func (k *KV) Write(ctx context.Context, records []state.Record) error {
-	for _, r := range records {
-		var err error
-		if r.Value == nil {
-			err = k.kv.Purge(ctx, r.Key)
-		} else {
-			_, err = k.kv.Put(ctx, r.Key, r.Value)
+	prefix := strings.TrimSuffix(render.StateSubjects, ">")
+	inFlight := make([]jetstream.PubAckFuture, 0, min(len(records), writeWindow))
+	settle := func() error {
+		for _, f := range inFlight {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("writing %s to the store's bucket %s: %w", strings.TrimPrefix(f.Msg().Subject, prefix), render.StateBucket, err)
+			case <-ctx.Done():
+				return fmt.Errorf("writing to the store's bucket %s: %w", render.StateBucket, ctx.Err())
+			}
 		}
+		inFlight = inFlight[:0]
+		return nil
+	}
+	for _, r := range records {
+		msg := nats.NewMsg(prefix + r.Key)
+		if r.Value == nil {
+			msg.Header.Set(kvOperation, "PURGE")
+			msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		} else {
+			msg.Data = r.Value
+		}
+		f, err := k.js.PublishMsgAsync(msg, jetstream.WithExpectStream(render.StateStream))
 		if err != nil {
 			return fmt.Errorf("writing %s to the store's bucket %s: %w", r.Key, render.StateBucket, err)
 		}
+		if inFlight = append(inFlight, f); len(inFlight) == writeWindow {
+			if err := settle(); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
+	return settle()
 }
+
+// writeWindow is how many of Write's records wait for their acknowledgement at once: enough to
+// keep a cluster's round trips overlapped, well under nats.go's own limit of 4,000 pending.
+const writeWindow = 256
 
 // Get returns key's latest value, nil when the bucket has none (never written, or purged): one
 // direct get, which the stream's leader or any replica answers (the bucket allows direct gets).
