@@ -84,6 +84,10 @@ func TestAStoreRestoredFromTheBusIsTheSameStore(t *testing.T) {
 	rs := restored.connect(ctx)
 	defer rs.Close()
 	restored.mustConverge(ctx, rs)
+	// The restored store is its copy's content: keeping the copy sends nothing back.
+	if after := replicaSeq(ctx, t, rs); after != before {
+		t.Fatalf("the restored store wrote %d record(s) to the copy it was restored from", after-before)
+	}
 
 	if _, err := st.Revoke(ctx, "alpha.shop"); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,8 @@ var ErrWrongSystemPassword = errors.New("the password is not meshctl's system us
 // replica's log replayed in order restores as well as its content. Every record is checked
 // before anything is created; a key of a kind this meshctl does not know (a newer one's) is
 // refused rather than dropped. The store restored is the same store (its ID) with no replica
-// set, and without password files: the caller adopts the controller's password.
+// set, though counted in step with the one records came from (CatchUp then sends nothing), and
+// without password files: the caller adopts the controller's password.
 func Restore(ctx context.Context, dir string, records []Record) (*Store, error) {
 	byFamily, err := restoredRecords(records)
 	if err != nil {
@@ -60,7 +61,10 @@ func Restore(ctx context.Context, dir string, records []Record) (*Store, error) 
 				}
 			}
 		}
-		return nil
+		// The store is its replica's content: not behind it, so keeping that replica next
+		// sends nothing until the store changes.
+		_, err := tx.ExecContext(ctx, "UPDATE replica SET behind = 0")
+		return err
 	})
 	if err != nil {
 		// The file is this call's own, never a store anyone used: left behind, it would be an
