@@ -125,9 +125,10 @@ var migrations = []string{
 	) STRICT;`,
 
 	// 6: whether the store's copy on the bus may be behind it (replica.go): set in the
-	// transaction of every change made while a replica is kept, cleared once the replica took
-	// it. A process that died between the two leaves it set, and the next to keep the replica
-	// sends the whole store. A store starts behind: its copy on the bus is made whole first.
+	// transaction of a change, cleared once the replica is known to hold every change (a
+	// catch-up, a replica let go in step). A process that died in between leaves it set, and
+	// the next to keep the replica sends the whole store. A store starts behind: its copy on
+	// the bus is made whole first.
 	`CREATE TABLE replica (
 		behind INTEGER NOT NULL CHECK (behind IN (0, 1))
 	) STRICT;

@@ -46,9 +46,15 @@ func (s *Store) SetReplica(r Replica) {
 func (s *Store) DropReplica(r Replica) {
 	s.replicaMu.Lock()
 	defer s.replicaMu.Unlock()
-	if s.replica == r {
-		s.replica, s.replicaBehind = nil, false
+	if s.replica != r {
+		return
 	}
+	if !s.replicaBehind {
+		// It took every change made while it was kept: no resend is owed. Failing to say so
+		// costs one whole resend later, and loses nothing.
+		_ = s.markCaughtUp(context.Background())
+	}
+	s.replica, s.replicaBehind = nil, false
 }
 
 // CatchUp sends the replica the whole store when it may be behind — a change it did not take, a
@@ -85,8 +91,12 @@ func (s *Store) CatchUp(ctx context.Context, behind bool) error {
 	return s.markCaughtUp(ctx)
 }
 
-// markCaughtUp clears the mark that the replica may be behind, once it took every change.
-// Failing leaves it set, which costs one whole resend later and loses nothing.
+// markCaughtUp clears the mark that the replica may be behind, once it is known to hold every
+// change: after a catch-up, and when it is let go in step (DropReplica). Not after each change:
+// the mark is set in the transaction of the first change since, and clearing it after each one
+// would cost every change a second commit, for a process that dies mid-run to resend the store
+// once instead of never. Failing leaves it set, which costs one whole resend later and loses
+// nothing.
 func (s *Store) markCaughtUp(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, "UPDATE replica SET behind = 0 WHERE behind = 1"); err != nil {
 		return DiskError(fmt.Errorf("recording that the store's copy on the bus caught up: %w", err), s.dir)
@@ -167,9 +177,6 @@ func (s *Store) change(ctx context.Context, what string, fn func(*sql.Tx, *chang
 			ErrReplicaBehind, s.dir, err)
 	}
 	s.replicaBehind = false
-	if err := s.markCaughtUp(ctx); err != nil {
-		return fmt.Errorf("%w: %w", ErrReplicaBehind, err)
-	}
 	return nil
 }
 

@@ -600,6 +600,25 @@ func TestTheReplicaCatchesUpAcrossProcesses(t *testing.T) {
 	if w := r.takeWrites(); len(w) != 0 {
 		t.Fatalf("a replica caught up, and a converged apply, wrote %v", w)
 	}
+	// A change the replica takes, and the replica let go in step: the next process owes it
+	// nothing.
+	if _, err := s.Mint(ctx, []string{"four.shop"}, bcrypt.MinCost, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	s.DropReplica(r)
+	s.Close()
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.takeWrites()
+	s.SetReplica(r)
+	if err := s.CatchUp(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if w := r.takeWrites(); len(w) != 0 {
+		t.Fatalf("a replica let go in step was sent %v", w)
+	}
 
 	// The process dies after a commit, before its replica took it: the replica misses it.
 	r.fail = true
