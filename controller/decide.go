@@ -141,8 +141,8 @@ const MaxReasonLen = 4096
 // JudgeReport reads node's report and decides whether it is to be recorded, given the
 // generation last declared to the node (0 when none was). Each user it names must be an
 // instance of that node (or the agent's ReportRemoval), each reason bounded (JSON decoding makes
-// it UTF-8 already, invalid bytes replaced), and
-// its generation one that was declared: from 1 to the last declared. A report about an older
+// it UTF-8 already, invalid bytes replaced), and its generation one that was declared: from 1
+// to the last declared. A report about an older
 // generation is superseded, and settled without being acted on; one above it (or of 0, which
 // no declaration carries) says the node applied what it was never told, and is not a report.
 func JudgeReport(node string, payload []byte, declared uint64) (Report, error) {

@@ -203,16 +203,15 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		e.errorf("%v", err)
 		return exitError
 	}
-	if verb != "list" {
-		// Every change is kept on the bus too, before the command returns (restore.go).
-		stop, err := reconcile.KeepOnBus(ctx, m, st)
-		if err != nil && !errors.Is(err, state.ErrNoController) {
-			e.errorf("%v", err)
-			return exitError
-		}
-		if stop != nil {
-			defer stop()
-		}
+	// Every change is kept on the bus too, before the command returns (restore.go). A store
+	// that never applied has no controller to join as, and no copy on any bus yet.
+	stop, err := reconcile.KeepOnBus(ctx, m, st)
+	if err != nil && !errors.Is(err, state.ErrNoController) {
+		e.errorf("%v", err)
+		return exitError
+	}
+	if stop != nil {
+		defer stop()
 	}
 	var password string
 	var file *membershipFile

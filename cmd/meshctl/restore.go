@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -40,8 +39,7 @@ Example:
 func runState(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "state", stateHelp)
 	dir := f.dirFlag()
-	sf := f.stateFlag()
-	pwFile := f.String("controller-password-file", "", "the file holding the controller's password (the managing store's STATE/controller.password)")
+	sf := f.restorableStateFlag()
 	positional, done, code := f.parse(args)
 	if done {
 		return code
@@ -54,13 +52,8 @@ func runState(ctx context.Context, e *env, args []string) int {
 	if code != exitOK {
 		return code
 	}
-	if *pwFile == "" {
+	if *sf.passwordFile == "" {
 		e.errorf("state restore: --controller-password-file is required: the controller's password is what proves this is the store that manages the bus")
-		return exitError
-	}
-	password, err := readPasswordFile(*pwFile)
-	if err != nil {
-		e.errorf("state restore: %v", err)
 		return exitError
 	}
 	if ok, err := state.Exists(*sf.dir); err != nil || ok {
@@ -70,15 +63,7 @@ func runState(ctx context.Context, e *env, args []string) int {
 		e.errorf("state restore: %v", err)
 		return exitError
 	}
-	st, what, err := reconcile.Restore(ctx, m, *sf.dir, password)
-	if err != nil {
-		e.errorf("state restore: %v", err)
-		return exitError
-	}
-	defer st.Close()
-	fmt.Fprintln(e.stderr, what)
-	fmt.Fprintf(e.stderr, "restored the state store in %s from the bus; the next diff is clean\n", *sf.dir)
-	return exitOK
+	return sf.restoreIfEmpty(ctx, e, m)
 }
 
 // readPasswordFile reads a password kept alone in a file, as STATE/controller.password keeps
