@@ -48,12 +48,14 @@ func connect(t *testing.T, urls string, opts ...nats.Option) jetstream.JetStream
 	return js
 }
 
-// eventually retries op, two seconds an attempt, until it succeeds or ctx ends: for a cluster
-// whose stream is between leaders.
+// eventually retries op, ten seconds an attempt, until it succeeds or ctx ends: for a cluster
+// whose stream is between leaders. Not shorter: on a machine running the whole suite a read's
+// consumer, created through a meta leader just elected, can take seconds, and an attempt cut
+// off before it answers only leaves one more consumer for the server to create.
 func eventually(ctx context.Context, t *testing.T, op func(ctx context.Context) error) {
 	t.Helper()
 	for {
-		octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := op(octx)
 		cancel()
 		if err == nil {
@@ -250,10 +252,24 @@ func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 	// servers); a write is retried until the stream takes it.
 	eventually(ctx, t, func(ctx context.Context) error { return kv.Write(ctx, want) })
 
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Every replica current before the leader goes: a replica the R1→R3 change is still
+	// catching up (a busy machine takes seconds) leaves the other two without a peer able to
+	// serve, however many of them hold every acknowledged record.
+	var info *jetstream.StreamInfo
+	eventually(ctx, t, func(ctx context.Context) (err error) {
+		if info, err = s.Info(ctx); err != nil {
+			return err
+		}
+		if info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+			return fmt.Errorf("the bucket's stream has no leader and two replicas yet: %+v", info.Cluster)
+		}
+		for _, p := range info.Cluster.Replicas {
+			if !p.Current || p.Lag > 0 {
+				return fmt.Errorf("replica %s is not current yet (lag %d)", p.Name, p.Lag)
+			}
+		}
+		return nil
+	})
 	leader := info.Cluster.Leader
 	for _, srv := range c.Servers {
 		if srv.Name == leader {
