@@ -145,6 +145,23 @@ func jobs() []job {
 			return nil
 		})
 	})
+	add(ctl, "hold the lead and the apply lock on the bus", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
+		return as.Check(ctx, func(ctx context.Context) error {
+			ls, err := replica.OpenLeases(ctx, as.JetStream(), b.Model.Bus.Replicas)
+			if err != nil {
+				return err
+			}
+			l, err := ls.Acquire(ctx, replica.LockKey, replica.Me("matrix", "apply"))
+			if err != nil {
+				return err
+			}
+			defer l.Release(ctx)
+			if _, _, ok, err := ls.Read(ctx, replica.LockKey); err != nil || !ok {
+				return fmt.Errorf("the apply lock reads back as not held (%v)", err)
+			}
+			return nil
+		})
+	})
 
 	// Each node, and its enrolment identity.
 	for _, n := range []string{"one", "two"} {

@@ -267,6 +267,11 @@ func bucketRefusals(user string) []refusal {
 			return err
 		}),
 		persisting(user, "write a row of the store", strings.TrimSuffix(render.StateSubjects, ">")+key),
+		asking(user, "read who leads the mesh (kv get)", "$JS.API.STREAM.INFO."+render.LeaseStream, func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.KeyValue(ctx, render.LeaseBucket)
+			return err
+		}),
+		persisting(user, "take the apply lock", strings.TrimSuffix(render.LeaseSubjects, ">")+"lock"),
 	}
 }
 

@@ -220,6 +220,9 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	// sealed memberships, and with no `$JS.API` grant and no `$KV` subject nobody else can
 	// read or write them (host's matrix refuses each kind of principal both).
 	pub.add("keep the store on the bus", StateSubjects)
+	// Its leases the same way (replica's lease.go): which watch leads, who holds the apply
+	// lock. Nobody else may read them either; a host has no business knowing who manages it.
+	pub.add("hold the lease and the apply lock on the bus", LeaseSubjects)
 	// watch hears the server's own word that a stream or consumer went or a stream's config
 	// changed, and heals it in seconds rather than at the next resync. By wildcard: the MESH
 	// account holds the mesh alone, its streams share no name prefix a subject token could

@@ -30,6 +30,16 @@ const (
 	StateSubjects = "$KV." + StateBucket + ".>"
 )
 
+// LeaseBucket is the JetStream KV bucket of the leases on the store kept on the bus — which
+// watch leads, and who holds the apply lock — and LeaseSubjects the subjects its keys are
+// written on. A bucket of its own, not keys of StateBucket: a lease lapses with the bucket's
+// TTL, measured by the server's clock, and the store's rows must never lapse.
+const (
+	LeaseBucket   = "meshctl_lease"
+	LeaseStream   = "KV_" + LeaseBucket
+	LeaseSubjects = "$KV." + LeaseBucket + ".>"
+)
+
 // Account is the one account the mesh lives in. Accounts isolate subject spaces entirely
 // and the mesh is one space, so permissions are the only isolation.
 const Account = "MESH"

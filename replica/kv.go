@@ -2,10 +2,12 @@ package replica
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +33,47 @@ var ErrNoReplica = errors.New("the bus holds no copy of the store")
 type KV struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
+
+	// fence is the revision of FenceKey this KV wrote (Fence), which every Write expects the
+	// key to still have; 0 before it fenced, and then Write expects nothing.
+	fence atomic.Uint64
+}
+
+// FenceKey is the key of the bucket that names the store's one writer on the bus. It is no
+// record of the store: ReadAll leaves it out.
+const FenceKey = "fence"
+
+// Fence makes this KV the store's one writer on the bus: it writes FenceKey, naming h, and from
+// then on every Write expects FenceKey to be as it left it (Nats-Expected-Last-Subject-Sequence
+// with the key's subject). A writer fenced out since — another took the lock and fenced after
+// it — has its late writes refused by the stream (err 10071), whole: the stream's leader checks
+// the expectation when it sequences the message, and a refused message is stored nowhere. The
+// caller holds the apply lock (LockKey) while it fences, so that two writers never fence at once.
+func (k *KV) Fence(ctx context.Context, h Holder) error {
+	value, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	ack, err := k.js.Publish(ctx, strings.TrimSuffix(render.StateSubjects, ">")+FenceKey, value, jetstream.WithExpectStream(render.StateStream))
+	if err != nil {
+		return fmt.Errorf("fencing the store's bucket %s for %s: %w", render.StateBucket, h, err)
+	}
+	k.fence.Store(ack.Sequence)
+	return nil
+}
+
+// Fenced reports whether the bucket's fence is still this KV's, and who wrote it when it is not
+// (ok false when nobody has fenced the bucket).
+func (k *KV) Fenced(ctx context.Context) (mine bool, by Holder, ok bool, err error) {
+	e, err := k.kv.Get(ctx, FenceKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, Holder{}, false, nil
+	}
+	if err != nil {
+		return false, Holder{}, false, fmt.Errorf("reading the fence of the store's bucket %s: %w", render.StateBucket, err)
+	}
+	_ = json.Unmarshal(e.Value(), &by)
+	return e.Revision() == k.fence.Load(), by, true, nil
 }
 
 var _ state.Replica = (*KV)(nil)
@@ -135,6 +178,9 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 			select {
 			case <-f.Ok():
 			case err := <-f.Err():
+				if wrongRevision(err) {
+					err = fmt.Errorf("%w: another meshctl fenced the bucket since this one did (%w)", state.ErrFenced, err)
+				}
 				return fmt.Errorf("writing %s to the store's bucket %s: %w", strings.TrimPrefix(f.Msg().Subject, prefix), render.StateBucket, err)
 			case <-ctx.Done():
 				return fmt.Errorf("writing to the store's bucket %s: %w", render.StateBucket, ctx.Err())
@@ -151,7 +197,11 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 		} else {
 			msg.Data = r.Value
 		}
-		f, err := k.js.PublishMsgAsync(msg, jetstream.WithExpectStream(render.StateStream))
+		opts := []jetstream.PublishOpt{jetstream.WithExpectStream(render.StateStream)}
+		if fence := k.fence.Load(); fence != 0 {
+			opts = append(opts, jetstream.WithExpectLastSequenceForSubject(fence, prefix+FenceKey))
+		}
+		f, err := k.js.PublishMsgAsync(msg, opts...)
 		if err != nil {
 			return fmt.Errorf("writing %s to the store's bucket %s: %w", r.Key, render.StateBucket, err)
 		}
@@ -247,6 +297,9 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 			}
 			pending = meta.NumPending
 			key := strings.TrimPrefix(m.Subject(), prefix)
+			if key == FenceKey {
+				continue
+			}
 			if m.Headers().Get(kvOperation) != "" {
 				delete(latest, key) // a purge or a delete: the row is gone
 				continue

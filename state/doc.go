@@ -17,7 +17,8 @@
 //     report.<node>, apply.<id>, holder.<id> (ids zero-padded, so keys sort as ids), inventory.
 //     Refusals and password files are not records: the one is a log, the others plaintexts.
 //     Snapshot gives them all; SetReplica hands a Replica the records every change commits,
-//     before the method that made it returns; Restore rebuilds a store from them, and
+//     before the method that made it returns; Restore rebuilds a store from them, Refresh
+//     makes an existing one (a standby's) equal to them, and
 //     AdoptControllerPassword (AdoptSystemPassword) takes the operator's password back after
 //     checking it against the restored hash.
 //

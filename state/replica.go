@@ -28,6 +28,12 @@ type Replica interface {
 // passwords exist nowhere else). The store's next change sends the replica the whole store.
 var ErrReplicaBehind = errors.New("the store's copy on the bus is behind")
 
+// ErrFenced is returned (wrapped) by a Replica's Write that the replica refused because another
+// writer took it over since this one began writing to it (replica's Fence). A change refused so
+// stands in this store, but not on the bus, whose copy is the authority: this store is no longer
+// the one writer, and must be refreshed from the copy before it writes again.
+var ErrFenced = errors.New("another meshctl writes the store on the bus now")
+
 // SetReplica makes every change the store commits from now on go to r too (nil: none). It does
 // not send what the store already holds: the caller sends Snapshot first where r is behind.
 //
@@ -85,6 +91,9 @@ func (s *Store) CatchUp(ctx context.Context, behind bool) error {
 	}
 	if err := s.replica.Write(ctx, records); err != nil {
 		s.replicaBehind = true
+		if errors.Is(err, ErrFenced) {
+			return fmt.Errorf("the store in %s could not be sent to the bus: %w", s.dir, err)
+		}
 		return fmt.Errorf("%w: the store in %s could not be sent to the bus: %w", ErrReplicaBehind, s.dir, err)
 	}
 	s.replicaBehind = false
@@ -173,6 +182,11 @@ func (s *Store) change(ctx context.Context, what string, fn func(*sql.Tx, *chang
 	}
 	if err := s.replica.Write(ctx, records); err != nil {
 		s.replicaBehind = true
+		if errors.Is(err, ErrFenced) {
+			// Not behind but overtaken: what this store committed is not the mesh's, and
+			// the caller must not act on it (answer a node, say it is done).
+			return fmt.Errorf("%s: committed to the store in %s but refused by the bus: %w", what, s.dir, err)
+		}
 		return fmt.Errorf("%w: committed to the store in %s but not yet to the bus (the next change sends the whole store): %w",
 			ErrReplicaBehind, s.dir, err)
 	}

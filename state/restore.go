@@ -49,23 +49,7 @@ func Restore(ctx context.Context, dir string, records []Record) (*Store, error) 
 		removeDBFiles(path)
 		return nil, fmt.Errorf("restoring the store into %s: %w", dir, err)
 	}
-	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		for _, f := range families {
-			for _, r := range byFamily[f] {
-				key, err := f.restore(ctx, f, tx, r.Value)
-				if err != nil {
-					return fmt.Errorf("record %s: %w", r.Key, err)
-				}
-				if key != r.Key {
-					return fmt.Errorf("record %s holds the row of %s: the copy is damaged", r.Key, key)
-				}
-			}
-		}
-		// The store is its replica's content: not behind it, so keeping that replica next
-		// sends nothing until the store changes.
-		_, err := tx.ExecContext(ctx, "UPDATE replica SET behind = 0")
-		return err
-	})
+	err = s.inWriteTx(ctx, func(tx *sql.Tx) error { return restoreContent(ctx, tx, byFamily) })
 	if err != nil {
 		// The file is this call's own, never a store anyone used: left behind, it would be an
 		// empty store with an identity of its own, the one that locks every host out.
@@ -109,6 +93,27 @@ func restoredRecords(records []Record) (map[*family][]Record, error) {
 		sortRecords(rs)
 	}
 	return byFamily, nil
+}
+
+// restoreContent inserts the rows of byFamily (as restoredRecords groups them) in tx, each
+// family after those its foreign keys refer to, checking that every value is the row of the key
+// it came under, and marks the store in step with its replica.
+func restoreContent(ctx context.Context, tx *sql.Tx, byFamily map[*family][]Record) error {
+	for _, f := range families {
+		for _, r := range byFamily[f] {
+			key, err := f.restore(ctx, f, tx, r.Value)
+			if err != nil {
+				return fmt.Errorf("record %s: %w", r.Key, err)
+			}
+			if key != r.Key {
+				return fmt.Errorf("record %s holds the row of %s: the copy is damaged", r.Key, key)
+			}
+		}
+	}
+	// The store is its replica's content: not behind it, so keeping that replica next
+	// sends nothing until the store changes.
+	_, err := tx.ExecContext(ctx, "UPDATE replica SET behind = 0")
+	return err
 }
 
 // familyOf is the family whose keys key is one of, or nil.

@@ -1,0 +1,343 @@
+package replica
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/render"
+)
+
+// Leases on the bus: which `meshctl watch` leads (LeaderKey), and who holds the apply lock
+// (LockKey), kept in a KV bucket of their own (render.LeaseBucket) whose TTL is LeaseTTL.
+//
+// A lease is a key created only where none is (nats.go's Create: a publish expecting the key's
+// subject to hold no message), renewed by a put that expects the revision the holder last wrote
+// (Update), and let go by a delete expecting it too. Every step is one message on the bucket's
+// stream, decided by the stream's leader in the order the stream takes them, so two contenders
+// never both hold a key: the second's expectation fails (err 10071, wrong last sequence).
+//
+// A holder that dies lets go by the server's clock, not its own: the bucket's TTL is its
+// stream's MaxAge, and the server removes a message LeaseTTL after it stored it. A key not
+// renewed for LeaseTTL is gone, and the next to Create it holds it. On a cluster the age is the
+// stored message's timestamp, replicated with it, so a leader change of the stream neither
+// extends nor shortens a lease; a lost server takes no lease with it (the stream has the bus's
+// replicas, as the store's bucket does).
+//
+// The holder's side is the other half: it counts itself the holder only while its last renewal
+// the server took is less than heldFor old by its own monotonic clock, half the TTL. A holder
+// frozen (SIGSTOP, a long GC, a VM paused) past that finds, the moment it runs again, that it
+// holds nothing — before any other holder can have been let in by the server. It stops, and
+// asks again.
+
+// LeaseTTL is how long a lease outlives its holder's last renewal: the bucket's TTL.
+const LeaseTTL = 10 * time.Second
+
+// renewEvery is how often a holder renews its lease: five times a TTL, so that a bus slow to
+// answer one renewal, or a stream electing a leader, costs no lease.
+const renewEvery = LeaseTTL / 5
+
+// heldFor is how long after its last renewal a holder still counts itself the holder.
+const heldFor = LeaseTTL / 2
+
+// The leases' keys.
+const (
+	// LeaderKey is held by the `meshctl watch` that leads: the one whose controller answers
+	// the nodes and whose reconciles run. The others stand by.
+	LeaderKey = "leader"
+	// LockKey is the apply lock on the bus: held for one reconcile by whoever runs it, the
+	// leading watch or a one-shot apply (from CI, after a merge).
+	LockKey = "lock"
+)
+
+// Holder says who holds a lease, in its value.
+type Holder struct {
+	// Store is the identity of the holder's state store.
+	Store string `json:"store"`
+	Host  string `json:"host"`
+	PID   int    `json:"pid"`
+	// Role is what holds it: "watch", "apply", "credentials".
+	Role string `json:"role"`
+	// Since is when the holder took it, by the holder's clock.
+	Since time.Time `json:"since"`
+}
+
+// Me is the Holder this process is, for a store and role.
+func Me(store, role string) Holder {
+	host, _ := os.Hostname()
+	return Holder{Store: store, Host: host, PID: os.Getpid(), Role: role, Since: time.Now().UTC()}
+}
+
+func (h Holder) String() string {
+	return fmt.Sprintf("meshctl %s on %s (pid %d, state store %s) since %s", h.Role, h.Host, h.PID, h.Store, h.Since.Format(time.RFC3339))
+}
+
+// same reports whether h and o are the same holding: a holder renewing finds itself.
+func (h Holder) same(o Holder) bool {
+	return h.Store == o.Store && h.Host == o.Host && h.PID == o.PID && h.Role == o.Role && h.Since.Equal(o.Since)
+}
+
+// ErrHeld is returned (as a *HeldError) by Acquire when another holds the lease.
+var ErrHeld = errors.New("held by another")
+
+// HeldError names who holds a lease that was asked for.
+type HeldError struct {
+	Key    string
+	Holder Holder
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("the %s on the bus is held by %s", leaseName(e.Key), e.Holder)
+}
+
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// leaseName says what a key is, for a message.
+func leaseName(key string) string {
+	switch key {
+	case LeaderKey:
+		return "lead of the mesh"
+	case LockKey:
+		return "apply lock"
+	}
+	return "lease " + key
+}
+
+// ErrLost is returned (wrapped) by Held once a lease is no longer this holder's.
+var ErrLost = errors.New("the lease on the bus is lost")
+
+// Leases is the bucket of the leases.
+type Leases struct {
+	kv jetstream.KeyValue
+}
+
+func leaseConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      render.LeaseBucket,
+		Description: "meshctl: which watch leads, and who holds the apply lock; written by the controller alone",
+		History:     1,
+		TTL:         LeaseTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	}
+}
+
+// OpenLeases binds the bucket of the leases, creating it when the bus has none, and updating it
+// to the bus's replicas as Open does the store's.
+func OpenLeases(ctx context.Context, js jetstream.JetStream, replicas int) (*Leases, error) {
+	want := leaseConfig(replicas)
+	kv, err := js.KeyValue(ctx, want.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if kv, err = js.CreateKeyValue(ctx, want); err != nil {
+			return nil, fmt.Errorf("creating the bucket of leases %s on the bus: %w", want.Bucket, err)
+		}
+		return &Leases{kv: kv}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("binding the bucket of leases %s on the bus: %w", want.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the bucket of leases %s on the bus: %w", want.Bucket, err)
+	}
+	if differs(st.Config(), want) {
+		if kv, err = js.UpdateKeyValue(ctx, want); err != nil {
+			return nil, fmt.Errorf("updating the bucket of leases %s on the bus to %d replicas: %w", want.Bucket, want.Replicas, err)
+		}
+	}
+	return &Leases{kv: kv}, nil
+}
+
+// Read returns who holds key now, and when the server last took its renewal; ok is false when
+// nobody does.
+func (ls *Leases) Read(ctx context.Context, key string) (h Holder, renewed time.Time, ok bool, err error) {
+	e, err := ls.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Holder{}, time.Time{}, false, nil
+	}
+	if err != nil {
+		return Holder{}, time.Time{}, false, fmt.Errorf("reading the %s on the bus: %w", leaseName(key), err)
+	}
+	if err := json.Unmarshal(e.Value(), &h); err != nil {
+		return Holder{}, time.Time{}, false, fmt.Errorf("reading the %s on the bus: its value is not a holder: %w", leaseName(key), err)
+	}
+	return h, e.Created(), true, nil
+}
+
+// Acquire takes key for h, or returns a *HeldError naming who holds it. The lease is kept —
+// renewed in the background — until Release; Held says whether it still is.
+func (ls *Leases) Acquire(ctx context.Context, key string, h Holder) (*Lease, error) {
+	value, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	asked := time.Now()
+	rev, err := ls.kv.Create(ctx, key, value)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		other, _, ok, rerr := ls.Read(ctx, key)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if !ok {
+			// Let go between the two calls: asked again by the caller.
+			return nil, &HeldError{Key: key, Holder: Holder{Role: "holder that just let go"}}
+		}
+		return nil, &HeldError{Key: key, Holder: other}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("taking the %s on the bus: %w", leaseName(key), err)
+	}
+	l := &Lease{ls: ls, key: key, holder: h, value: value, rev: rev, renewed: asked,
+		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	go l.keep()
+	return l, nil
+}
+
+// AcquireWaiting is Acquire, waiting while another holds key until it is let go or lapses, or
+// ctx ends. notice is told once who holds it when it must wait (nil: not told).
+func (ls *Leases) AcquireWaiting(ctx context.Context, key string, h Holder, notice func(*HeldError)) (*Lease, error) {
+	told := false
+	for {
+		l, err := ls.Acquire(ctx, key, h)
+		var held *HeldError
+		if !errors.As(err, &held) {
+			return l, err
+		}
+		if !told && notice != nil {
+			notice(held)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the %s: %w (%w)", leaseName(key), ctx.Err(), held)
+		case <-time.After(acquireEvery):
+		}
+	}
+}
+
+// acquireEvery is how often AcquireWaiting asks again.
+const acquireEvery = 250 * time.Millisecond
+
+// Lease is a key of the bucket of leases held by this process.
+type Lease struct {
+	ls     *Leases
+	key    string
+	holder Holder
+	value  []byte
+
+	mu      sync.Mutex
+	rev     uint64    // the revision this holder last wrote
+	renewed time.Time // when the renewal the server took last was sent, by the monotonic clock
+	err     error     // why the lease is lost; nil while held
+
+	lost       chan struct{} // closed once lost
+	stop, done chan struct{}
+	stopOnce   sync.Once
+}
+
+// Key is the lease's key.
+func (l *Lease) Key() string { return l.key }
+
+// Holder is who holds it: this process.
+func (l *Lease) Holder() Holder { return l.holder }
+
+// Held returns nil while the lease is this holder's, and an error wrapping ErrLost once it is
+// not: a renewal the bucket refused (someone else holds the key), or none taken for heldFor.
+func (l *Lease) Held() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil && time.Since(l.renewed) >= heldFor {
+		l.loseLocked(fmt.Errorf("%w: the %s was not renewed for %s", ErrLost, leaseName(l.key), time.Since(l.renewed).Round(time.Millisecond)))
+	}
+	return l.err
+}
+
+// Lost is closed once the lease is lost.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+func (l *Lease) loseLocked(err error) {
+	if l.err == nil {
+		l.err = err
+		close(l.lost)
+	}
+}
+
+// keep renews the lease every renewEvery until Release, or until it is lost.
+func (l *Lease) keep() {
+	defer close(l.done)
+	t := time.NewTicker(renewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		if l.Held() != nil {
+			return
+		}
+		if err := l.renew(); err != nil {
+			if errors.Is(err, ErrLost) {
+				return
+			}
+			// A bus slow to answer, a stream electing its leader: the next tick asks again,
+			// and Held says when it has been too long.
+		}
+	}
+}
+
+// renew puts the holder's value again, expecting the revision it last wrote.
+func (l *Lease) renew() error {
+	l.mu.Lock()
+	rev := l.rev
+	l.mu.Unlock()
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), renewEvery)
+	defer cancel()
+	next, err := l.ls.kv.Update(ctx, l.key, l.value, rev)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if wrongRevision(err) {
+			l.loseLocked(fmt.Errorf("%w: the %s was taken by another since this holder last renewed it", ErrLost, leaseName(l.key)))
+			return l.err
+		}
+		return err
+	}
+	if l.err == nil {
+		l.rev, l.renewed = next, sent
+	}
+	return nil
+}
+
+// Release stops renewing the lease and lets it go, if it is still this holder's: a delete that
+// expects the revision it last wrote, so that it never deletes another's.
+func (l *Lease) Release(ctx context.Context) {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
+	l.mu.Lock()
+	rev, held := l.rev, l.err == nil
+	l.loseLocked(fmt.Errorf("%w: the %s was let go", ErrLost, leaseName(l.key)))
+	l.mu.Unlock()
+	if held {
+		// Failing leaves the key to lapse within LeaseTTL.
+		_ = l.ls.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+	}
+}
+
+// wrongRevision reports whether err is the server's refusal of a write whose expected last
+// sequence did not hold: err 10071, or 10164 as a replicated stream answers it.
+func wrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}

@@ -1,0 +1,133 @@
+package replica_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/replica"
+	"github.com/meshbus/meshctl/state"
+)
+
+// One holder at a time: a second Acquire is refused naming the first, a released lease is
+// taken at once, and a holder that stops renewing (dead) lets go by the server's clock within
+// the TTL, after which its own late renewal is refused and it counts itself lost.
+func TestALeaseHasOneHolderAndLapsesWithItsHolder(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	url := bus.StartTestBus(t, nil).URL()
+	ls, err := replica.OpenLeases(ctx, connect(t, url), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := replica.Me("store-a", "watch"), replica.Me("store-b", "watch")
+	b.PID++
+	first, err := ls.Acquire(ctx, replica.LeaderKey, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Held(); err != nil {
+		t.Fatalf("a lease just taken: %v", err)
+	}
+	_, err = ls.Acquire(ctx, replica.LeaderKey, b)
+	var held *replica.HeldError
+	if !errors.As(err, &held) || held.Holder.Store != "store-a" || !errors.Is(err, replica.ErrHeld) {
+		t.Fatalf("a second holder: %v, want held by store-a", err)
+	}
+	t.Log(err)
+	if h, _, ok, err := ls.Read(ctx, replica.LeaderKey); err != nil || !ok || h.Store != "store-a" {
+		t.Fatalf("read: %+v %v %v", h, ok, err)
+	}
+	// Renewed past the TTL, it is still held.
+	time.Sleep(replica.LeaseTTL + time.Second)
+	if err := first.Held(); err != nil {
+		t.Fatalf("a lease renewed past its TTL: %v", err)
+	}
+	if _, err := ls.Acquire(ctx, replica.LeaderKey, b); !errors.Is(err, replica.ErrHeld) {
+		t.Fatalf("a renewed lease was taken: %v", err)
+	}
+	first.Release(ctx)
+	if !errors.Is(first.Held(), replica.ErrLost) {
+		t.Fatal("a released lease counts itself held")
+	}
+	second, err := ls.Acquire(ctx, replica.LeaderKey, b)
+	if err != nil {
+		t.Fatalf("a released lease: %v", err)
+	}
+	second.Release(ctx)
+
+	// A holder that never renews: another waits, and takes it once the server let it lapse.
+	dead, err := ls.Acquire(ctx, replica.LockKey, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Freeze()
+	started := time.Now()
+	var notices int
+	took, err := ls.AcquireWaiting(ctx, replica.LockKey, b, func(*replica.HeldError) { notices++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(started)
+	t.Logf("a dead holder's lease was taken over after %s", waited.Round(time.Millisecond))
+	if waited > replica.LeaseTTL+2*time.Second || notices != 1 {
+		t.Fatalf("took over after %s with %d notices, want within the TTL and one notice", waited, notices)
+	}
+	if !errors.Is(dead.Held(), replica.ErrLost) {
+		t.Fatal("a holder frozen past its lease counts itself held")
+	}
+	if err := dead.Thaw(); !errors.Is(err, replica.ErrLost) {
+		t.Fatalf("a frozen holder's renewal after the takeover: %v, want lost", err)
+	}
+	if err := took.Held(); err != nil {
+		t.Fatalf("the new holder lost its lease to the old one's renewal: %v", err)
+	}
+	took.Release(ctx)
+}
+
+// A writer fenced out has its writes refused whole, and the writer that fenced it out writes
+// on; the fence itself is no record of the store.
+func TestAFencedOutWriterIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	url := bus.StartTestBus(t, nil).URL()
+	old, err := replica.Open(ctx, connect(t, url), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Fence(ctx, replica.Me("store-a", "watch")); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Write(ctx, records(3, "old")); err != nil {
+		t.Fatalf("the fencing writer: %v", err)
+	}
+	next, err := replica.Open(ctx, connect(t, url), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Fence(ctx, replica.Me("store-a", "apply")); err != nil {
+		t.Fatal(err)
+	}
+	if mine, by, ok, err := old.Fenced(ctx); err != nil || mine || !ok || by.Role != "apply" {
+		t.Fatalf("the old writer's fence: mine %v by %+v (%v, %v)", mine, by, ok, err)
+	}
+	err = old.Write(ctx, records(5, "late"))
+	if !errors.Is(err, state.ErrFenced) {
+		t.Fatalf("a late write of a writer fenced out: %v, want ErrFenced", err)
+	}
+	t.Log(err)
+	if err := next.Write(ctx, records(2, "new")); err != nil {
+		t.Fatalf("the new writer: %v", err)
+	}
+	got := mustReadAll(ctx, t, next)
+	want := append(records(2, "new"), records(3, "old")[2:]...)
+	if len(got) != len(want) {
+		t.Fatalf("the bucket holds %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].Key != want[i].Key || string(got[i].Value) != string(want[i].Value) {
+			t.Fatalf("the bucket holds %v, want %v (nothing of the late write)", got, want)
+		}
+	}
+}
