@@ -470,10 +470,19 @@ func (l *loop) sync(ctx context.Context) error {
 // (state.ErrReplicaBehind) for the change it is: the store has it, and sends its copy the whole
 // store with its next change. Taken for a failure, an enrolment would be answered never and
 // refused as a replay when delivered again, and a report held for the store window.
-func (l *loop) kept(err error) error {
+//
+// A change the bus refused because another meshctl writes the store there now (state.ErrFenced:
+// a one-shot apply holds the apply lock, or this watch no longer leads) is a failure: what the
+// store committed is not the mesh's. The message is taken again later, once a reconcile has
+// made the store equal to its copy on the bus again, which the controller asks for now.
+func (l *loop) kept(ctx context.Context, err error) error {
 	if errors.Is(err, state.ErrReplicaBehind) {
 		l.log.Warn("controller: the store took a change its copy on the bus did not yet", "error", err)
 		return nil
+	}
+	if errors.Is(err, state.ErrFenced) && l.cfg.Sync != nil {
+		l.log.Warn("controller: another meshctl writes the store on the bus now; the change is taken again once this store is equal to it", "error", err)
+		go l.cfg.Sync(ctx)
 	}
 	return err
 }
@@ -576,7 +585,7 @@ func (l *loop) report(ctx context.Context, node string, m jetstream.Msg) Settle 
 	}
 	sctx, cancel := l.storeCtx(ctx)
 	defer cancel()
-	stored := l.kept(l.cfg.Store.RecordReport(sctx, state.Report{Node: node, Generation: r.Generation, Applied: r.Applied,
+	stored := l.kept(ctx, l.cfg.Store.RecordReport(sctx, state.Report{Node: node, Generation: r.Generation, Applied: r.Applied,
 		Failed: r.Failed, ReportedAt: published(m)}))
 	s := l.window.After(stored, published(m), time.Now())
 	if s.Verb == Ack {
@@ -625,7 +634,7 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 	password, err := l.cfg.Store.EnrolNode(sctx, state.NodeEnrolment{Node: node, EnrolPrincipal: render.EnrolUser(node),
 		NodePrincipal: render.NodeUser(node), PublicKey: ask.Key}, l.cfg.Cost)
 	cancel()
-	err = l.kept(err)
+	err = l.kept(ctx, err)
 	if errors.Is(err, state.ErrNoEnrolmentCredential) {
 		err = fmt.Errorf("%w: a replayed or second enrolment of node %s: its enrolment credential was used already "+
 			"or never issued; issue a fresh one with `meshctl credentials issue %s`", ErrRefused, node, render.EnrolUser(node))
@@ -834,11 +843,11 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 		return false, nil
 	}
 	passwords, err := l.cfg.Store.Mint(ctx, mint, l.cfg.Cost, "declare")
-	if err = l.kept(err); err != nil {
+	if err = l.kept(ctx, err); err != nil {
 		return false, err
 	}
 	for _, u := range departed {
-		if _, err := l.cfg.Store.Revoke(ctx, u); l.kept(err) != nil {
+		if _, err := l.cfg.Store.Revoke(ctx, u); l.kept(ctx, err) != nil {
 			return false, err
 		}
 	}
@@ -874,7 +883,7 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 	if _, err := l.js.Publish(ctx, render.DeclareSubject(e.Node), data); err != nil {
 		return false, fmt.Errorf("publishing generation %d: %w", d.Generation, err)
 	}
-	if err := l.kept(l.cfg.Store.RecordDeclaration(ctx, e.Node, state.Declared{Generation: d.Generation, Digest: digest,
+	if err := l.kept(ctx, l.cfg.Store.RecordDeclaration(ctx, e.Node, state.Declared{Generation: d.Generation, Digest: digest,
 		DeclaredAt: time.Now(), Credentials: creds})); err != nil {
 		return false, err
 	}

@@ -151,7 +151,7 @@ func jobs() []job {
 			if err != nil {
 				return err
 			}
-			l, err := ls.Acquire(ctx, replica.LockKey, replica.Me("matrix", "apply"))
+			l, err := ls.Acquire(ctx, replica.LockKey, replica.Me("matrix", "copy", "apply"))
 			if err != nil {
 				return err
 			}

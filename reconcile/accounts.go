@@ -42,6 +42,9 @@ type Accounts struct {
 	Others []Accounts
 	// Manager is the line naming the store that writes the file (manager.go), put at its top.
 	Manager string
+	// Owned, when set, is asked before the file is written: nil while the writer may still
+	// change the bus (owner.go).
+	Owned func() error
 }
 
 // ErrNotLive is returned (wrapped) when the accounts config was written but the operator

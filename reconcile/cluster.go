@@ -93,6 +93,13 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		s    Accounts
 		undo func(context.Context, error) error
 	}
+	// Asked once, before the first server: a roll begun is finished or undone, never left
+	// half done by an owner that just lost its lease.
+	if a.Owned != nil {
+		if err := a.Owned(); err != nil {
+			return fmt.Errorf("the accounts config is left as it is: %w", err)
+		}
+	}
 	var done []changed
 	var down, notLive, notLiveWhy []string
 	for _, s := range a.servers() {

@@ -283,7 +283,11 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 		})
 	}})
 	took := time.Since(started)
-	<-killed
+	select {
+	case <-killed:
+	default:
+		t.Fatalf("the apply returned before its first change: %v", err)
+	}
 	t.Logf("the apply with its meta leader %s killed took %s: %v", leader.Name, took.Round(time.Millisecond), err)
 	if err != nil && !errors.Is(err, ErrServerDown) {
 		t.Fatalf("the apply failed on a leader change other than by naming the server down: %v", err)

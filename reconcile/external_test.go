@@ -3,9 +3,7 @@ package reconcile
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,54 +29,8 @@ func startExternal(t *testing.T) externalServer {
 // dir/js, which the caller may have mounted already.
 func startExternalIn(t *testing.T, dir string) externalServer {
 	t.Helper()
-	bin := bus.NATSServerBinary(t)
-	cert, key, fp := bus.SelfSignedCert(t, dir)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	x := externalServer{dir: dir, url: fmt.Sprintf("tls://127.0.0.1:%d", port), fingerprint: fp,
-		accounts: filepath.Join(dir, "mesh-accounts.conf"), pidFile: filepath.Join(dir, "nats.pid")}
-	// The operator's server starts before meshctl ever ran: an account with nobody in it.
-	if err := os.WriteFile(x.accounts, []byte("accounts { MESH { jetstream: enabled } }\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	conf := fmt.Sprintf(`listen: "127.0.0.1:%d"
-server_name: operators-bus
-pid_file: %q
-jetstream { store_dir: %q }
-tls { cert_file: %q, key_file: %q }
-include "mesh-accounts.conf"
-`, port, x.pidFile, filepath.Join(dir, "js"), cert, key)
-	confPath := filepath.Join(dir, "server.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", confPath)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, perr := os.Stat(x.pidFile)
-		c, derr := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if derr == nil {
-			c.Close()
-		}
-		if perr == nil && derr == nil {
-			return x
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the external nats-server did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	x := bus.StartTestServer(t, dir)
+	return externalServer{dir: x.Dir, url: x.URL, fingerprint: x.Fingerprint, accounts: x.AccountsFile, pidFile: x.PIDFile}
 }
 
 func (x externalServer) mesh(fingerprint string) string {

@@ -173,6 +173,10 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 
 	removeStaleChecks(s.Accounts.Path, s.logf)
 	err = s.rejoin(ctx, m)
+	if err == nil {
+		err = s.takeBusLock(ctx, o.WaitForLock, o.LockNotice)
+	}
+	defer s.releaseBusLock()
 	var p *plan.Plan
 	var t plan.Target
 	if err == nil {

@@ -37,7 +37,10 @@ var ErrNothingToRestore = errors.New("the bus keeps no meshctl state store")
 // generation principal's password stays on the control host that wrote it. So the restored
 // store proves it anew, writing the same users with a fresh generation principal and seeing the
 // server serve them (SyncAccounts): a plan after a restore is then converged.
-func Restore(ctx context.Context, m *model.Mesh, dir, password string) (*state.Store, string, error) {
+//
+// The proof is made under the apply lock on the bus, waited for when wait is set; otherwise a
+// lock another holds is refused (state.ErrLocked), the store restored all the same.
+func Restore(ctx context.Context, m *model.Mesh, dir, password string, wait bool) (*state.Store, string, error) {
 	if m.Bus.Embedded() {
 		return nil, "", fmt.Errorf("%w: the embedded bus keeps its store in its state directory, beside it, and the two are lost together; "+
 			"a mesh that must outlive its control host runs on an external server or cluster (bus.url or bus.servers)", ErrNothingToRestore)
@@ -54,6 +57,14 @@ func Restore(ctx context.Context, m *model.Mesh, dir, password string) (*state.S
 		st.Close()
 		return nil, "", err
 	}
+	// Under the apply lock on the bus, as every write of the accounts config: a leading watch
+	// proving its own file meanwhile would take this one's for a refusal, and this one its.
+	stop, err := keepOnBus(ctx, m, st, wait)
+	if err != nil {
+		st.Close()
+		return nil, "", fmt.Errorf("the store is restored in %s, but the apply lock on the bus could not be taken: %w", dir, err)
+	}
+	defer stop()
 	what, err := SyncAccounts(ctx, m, st)
 	if err != nil {
 		st.Close()
@@ -94,10 +105,10 @@ func readReplica(ctx context.Context, m *model.Mesh, password string) ([]state.R
 	return records, nil
 }
 
-// keepReplica makes the store write every change to its copy on the bus, through the session's
-// connection, and catches the copy up first where it may be behind (state's CatchUp): a new
-// bucket, or changes a process committed and died before sending. A read-only session keeps
-// none, and writes nothing: a diff changes nothing anywhere.
+// keepReplica binds the store's copy on the bus, through the session's connection, and the
+// leases beside it. It writes nothing: the store writes to its copy once the session owns it,
+// under the apply lock on the bus (owner.go), where it also sends the copy what it lacks. A
+// read-only session keeps none, and writes nothing: a diff changes nothing anywhere.
 //
 // A bucket that holds another store's copy is refused: the store managing the bus is the one
 // whose copy it keeps, and this one would overwrite it.
@@ -105,85 +116,103 @@ func (s *Session) keepReplica(ctx context.Context) error {
 	if s.replicas == 0 || s.opts.ReadOnly {
 		return nil
 	}
-	kv, err := keepOn(ctx, s.Store, s.Conn, s.replicas, s.Target)
-	if kv != nil {
-		s.replica = kv
+	js, err := jetstream.New(s.Conn.Conn)
+	if err != nil {
+		return err
 	}
-	return err
+	kv, fresh, err := bindReplica(ctx, s.Store, js, s.replicas, s.Target)
+	if err != nil {
+		return err
+	}
+	// Right after a server starts, or a meta leader changes, JetStream answers nobody for a
+	// moment: asked again, as the plan's calls are on a cluster (retryCall).
+	leases, err := retryCall(ctx, func(ctx context.Context) (*replica.Leases, error) { return replica.OpenLeases(ctx, js, s.replicas) })
+	if err != nil {
+		return fmt.Errorf("keeping the store on the bus at %s: %w", s.Target.Address(), err)
+	}
+	s.replica, s.leases, s.replicaFresh = kv, leases, fresh
+	return nil
 }
 
 // dropReplica stops the store writing to the copy this session kept through its connection,
 // which is closing: a later change is marked behind, and sent whole by the next to keep it.
 func (s *Session) dropReplica() {
+	s.releaseBusLock()
 	if s.replica != nil {
 		s.Store.DropReplica(s.replica)
 		s.replica = nil
 	}
 }
 
-// KeepOnBus is keepReplica for a command that changes the store without a session
-// (`credentials`): it joins the bus m names as the controller, with the password the store
-// holds, for as long as the command runs; stop ends it. On the embedded bus it does nothing.
+// KeepOnBus is for a command that changes the store without a session (`credentials`): it
+// joins the bus m names as the controller, with the password the store holds, takes the apply
+// lock on the bus (waiting for one in progress) and makes the store its one writer there
+// (owner.go), for as long as the command runs; stop ends it. On the embedded bus it does nothing.
 func KeepOnBus(ctx context.Context, m *model.Mesh, store *state.Store) (stop func(), err error) {
+	return keepOnBus(ctx, m, store, true)
+}
+
+func keepOnBus(ctx context.Context, m *model.Mesh, store *state.Store, wait bool) (stop func(), err error) {
 	if m.Bus.Embedded() {
 		return func() {}, nil
 	}
-	password, err := store.StoredControllerPassword(ctx)
+	conn, t, err := joinAsStore(ctx, m, store)
 	if err != nil {
 		return nil, err
+	}
+	s := &Session{Store: store, Conn: conn, Target: t, replicas: max(m.Bus.Replicas, 1), logf: func(string, ...any) {},
+		opts: Options{Role: "credentials"}}
+	err = s.keepReplica(ctx)
+	if err == nil {
+		err = s.takeBusLock(ctx, wait, nil)
+	}
+	stop = func() {
+		s.dropReplica()
+		conn.Close()
+	}
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
+
+// joinAsStore joins the external bus m names as the controller, with the password store holds.
+func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*bus.Conn, bus.Target, error) {
+	password, err := store.StoredControllerPassword(ctx)
+	if err != nil {
+		return nil, bus.Target{}, err
 	}
 	_, t := externalAccounts(m, store.Dir())
 	conn, err := dialController(ctx, t, password)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := keepOn(ctx, store, conn, max(m.Bus.Replicas, 1), t)
-	if err != nil {
-		if kv != nil {
-			store.DropReplica(kv)
-		}
-		conn.Close()
-		return nil, err
-	}
-	return func() {
-		store.DropReplica(kv)
-		conn.Close()
-	}, nil
+	return conn, t, err
 }
 
-// keepOn makes store keep its copy in the bucket on the bus conn reaches (see keepReplica).
-func keepOn(ctx context.Context, store *state.Store, conn *bus.Conn, replicas int, t bus.Target) (*replica.KV, error) {
-	js, err := jetstream.New(conn.Conn)
+// bindReplica binds the bucket the store is kept in on the bus js reaches, creating it where
+// there is none, and refuses one that keeps another store's copy. fresh says the bucket holds
+// no copy of any store yet: the whole store is owed to it.
+func bindReplica(ctx context.Context, store *state.Store, js jetstream.JetStream, replicas int, t bus.Target) (kv *replica.KV, fresh bool, err error) {
+	kv, err = retryCall(ctx, func(ctx context.Context) (*replica.KV, error) { return replica.Open(ctx, js, replicas) })
 	if err != nil {
-		return nil, err
-	}
-	// Right after a server starts, or a meta leader changes, JetStream answers nobody for a
-	// moment: asked again, as the plan's calls are on a cluster (retryCall).
-	kv, err := retryCall(ctx, func(ctx context.Context) (*replica.KV, error) { return replica.Open(ctx, js, replicas) })
-	if err != nil {
-		return nil, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)
+		return nil, false, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)
 	}
 	id, err := store.ID(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	kept, err := retryCall(ctx, func(ctx context.Context) ([]byte, error) { return kv.Get(ctx, state.IdentityKey) })
 	if err != nil {
-		return nil, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)
+		return nil, false, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)
 	}
 	if kept != nil {
 		other, err := state.IdentityIn(kept)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if other != id {
-			return nil, fmt.Errorf("%w: the bus at %s keeps the copy of state store %s, and this store is %s; %s",
+			return nil, false, fmt.Errorf("%w: the bus at %s keeps the copy of state store %s, and this store is %s; %s",
 				ErrNotManager, t.Address(), other, id, wayOut)
 		}
 	}
-	store.SetReplica(kv)
-	if err := store.CatchUp(ctx, kept == nil); err != nil {
-		return kv, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)
-	}
-	return kv, nil
+	return kv, kept == nil, nil
 }

@@ -12,21 +12,28 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/replica"
 )
 
 // replicaSeq is the last sequence of the bucket the store is kept in on the bus: what a write
 // there moves.
 func replicaSeq(ctx context.Context, t *testing.T, s *Session) uint64 {
 	t.Helper()
-	js, err := jetstream.New(s.Conn.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, "KV_"+render.StateBucket)
+	st, err := jsOf(t, s).Stream(ctx, "KV_"+render.StateBucket)
 	if err != nil {
 		t.Fatalf("the store's bucket on the bus: %v", err)
 	}
 	return st.CachedInfo().State.LastSeq
+}
+
+// jsOf is JetStream on the session's connection.
+func jsOf(t *testing.T, s *Session) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(s.Conn.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // A control host lost with its disk is rebuilt from the bus by whoever knows the controller's
@@ -57,12 +64,12 @@ func TestAStoreRestoredFromTheBusIsTheSameStore(t *testing.T) {
 	password := strings.TrimSpace(string(controllerPW))
 
 	// A wrong password restores nothing.
-	if _, _, err := Restore(ctx, f.mesh(), filepath.Join(t.TempDir(), "wrong"), "not-the-password"); err == nil {
+	if _, _, err := Restore(ctx, f.mesh(), filepath.Join(t.TempDir(), "wrong"), "not-the-password", true); err == nil {
 		t.Fatal("a wrong controller password restored the store")
 	}
 
 	dir := filepath.Join(t.TempDir(), "restored")
-	st, what, err := Restore(ctx, f.mesh(), dir, password)
+	st, what, err := Restore(ctx, f.mesh(), dir, password, true)
 	if err != nil {
 		t.Fatalf("restoring: %v", err)
 	}
@@ -84,9 +91,23 @@ func TestAStoreRestoredFromTheBusIsTheSameStore(t *testing.T) {
 	rs := restored.connect(ctx)
 	defer rs.Close()
 	restored.mustConverge(ctx, rs)
-	// The restored store is its copy's content: keeping the copy sends nothing back.
-	if after := replicaSeq(ctx, t, rs); after != before {
-		t.Fatalf("the restored store wrote %d record(s) to the copy it was restored from", after-before)
+	// The restored store is its copy's content: keeping the copy sends nothing back but the
+	// fence that makes this copy the store's writer, once; a converged apply again, nothing.
+	after := replicaSeq(ctx, t, rs)
+	if after != before+1 {
+		t.Fatalf("the restored store wrote %d message(s) to the copy it was restored from, want the fence alone", after-before)
+	}
+	stream, err := jsOf(t, rs).Stream(ctx, "KV_"+render.StateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.GetMsg(ctx, after); err != nil ||
+		m.Subject != "$KV."+render.StateBucket+"."+replica.FenceKey {
+		t.Fatalf("the one message the restored store wrote is not the fence: %v (%v)", m, err)
+	}
+	restored.mustConverge(ctx, rs)
+	if again := replicaSeq(ctx, t, rs); again != after {
+		t.Fatalf("a converged apply of the restored store wrote %d message(s) to the bus", again-after)
 	}
 
 	if _, err := st.Revoke(ctx, "alpha.shop"); err != nil {
@@ -105,7 +126,7 @@ func TestAStoreRestoredFromTheBusIsTheSameStore(t *testing.T) {
 func TestTheEmbeddedBusHasNothingToRestore(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "nodes:\n  - name: alpha\n")
-	_, _, err := Restore(testContext(t), f.mesh(), filepath.Join(t.TempDir(), "restored"), "x")
+	_, _, err := Restore(testContext(t), f.mesh(), filepath.Join(t.TempDir(), "restored"), "x", true)
 	if !errors.Is(err, ErrNothingToRestore) {
 		t.Fatalf("restoring an embedded bus's store: %v", err)
 	}

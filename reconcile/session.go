@@ -46,6 +46,12 @@ type Options struct {
 	// Lock, when set, is the apply lock, which the caller took before Connect: the
 	// session's first Reconcile holds it rather than taking it, and releases it.
 	Lock *state.Lock
+	// Role is what the session holds the apply lock on the bus as, in the lock's value
+	// ("watch", "credentials"); "" is "apply".
+	Role string
+	// Owned, when set, is asked before every change the session makes to the bus, beside
+	// whether it still holds the apply lock on the bus: watch's says it still leads.
+	Owned func() error
 }
 
 // Session is a connection to the bus as the controller, and what an apply needs beside it:
@@ -67,10 +73,15 @@ type Session struct {
 	// replicas is, on an external bus, the replicas of the bucket the store is kept in on the
 	// bus (restore.go); 0 where no copy is kept (the embedded bus, a read-only session).
 	replicas int
-	// replica is the copy the store writes to through this session's connection, nil if none.
-	replica *replica.KV
-	logf    func(string, ...any)
-	opts    Options
+	// replica is the copy the store writes to through this session's connection, nil if none;
+	// leases the bucket of the leases beside it, and busLock the apply lock on the bus while
+	// this session holds it (owner.go). replicaFresh says the copy holds no store yet.
+	replica      *replica.KV
+	leases       *replica.Leases
+	busLock      *replica.Lease
+	replicaFresh bool
+	logf         func(string, ...any)
+	opts         Options
 	// release ends this session's lease on an embedded bus another process serves.
 	release func()
 	// stop ends the wait, in Close, for other processes to finish with the bus this one
@@ -210,7 +221,7 @@ func (s *Session) connect(ctx context.Context) error {
 	if s.Conn != nil {
 		s.Conn.Close()
 	}
-	s.Conn, s.API = conn, retrying(api, s.Target)
+	s.Conn, s.API = conn, guarded(retrying(api, s.Target), s.owned)
 	return s.keepReplica(ctx)
 }
 
@@ -429,6 +440,7 @@ func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
 	s.Accounts = s.Accounts.withManager(s.manager)
 	s.replicas = max(m.Bus.Replicas, 1)
 	s.Accounts.Verify = s.verifyLogin
+	s.Accounts.Owned = s.owned
 	return s.letControllerIn(ctx, m)
 }
 

@@ -1,5 +1,7 @@
 package replica
 
+import "context"
+
 // Freeze stops the lease's renewals as a holder frozen (SIGSTOP) or dead would: it keeps
 // counting itself the holder until Held finds its last renewal too old.
 func (l *Lease) Freeze() {
@@ -8,4 +10,4 @@ func (l *Lease) Freeze() {
 }
 
 // Thaw is the frozen holder's first renewal once it runs again.
-func (l *Lease) Thaw() error { return l.renew() }
+func (l *Lease) Thaw() error { return l.renew(context.Background()) }

@@ -37,6 +37,8 @@ type KV struct {
 	// fence is the revision of FenceKey this KV wrote (Fence), which every Write expects the
 	// key to still have; 0 before it fenced, and then Write expects nothing.
 	fence atomic.Uint64
+	// replicas is the bucket's replicas as Open was told them; 0 when only bound.
+	replicas int
 }
 
 // FenceKey is the key of the bucket that names the store's one writer on the bus. It is no
@@ -49,6 +51,16 @@ const FenceKey = "fence"
 // it — has its late writes refused by the stream (err 10071), whole: the stream's leader checks
 // the expectation when it sequences the message, and a refused message is stored nowhere. The
 // caller holds the apply lock (LockKey) while it fences, so that two writers never fence at once.
+//
+// On one server every record of a Write carries the expectation. On a cluster only the first
+// does, and is waited for before the rest go: a clustered stream refuses a second message
+// expecting a subject's sequence while another expecting it is still being replicated
+// (nats-server jetstream_batching.go, expectedPerSubjectInProcess: err 10164), which would
+// serialize every write to one round trip a record. So a writer fenced out is refused at its
+// next Write, whole; one fenced out in the midst of a Write (frozen between its first record and
+// the rest) may land that Write's other records after the new writer's fence. The new writer
+// reads the bucket after fencing, and its own writes replace what it holds, so such records are
+// at worst a row the store's copy keeps that the writer's store does not.
 func (k *KV) Fence(ctx context.Context, h Holder) error {
 	value, err := json.Marshal(h)
 	if err != nil {
@@ -62,19 +74,33 @@ func (k *KV) Fence(ctx context.Context, h Holder) error {
 	return nil
 }
 
-// Fenced reports whether the bucket's fence is still this KV's, and who wrote it when it is not
-// (ok false when nobody has fenced the bucket).
-func (k *KV) Fenced(ctx context.Context) (mine bool, by Holder, ok bool, err error) {
+// Fence is the bucket's fence as it is: who wrote it (ok false when nobody has fenced the
+// bucket), whether it is this KV's own, and its revision, for Adopt.
+type Fence struct {
+	By       Holder
+	OK, Mine bool
+	Revision uint64
+}
+
+// Fenced reads the bucket's fence.
+func (k *KV) Fenced(ctx context.Context) (Fence, error) {
 	e, err := k.kv.Get(ctx, FenceKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, Holder{}, false, nil
+		return Fence{}, nil
 	}
 	if err != nil {
-		return false, Holder{}, false, fmt.Errorf("reading the fence of the store's bucket %s: %w", render.StateBucket, err)
+		return Fence{}, fmt.Errorf("reading the fence of the store's bucket %s: %w", render.StateBucket, err)
 	}
-	_ = json.Unmarshal(e.Value(), &by)
-	return e.Revision() == k.fence.Load(), by, true, nil
+	f := Fence{OK: true, Revision: e.Revision(), Mine: e.Revision() == k.fence.Load()}
+	_ = json.Unmarshal(e.Value(), &f.By)
+	return f, nil
 }
+
+// Adopt makes a fence another process of this same copy of the store wrote this KV's own,
+// without writing: that process and this one write through one store file, whose changes
+// are ordered already, and the bucket holds nothing that file lacks. A converged apply run
+// again from the same state directory writes nothing to the bus.
+func (k *KV) Adopt(f Fence) { k.fence.Store(f.Revision) }
 
 var _ state.Replica = (*KV)(nil)
 
@@ -110,11 +136,12 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*KV, error
 		if err != nil {
 			return nil, fmt.Errorf("creating the store's bucket %s on the bus: %w", want.Bucket, err)
 		}
-		return &KV{js: js, kv: kv}, nil
+		return &KV{js: js, kv: kv, replicas: replicas}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	k.replicas = replicas
 	st, err := k.kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the store's bucket %s on the bus: %w", want.Bucket, err)
@@ -189,7 +216,7 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 		inFlight = inFlight[:0]
 		return nil
 	}
-	for _, r := range records {
+	for i, r := range records {
 		msg := nats.NewMsg(prefix + r.Key)
 		if r.Value == nil {
 			msg.Header.Set(kvOperation, "PURGE")
@@ -198,14 +225,17 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 			msg.Data = r.Value
 		}
 		opts := []jetstream.PublishOpt{jetstream.WithExpectStream(render.StateStream)}
-		if fence := k.fence.Load(); fence != 0 {
+		fence := k.fence.Load()
+		if fence != 0 && (i == 0 || k.replicas == 1) {
 			opts = append(opts, jetstream.WithExpectLastSequenceForSubject(fence, prefix+FenceKey))
 		}
 		f, err := k.js.PublishMsgAsync(msg, opts...)
 		if err != nil {
 			return fmt.Errorf("writing %s to the store's bucket %s: %w", r.Key, render.StateBucket, err)
 		}
-		if inFlight = append(inFlight, f); len(inFlight) == writeWindow {
+		// The first record of a fenced write is waited for alone: refused, nothing of the
+		// write goes out.
+		if inFlight = append(inFlight, f); len(inFlight) == writeWindow || fence != 0 && i == 0 {
 			if err := settle(); err != nil {
 				return err
 			}

@@ -31,10 +31,10 @@ import (
 // replicas, as the store's bucket does).
 //
 // The holder's side is the other half: it counts itself the holder only while its last renewal
-// the server took is less than heldFor old by its own monotonic clock, half the TTL. A holder
-// frozen (SIGSTOP, a long GC, a VM paused) past that finds, the moment it runs again, that it
-// holds nothing — before any other holder can have been let in by the server. It stops, and
-// asks again.
+// the server took is less than heldFor old by its own monotonic clock, and past that only once
+// the bucket took a renewal expecting its revision (Held). A holder frozen (SIGSTOP, a long GC,
+// a VM paused) past its lease finds, the moment it runs again, that its renewal is refused — a
+// lapsed key, or another's — and that it holds nothing. It stops, and asks again.
 
 // LeaseTTL is how long a lease outlives its holder's last renewal: the bucket's TTL.
 const LeaseTTL = 10 * time.Second
@@ -43,8 +43,10 @@ const LeaseTTL = 10 * time.Second
 // answer one renewal, or a stream electing a leader, costs no lease.
 const renewEvery = LeaseTTL / 5
 
-// heldFor is how long after its last renewal a holder still counts itself the holder.
-const heldFor = LeaseTTL / 2
+// heldFor is how long after its last renewal a holder counts itself the holder without asking
+// the bus (Held): three quarters of the TTL, the rest a margin for a change checked just before
+// it to reach the server.
+const heldFor = LeaseTTL * 3 / 4
 
 // The leases' keys.
 const (
@@ -58,8 +60,10 @@ const (
 
 // Holder says who holds a lease, in its value.
 type Holder struct {
-	// Store is the identity of the holder's state store.
+	// Store is the identity of the holder's state store, Copy which copy of it (state's
+	// CopyID): copies restored from the bus share the identity.
 	Store string `json:"store"`
+	Copy  string `json:"copy,omitempty"`
 	Host  string `json:"host"`
 	PID   int    `json:"pid"`
 	// Role is what holds it: "watch", "apply", "credentials".
@@ -68,10 +72,10 @@ type Holder struct {
 	Since time.Time `json:"since"`
 }
 
-// Me is the Holder this process is, for a store and role.
-func Me(store, role string) Holder {
+// Me is the Holder this process is, for a copy of a store and a role.
+func Me(store, copyID, role string) Holder {
 	host, _ := os.Hostname()
-	return Holder{Store: store, Host: host, PID: os.Getpid(), Role: role, Since: time.Now().UTC()}
+	return Holder{Store: store, Copy: copyID, Host: host, PID: os.Getpid(), Role: role, Since: time.Now().UTC()}
 }
 
 func (h Holder) String() string {
@@ -80,7 +84,7 @@ func (h Holder) String() string {
 
 // same reports whether h and o are the same holding: a holder renewing finds itself.
 func (h Holder) same(o Holder) bool {
-	return h.Store == o.Store && h.Host == o.Host && h.PID == o.PID && h.Role == o.Role && h.Since.Equal(o.Since)
+	return h.Store == o.Store && h.Copy == o.Copy && h.Host == o.Host && h.PID == o.PID && h.Role == o.Role && h.Since.Equal(o.Since)
 }
 
 // ErrHeld is returned (as a *HeldError) by Acquire when another holds the lease.
@@ -180,17 +184,25 @@ func (ls *Leases) Acquire(ctx context.Context, key string, h Holder) (*Lease, er
 	asked := time.Now()
 	rev, err := ls.kv.Create(ctx, key, value)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		other, _, ok, rerr := ls.Read(ctx, key)
-		if rerr != nil {
-			return nil, rerr
-		}
-		if !ok {
+		e, rerr := ls.kv.Get(ctx, key)
+		if errors.Is(rerr, jetstream.ErrKeyNotFound) {
 			// Let go between the two calls: asked again by the caller.
 			return nil, &HeldError{Key: key, Holder: Holder{Role: "holder that just let go"}}
 		}
-		return nil, &HeldError{Key: key, Holder: other}
-	}
-	if err != nil {
+		if rerr != nil {
+			return nil, fmt.Errorf("reading the %s on the bus: %w", leaseName(key), rerr)
+		}
+		var other Holder
+		if err := json.Unmarshal(e.Value(), &other); err != nil {
+			return nil, fmt.Errorf("reading the %s on the bus: its value is not a holder: %w", leaseName(key), err)
+		}
+		if !other.same(h) {
+			return nil, &HeldError{Key: key, Holder: other}
+		}
+		// This holder's own: a Create asked again after its answer was lost. Counted from
+		// when this call began, as a renewal is.
+		rev = e.Revision()
+	} else if err != nil {
 		return nil, fmt.Errorf("taking the %s on the bus: %w", leaseName(key), err)
 	}
 	l := &Lease{ls: ls, key: key, holder: h, value: value, rev: rev, renewed: asked,
@@ -247,18 +259,34 @@ func (l *Lease) Key() string { return l.key }
 // Holder is who holds it: this process.
 func (l *Lease) Holder() Holder { return l.holder }
 
-// Held returns nil while the lease is this holder's, and an error wrapping ErrLost once it is
-// not: a renewal the bucket refused (someone else holds the key), or none taken for heldFor.
-func (l *Lease) Held() error {
+// Held returns nil while the lease is this holder's, and an error wrapping ErrLost when it is
+// not, or may not be.
+//
+// Within heldFor of the last renewal the server took, the holder knows it holds the lease: the
+// server lets it lapse no sooner than LeaseTTL after storing that renewal, which was sent after
+// the time counted from. Past that, it may have lapsed, and Held renews it there and then: a
+// renewal the bucket takes, expecting the revision this holder last wrote, proves that nobody
+// took it since and that it did not lapse (a lapsed key has no revision to match). A renewal
+// refused loses the lease for good (Lost is closed); one the bus did not answer is said as
+// lost this once, and Held asks again next time. ctx bounds that renewal.
+func (l *Lease) Held(ctx context.Context) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err == nil && time.Since(l.renewed) >= heldFor {
-		l.loseLocked(fmt.Errorf("%w: the %s was not renewed for %s", ErrLost, leaseName(l.key), time.Since(l.renewed).Round(time.Millisecond)))
+	err, fresh := l.err, time.Since(l.renewed) < heldFor
+	since := time.Since(l.renewed)
+	l.mu.Unlock()
+	if err != nil || fresh {
+		return err
 	}
-	return l.err
+	if err := l.renew(ctx); err != nil {
+		if errors.Is(err, ErrLost) {
+			return err
+		}
+		return fmt.Errorf("%w: the %s was not renewed for %s, and the bus does not answer: %w", ErrLost, leaseName(l.key), since.Round(time.Millisecond), err)
+	}
+	return nil
 }
 
-// Lost is closed once the lease is lost.
+// Lost is closed once the lease is lost for good.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 func (l *Lease) loseLocked(err error) {
@@ -279,10 +307,7 @@ func (l *Lease) keep() {
 			return
 		case <-t.C:
 		}
-		if l.Held() != nil {
-			return
-		}
-		if err := l.renew(); err != nil {
+		if err := l.renew(context.Background()); err != nil {
 			if errors.Is(err, ErrLost) {
 				return
 			}
@@ -293,12 +318,15 @@ func (l *Lease) keep() {
 }
 
 // renew puts the holder's value again, expecting the revision it last wrote.
-func (l *Lease) renew() error {
+func (l *Lease) renew(ctx context.Context) error {
 	l.mu.Lock()
-	rev := l.rev
+	rev, err := l.rev, l.err
 	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), renewEvery)
+	ctx, cancel := context.WithTimeout(ctx, renewEvery)
 	defer cancel()
 	next, err := l.ls.kv.Update(ctx, l.key, l.value, rev)
 	l.mu.Lock()

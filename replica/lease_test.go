@@ -21,13 +21,13 @@ func TestALeaseHasOneHolderAndLapsesWithItsHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := replica.Me("store-a", "watch"), replica.Me("store-b", "watch")
+	a, b := replica.Me("store-a", "copy-a", "watch"), replica.Me("store-b", "copy-b", "watch")
 	b.PID++
 	first, err := ls.Acquire(ctx, replica.LeaderKey, a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Held(); err != nil {
+	if err := first.Held(ctx); err != nil {
 		t.Fatalf("a lease just taken: %v", err)
 	}
 	_, err = ls.Acquire(ctx, replica.LeaderKey, b)
@@ -41,14 +41,14 @@ func TestALeaseHasOneHolderAndLapsesWithItsHolder(t *testing.T) {
 	}
 	// Renewed past the TTL, it is still held.
 	time.Sleep(replica.LeaseTTL + time.Second)
-	if err := first.Held(); err != nil {
+	if err := first.Held(ctx); err != nil {
 		t.Fatalf("a lease renewed past its TTL: %v", err)
 	}
 	if _, err := ls.Acquire(ctx, replica.LeaderKey, b); !errors.Is(err, replica.ErrHeld) {
 		t.Fatalf("a renewed lease was taken: %v", err)
 	}
 	first.Release(ctx)
-	if !errors.Is(first.Held(), replica.ErrLost) {
+	if !errors.Is(first.Held(ctx), replica.ErrLost) {
 		t.Fatal("a released lease counts itself held")
 	}
 	second, err := ls.Acquire(ctx, replica.LeaderKey, b)
@@ -74,13 +74,13 @@ func TestALeaseHasOneHolderAndLapsesWithItsHolder(t *testing.T) {
 	if waited > replica.LeaseTTL+2*time.Second || notices != 1 {
 		t.Fatalf("took over after %s with %d notices, want within the TTL and one notice", waited, notices)
 	}
-	if !errors.Is(dead.Held(), replica.ErrLost) {
+	if !errors.Is(dead.Held(ctx), replica.ErrLost) {
 		t.Fatal("a holder frozen past its lease counts itself held")
 	}
 	if err := dead.Thaw(); !errors.Is(err, replica.ErrLost) {
 		t.Fatalf("a frozen holder's renewal after the takeover: %v, want lost", err)
 	}
-	if err := took.Held(); err != nil {
+	if err := took.Held(ctx); err != nil {
 		t.Fatalf("the new holder lost its lease to the old one's renewal: %v", err)
 	}
 	took.Release(ctx)
@@ -96,7 +96,7 @@ func TestAFencedOutWriterIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Fence(ctx, replica.Me("store-a", "watch")); err != nil {
+	if err := old.Fence(ctx, replica.Me("store-a", "copy-a", "watch")); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.Write(ctx, records(3, "old")); err != nil {
@@ -106,11 +106,11 @@ func TestAFencedOutWriterIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := next.Fence(ctx, replica.Me("store-a", "apply")); err != nil {
+	if err := next.Fence(ctx, replica.Me("store-a", "copy-b", "apply")); err != nil {
 		t.Fatal(err)
 	}
-	if mine, by, ok, err := old.Fenced(ctx); err != nil || mine || !ok || by.Role != "apply" {
-		t.Fatalf("the old writer's fence: mine %v by %+v (%v, %v)", mine, by, ok, err)
+	if f, err := old.Fenced(ctx); err != nil || f.Mine || !f.OK || f.By.Role != "apply" {
+		t.Fatalf("the old writer's fence: %+v (%v)", f, err)
 	}
 	err = old.Write(ctx, records(5, "late"))
 	if !errors.Is(err, state.ErrFenced) {

@@ -18,6 +18,16 @@ func (s *Store) ID(ctx context.Context) (string, error) {
 	return id, nil
 }
 
+// CopyID names this copy of the store: this file, told apart from the other copies of the same
+// store (restored from its copy on the bus) that share its ID.
+func (s *Store) CopyID(ctx context.Context) (string, error) {
+	var id string
+	if err := s.db.QueryRowContext(ctx, "SELECT copy FROM replica").Scan(&id); err != nil {
+		return "", fmt.Errorf("reading which copy of the store %s holds: %w", s.dir, err)
+	}
+	return id, nil
+}
+
 // Known returns every principal whose credential this store minted and still holds, or took
 // away (revoked, or an enrolment identity locked again by its node's enrolment): the principals
 // whose entry on a server this store may replace. Any other principal's working hash on a

@@ -133,6 +133,14 @@ var migrations = []string{
 		behind INTEGER NOT NULL CHECK (behind IN (0, 1))
 	) STRICT;
 	INSERT INTO replica (behind) VALUES (1);`,
+
+	// 7: which copy of the store this file is. Every copy of one store shares its identity (a
+	// restore makes the same store again), and the fence on the bus names the copy that last
+	// wrote there: a copy that finds its own name there knows the bus holds nothing it has not
+	// (it sends what it may have missed sending), and one that finds another's takes the bus's
+	// content for the store's (replica's Fence; reconcile's owner.go).
+	`ALTER TABLE replica ADD COLUMN copy TEXT NOT NULL DEFAULT '';
+	UPDATE replica SET copy = lower(hex(randomblob(16)));`,
 }
 
 // schemaVersion is the version this binary writes.

@@ -33,6 +33,26 @@ type State struct {
 	// before it could say so (then PID names no process).
 	StoppedAt time.Time  `json:"stopped_at,omitzero"`
 	Cycle     CycleState `json:"cycle"`
+	// Lead says, on a bus that keeps the store, whether this watch leads or stands by; nil
+	// on the embedded bus, where one watch serves the bus and leads it alone.
+	Lead *LeadState `json:"lead,omitempty"`
+}
+
+// LeadState is a watch's part in leading the mesh, as it last found it.
+type LeadState struct {
+	// Leading is whether this watch leads.
+	Leading bool `json:"leading"`
+	// Leader is who leads (this watch when Leading), as replica.Holder says it; empty when
+	// nobody does, or this watch could not read who.
+	Leader string `json:"leader,omitempty"`
+	// Since is when the leader took the lead, by its own clock.
+	Since time.Time `json:"since,omitzero"`
+	// Behind is how many messages the store's copy on the bus took that this watch's store
+	// had not taken when it last looked: 0 when it is current. A leader writes the copy, and
+	// is never behind it.
+	Behind uint64 `json:"behind"`
+	// At is when this watch last looked.
+	At time.Time `json:"at"`
 }
 
 // CycleState is the first cycle that ended in the state the file records. Later cycles ending
@@ -97,7 +117,26 @@ func (r *stateRecorder) cycle(dir string, c Cycle, at time.Time) {
 	if w := r.written; w != nil && w.Cycle.Outcome == cs.Outcome && w.Cycle.Reason == cs.Reason && slices.Equal(w.Cycle.Problems, cs.Problems) {
 		return
 	}
-	r.write(State{PID: os.Getpid(), Cycle: cs})
+	next := State{PID: os.Getpid(), Cycle: cs}
+	if r.written != nil {
+		next.Lead = r.written.Lead
+	}
+	r.write(next)
+}
+
+// lead records this watch's part in leading the mesh when it changed: whether it leads, who
+// does, or how far its store is behind (At alone does not count: a standby looks every second).
+func (r *stateRecorder) lead(ls LeadState) {
+	ls.At, ls.Since = ls.At.UTC(), ls.Since.UTC()
+	var next State
+	if r.written != nil {
+		next = *r.written
+		if w := r.written.Lead; w != nil && w.Leading == ls.Leading && w.Leader == ls.Leader && w.Behind == ls.Behind {
+			return
+		}
+	}
+	next.PID, next.StoppedAt, next.Lead = os.Getpid(), time.Time{}, &ls
+	r.write(next)
 }
 
 // stopped says in the file that this watch stopped, when it wrote the file; a file another

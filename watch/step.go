@@ -110,6 +110,9 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 	if err != nil {
 		return done(OutcomeError, err)
 	}
+	if !m.Bus.Embedded() && l.owned == nil {
+		return done(OutcomeError, errNeedsLead)
+	}
 	if conn != nil && !sameBus(conn.bus, m.Bus) {
 		letGo()
 		l.log.Info("the bus section changed: reconnecting", "from", describeBus(conn.bus), "to", describeBus(m.Bus))
@@ -139,6 +142,8 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 			Logf:        func(format string, args ...any) { l.log.Info(fmt.Sprintf(format, args...)) },
 			OwnEmbedded: true,
 			BusLog:      l.refusals.serverLog(),
+			Role:        "watch",
+			Owned:       l.owned,
 		})
 		if err != nil {
 			return done(OutcomeError, err)

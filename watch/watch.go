@@ -273,7 +273,7 @@ func Run(ctx context.Context, c Config) error {
 	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, refusals: refused, changes: changes, syncs: make(chan chan error),
 		hearing: newHearing(c.onHeard),
 		state:   newStateRecorder(c.StateDir, func(format string, args ...any) { c.Logger.Warn(fmt.Sprintf(format, args...)) })}
-	l.run(ctx)
+	l.lead(ctx)
 	l.state.stopped(time.Now())
 	c.Logger.Info("stopped")
 	return nil
@@ -303,6 +303,11 @@ type loop struct {
 	hearing *hearing
 	// state keeps STATE/watch.json, the state the reconciles left, for meshctl status.
 	state *stateRecorder
+	// owned, while this watch leads a bus that keeps the store, says whether it still does
+	// (lead.go); nil otherwise. needsLead is set when a cycle of a watch that does not lead
+	// found that it must (errNeedsLead), which ends the loop.
+	owned     func() error
+	needsLead bool
 }
 
 type stepResult struct {
@@ -361,6 +366,7 @@ func (l *loop) run(ctx context.Context) {
 		answerSyncs(append(syncsInFlight, syncsWaiting...), Cycle{Outcome: OutcomeError, Err: errStopping})
 		if l.ctl != nil {
 			l.ctl.stop()
+			l.ctl = nil
 		}
 		if l.conn != nil {
 			l.disconnect(l.conn)
@@ -421,6 +427,10 @@ func (l *loop) run(ctx context.Context) {
 		case r := <-results:
 			running = false
 			l.conn = r.conn
+			if errors.Is(r.cycle.Err, errNeedsLead) {
+				l.needsLead = true
+				return
+			}
 			var retryIn time.Duration
 			if r.cycle.Outcome == OutcomeError && ctx.Err() == nil {
 				failures++

@@ -55,6 +55,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	allowLoss := f.Bool("allow-data-loss", false, "allow replacing or deleting objects that hold messages or unacknowledged work")
 	allowMass := f.Bool("allow-mass-delete", false, "allow a plan that deletes more than half of the objects or users meshctl owns")
 	wait := f.Bool("wait", false, "wait for another apply to finish instead of refusing")
+	sf.wait = wait
 	out := f.outputFlag("text", "json")
 	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
 		return code

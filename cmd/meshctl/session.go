@@ -16,6 +16,9 @@ import (
 type stateFlag struct {
 	dir          *string
 	passwordFile *string
+	// wait, when set, is the command's --wait: whether a restore waits for the apply lock on
+	// the bus (nil: it waits).
+	wait *bool
 }
 
 // restorableStateFlag is stateFlag with --controller-password-file: a command given it and an
@@ -46,9 +49,13 @@ func (s stateFlag) restoreIfEmpty(ctx context.Context, e *env, m *model.Mesh) in
 		e.errorf("%v", err)
 		return exitError
 	}
-	st, what, err := reconcile.Restore(ctx, m, *s.dir, password)
+	st, what, err := reconcile.Restore(ctx, m, *s.dir, password, s.wait == nil || *s.wait)
 	if err != nil {
-		e.errorf("restoring the state store in %s from the bus: %v", *s.dir, err)
+		hint := ""
+		if errors.Is(err, state.ErrLocked) {
+			hint = " (pass --wait to wait for it)"
+		}
+		e.errorf("restoring the state store in %s from the bus: %v%s", *s.dir, err, hint)
 		return exitError
 	}
 	st.Close()

@@ -21,6 +21,8 @@ type watchSeen struct {
 	// that stopped (StoppedAt) or was killed left behind.
 	Running   bool      `json:"running"`
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
+	// Lead is, on a bus that keeps the store, whether that watch leads or stands by.
+	Lead *watch.LeadState `json:"lead,omitempty"`
 }
 
 // readWatchState reads the state watch recorded in the state directory; nil when none did.
@@ -32,7 +34,7 @@ func readWatchState(stateDir string) (*watchSeen, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &watchSeen{CycleState: s.Cycle, PID: s.PID, Running: s.Running(), StoppedAt: s.StoppedAt}, nil
+	return &watchSeen{CycleState: s.Cycle, PID: s.PID, Running: s.Running(), StoppedAt: s.StoppedAt, Lead: s.Lead}, nil
 }
 
 // watchOutcomes say what each outcome means, as status shows it.
@@ -60,9 +62,24 @@ func printWatch(out io.Writer, w *tabwriter.Writer, s *watchSeen) {
 	case !s.Running:
 		who += ", which is no longer running (it did not say it stopped: killed or crashed)"
 	}
-	fmt.Fprintf(w, "Watch:\t%s since %s (trigger %s): %s\n", printable.Text(string(s.Outcome)), s.At.Local().Format(time.DateTime),
-		printable.Text(s.Trigger), watchOutcomes[s.Outcome])
+	if s.Outcome == "" {
+		fmt.Fprintf(w, "Watch:\tno reconcile of its own recorded\n")
+	} else {
+		fmt.Fprintf(w, "Watch:\t%s since %s (trigger %s): %s\n", printable.Text(string(s.Outcome)), s.At.Local().Format(time.DateTime),
+			printable.Text(s.Trigger), watchOutcomes[s.Outcome])
+	}
 	fmt.Fprintf(w, "\trecorded by %s\n", who)
+	if l := s.Lead; l != nil {
+		switch {
+		case l.Leading:
+			fmt.Fprintf(w, "Lead:\tthis watch leads the mesh, since %s\n", l.Since.Local().Format(time.DateTime))
+		case l.Leader != "":
+			fmt.Fprintf(w, "Lead:\tthis watch stands by; %s leads\n", printable.Text(l.Leader))
+			fmt.Fprintf(w, "\tthis store was %d message(s) behind its copy on the bus at %s\n", l.Behind, l.At.Local().Format(time.DateTime))
+		default:
+			fmt.Fprintf(w, "Lead:\tthis watch stands by; who leads could not be read\n")
+		}
+	}
 	_ = w.Flush()
 	if s.Reason != "" {
 		fmt.Fprintf(out, "  reason: %s\n", printable.Text(s.Reason))

@@ -1,0 +1,245 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/replica"
+	"github.com/meshbus/meshctl/state"
+)
+
+// One owner at a time of a bus that keeps the store.
+//
+// Whoever changes the bus or the store does so under the apply lock on the bus
+// (replica.LockKey): a one-shot apply from CI, and the leading watch for each of its reconciles,
+// each on its own machine with its own copy of the store. Taking the lock, a session fences the
+// store's bucket (replica's Fence) and so becomes its one writer: a writer fenced out — a watch
+// frozen past its lease, the leader's controller while a CI apply holds the lock — has its late
+// writes refused by the stream, and what it committed to its own copy is not the mesh's.
+//
+// Which copy's content is the store's is decided at the fence. The fence names the copy that
+// wrote it last (state's CopyID). Where that is this copy, or nobody has fenced, the bus holds
+// nothing this copy lacks, and the copy sends what it may have missed sending (CatchUp); a fence
+// of this copy's is adopted as it is, not written again (replica's Adopt). Where
+// another copy fenced since, the bus holds what that one did, and this copy is made equal to the
+// bus before it changes anything (state's Refresh). The fence comes first, and the read after
+// it: no write can land between the read and the fence.
+//
+// And nothing is changed by an owner that is no longer one: every mutating call of an apply,
+// and every write of an accounts file, first asks whether the lock (and, for watch, the lead)
+// is still this process's, by its own clock — a process frozen past its lease finds, the
+// moment it runs again, that it owns nothing, before any other can have been let in.
+
+// ownerRole is what a session holds the lock as, in its holder's value: watch's sessions own
+// the embedded bus (Options.OwnEmbedded), a one-shot command does not.
+func (s *Session) ownerRole() string {
+	if s.opts.Role != "" {
+		return s.opts.Role
+	}
+	return "apply"
+}
+
+// takeBusLock takes the apply lock on the bus, waiting while another holds it when wait is
+// set (notice is told once who), and makes this session the store's one writer there. It does
+// nothing on a bus that keeps no store (the embedded bus, a read-only session). The error of a
+// lock held by another wraps state.ErrLocked and names the holder.
+func (s *Session) takeBusLock(ctx context.Context, wait bool, notice func(string)) error {
+	if s.replica == nil || s.busLock != nil {
+		return nil
+	}
+	me, err := s.holder(ctx)
+	if err != nil {
+		return err
+	}
+	told := false
+	// Asked again while the bus is between leaders, as every call on a cluster is: a take
+	// whose answer was lost finds its own holding, and keeps it (replica's Acquire).
+	lock, err := retryCall(ctx, func(actx context.Context) (*replica.Lease, error) {
+		if !wait {
+			return s.leases.Acquire(actx, replica.LockKey, me)
+		}
+		return s.leases.AcquireWaiting(ctx, replica.LockKey, me, func(h *replica.HeldError) {
+			if notice != nil && !told {
+				notice(fmt.Sprintf("waiting for %s", h))
+				told = true
+			}
+		})
+	})
+	if errors.Is(err, replica.ErrHeld) {
+		return fmt.Errorf("%w: %w", state.ErrLocked, err)
+	}
+	if err != nil {
+		return err
+	}
+	s.busLock = lock
+	if err := s.own(ctx, me); err != nil {
+		s.releaseBusLock()
+		return err
+	}
+	return nil
+}
+
+// releaseBusLock lets the apply lock on the bus go, if this session holds it.
+func (s *Session) releaseBusLock() {
+	if s.busLock == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.busLock.Release(ctx)
+	s.busLock = nil
+}
+
+// holder is this session as the holder of a lease.
+func (s *Session) holder(ctx context.Context) (replica.Holder, error) {
+	return Holder(ctx, s.Store, s.ownerRole())
+}
+
+// Holder is this process, with its copy of store, as the holder of a lease in role.
+func Holder(ctx context.Context, store *state.Store, role string) (replica.Holder, error) {
+	id, err := store.ID(ctx)
+	if err != nil {
+		return replica.Holder{}, err
+	}
+	copyID, err := store.CopyID(ctx)
+	if err != nil {
+		return replica.Holder{}, err
+	}
+	return replica.Me(id, copyID, role), nil
+}
+
+// own makes this session the store's one writer on the bus (see above), under the lock.
+func (s *Session) own(ctx context.Context, me replica.Holder) error {
+	fence, err := retryCall(ctx, s.replica.Fenced)
+	if err != nil {
+		return err
+	}
+	if fence.Mine {
+		return nil
+	}
+	by := fence.By
+	if fence.OK && by.Copy == me.Copy {
+		s.replica.Adopt(fence)
+	} else if err := retry(ctx, func(ctx context.Context) error { return s.replica.Fence(ctx, me) }); err != nil {
+		// A fence whose answer was lost and is written again: the later one is the fence.
+		return err
+	}
+	if !fence.OK || by.Copy == me.Copy {
+		s.Store.SetReplica(s.replica)
+		if err := s.Store.CatchUp(ctx, s.replicaFresh); err != nil {
+			return fmt.Errorf("keeping the store on the bus at %s: %w", s.Target.Address(), err)
+		}
+		s.replicaFresh = false
+		return nil
+	}
+	records, err := retryCall(ctx, s.replica.ReadAll)
+	if err != nil {
+		return fmt.Errorf("reading the store kept on the bus at %s, which %s wrote last: %w", s.Target.Address(), by, err)
+	}
+	changed, err := s.Store.Refresh(ctx, records)
+	if err != nil {
+		return err
+	}
+	if changed {
+		s.logf("took the store's content from its copy on the bus, which %s wrote last", by)
+	}
+	s.Store.SetReplica(s.replica)
+	s.replicaFresh = false
+	return nil
+}
+
+// owned returns nil while this session may change the bus: it holds the apply lock on the bus
+// (where it keeps the store there), and the caller's Options.Owned says it still may.
+func (s *Session) owned() error {
+	if s.busLock != nil {
+		if err := s.busLock.Held(context.Background()); err != nil {
+			return err
+		}
+	}
+	if s.opts.Owned != nil {
+		return s.opts.Owned()
+	}
+	return nil
+}
+
+// ownedAPI is an API whose every mutating call first asks owned.
+type ownedAPI struct {
+	API
+	owned func() error
+}
+
+// guarded is api, each mutating call asking owned first; api itself where owned is nil.
+func guarded(api API, owned func() error) API {
+	if owned == nil {
+		return api
+	}
+	return ownedAPI{API: api, owned: owned}
+}
+
+func (a ownedAPI) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	if err := a.owned(); err != nil {
+		return err
+	}
+	return a.API.CreateStream(ctx, cfg)
+}
+
+func (a ownedAPI) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	if err := a.owned(); err != nil {
+		return err
+	}
+	return a.API.UpdateStream(ctx, cfg)
+}
+
+func (a ownedAPI) DeleteStream(ctx context.Context, name string) error {
+	if err := a.owned(); err != nil {
+		return err
+	}
+	return a.API.DeleteStream(ctx, name)
+}
+
+func (a ownedAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error) {
+	if err := a.owned(); err != nil {
+		return nil, err
+	}
+	return a.API.CreateConsumer(ctx, stream, cfg)
+}
+
+func (a ownedAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	if err := a.owned(); err != nil {
+		return err
+	}
+	return a.API.UpdateConsumer(ctx, stream, cfg)
+}
+
+func (a ownedAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
+	if err := a.owned(); err != nil {
+		return err
+	}
+	return a.API.DeleteConsumer(ctx, stream, name)
+}
+
+func (a ownedAPI) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
+	if err := a.owned(); err != nil {
+		return err
+	}
+	return a.API.DeleteMsg(ctx, stream, seq)
+}
+
+func (a ownedAPI) Publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
+	if err := a.owned(); err != nil {
+		return nil, err
+	}
+	return a.API.Publish(ctx, msg)
+}
+
+func (a ownedAPI) PauseConsumer(ctx context.Context, stream, consumer string, until time.Time) error {
+	if err := a.owned(); err != nil {
+		return err
+	}
+	return a.API.PauseConsumer(ctx, stream, consumer, until)
+}
