@@ -48,12 +48,15 @@ func Compute(target Target, live Live, o Options) *Plan {
 		case !ok:
 			streamChanges = append(streamChanges, Change{Kind: KindStream, Name: want.Name, Action: Create,
 				Reason: "derived from the mesh and not on the bus", Risk: RiskNone, After: want})
-		case !Owned(have.Config.Metadata):
+		case !target.owns(have.Config.Metadata):
 			blocked[want.Name] = true
+			reason := target.notOwned("the stream "+want.Name, have.Config.Metadata)
+			if reason == "" {
+				reason = fmt.Sprintf("a stream named %s exists without meshctl's ownership marker (%s=%s); meshctl will not adopt or change it: rename or remove it, or mark it deliberately",
+					want.Name, render.OwnerKey, render.OwnerValue)
+			}
 			conflicts = append(conflicts, Change{Kind: KindStream, Name: want.Name, Action: Conflict,
-				Reason: fmt.Sprintf("a stream named %s exists without meshctl's ownership marker (%s=%s); meshctl will not adopt or change it: rename or remove it, or mark it deliberately",
-					want.Name, render.OwnerKey, render.OwnerValue),
-				Risk: RiskNone, Before: &have.Config})
+				Reason: reason, Risk: RiskNone, Before: &have.Config})
 		default:
 			fields := diffStream(have.Config, *want)
 			if len(fields) == 0 {
@@ -91,10 +94,13 @@ func Compute(target Target, live Live, o Options) *Plan {
 			}
 			consumerChanges = append(consumerChanges, Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream,
 				Action: Create, Reason: reason, Risk: RiskNone, After: &want.Config})
-		case !Owned(have.Config.Metadata):
+		case !target.owns(have.Config.Metadata):
+			reason := target.notOwned("the consumer "+want.Name()+" on "+want.Stream, have.Config.Metadata)
+			if reason == "" {
+				reason = fmt.Sprintf("a consumer named %s on %s exists without meshctl's ownership marker; meshctl will not adopt or change it", want.Name(), want.Stream)
+			}
 			conflicts = append(conflicts, Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream, Action: Conflict,
-				Reason: fmt.Sprintf("a consumer named %s on %s exists without meshctl's ownership marker; meshctl will not adopt or change it", want.Name(), want.Stream),
-				Risk:   RiskNone, Before: &have.Config})
+				Reason: reason, Risk: RiskNone, Before: &have.Config})
 		default:
 			fields := diffConsumer(have.Config, want.Config)
 			if len(fields) == 0 {
@@ -115,7 +121,7 @@ func Compute(target Target, live Live, o Options) *Plan {
 	for i := range live.Consumers {
 		have := &live.Consumers[i]
 		key := have.Stream + "/" + have.Config.Durable
-		if desiredConsumers[key] || !Owned(have.Config.Metadata) {
+		if desiredConsumers[key] || !target.owns(have.Config.Metadata) {
 			continue
 		}
 		if !desiredStreams[have.Stream] || recreated[have.Stream] {
@@ -129,7 +135,7 @@ func Compute(target Target, live Live, o Options) *Plan {
 	}
 	for i := range live.Streams {
 		have := &live.Streams[i]
-		if desiredStreams[have.Config.Name] || !Owned(have.Config.Metadata) {
+		if desiredStreams[have.Config.Name] || !target.owns(have.Config.Metadata) {
 			continue
 		}
 		c := Change{Kind: KindStream, Name: have.Config.Name, Action: Delete,

@@ -217,3 +217,45 @@ func TestTheSystemUserIsDiffedBesideTheMesh(t *testing.T) {
 		t.Fatalf("reload by request turned off does not delete the system user: %+v", c)
 	}
 }
+
+// Two meshes on one bus: a store's plan never changes or deletes an object that another mesh's
+// store marked as its own (render.MeshKey), and says whose it is; an object meshctl marked
+// before it named meshes is claimed, once, by an update of its metadata alone.
+func TestAnotherMeshsObjectsAreLeftAloneAndUnnamedOnesClaimed(t *testing.T) {
+	t.Parallel()
+	first := target(t, "../examples/seed", nil).ForMesh("mesh-a")
+	live := serverView(LiveOf(first))
+	second := target(t, "../examples/quickstart", nil).ForMesh("mesh-b")
+	p := Compute(second, live, Options{})
+	conflicts := 0
+	for _, c := range p.Changes {
+		switch c.Action {
+		case Delete, Update, Replace:
+			if c.Kind != KindAccounts {
+				t.Errorf("the second mesh plans to %s %s, the first mesh's", c.Action, c.ID())
+			}
+		case Conflict:
+			conflicts++
+			if !strings.Contains(c.Reason, "belongs to another mesh") || !strings.Contains(c.Reason, "mesh-a") {
+				t.Errorf("the conflict on %s does not say whose it is: %s", c.ID(), c.Reason)
+			}
+		}
+	}
+	if conflicts == 0 {
+		t.Error("the streams both meshes derive are not conflicts")
+	}
+
+	unnamed := serverView(LiveOf(target(t, "../examples/seed", nil)))
+	p = Compute(first, unnamed, Options{})
+	if len(p.Changes) == 0 {
+		t.Fatal("objects marked before meshes were named are not claimed")
+	}
+	for _, c := range p.Changes {
+		if c.Action != Update || len(c.Fields) != 1 || c.Fields[0].Field != "metadata" {
+			t.Fatalf("claiming %s plans %s of %v, want an update of its metadata alone", c.ID(), c.Action, c.Fields)
+		}
+	}
+	if p := Compute(first, serverView(LiveOf(first)), Options{}); !p.Empty() {
+		t.Fatalf("a claimed bus is not converged: %d changes", len(p.Changes))
+	}
+}

@@ -39,7 +39,7 @@ func massDelete(p *Plan, target Target, live Live, o Options) *MassDelete {
 	var m MassDelete
 	owned := map[string]bool{}
 	for _, s := range live.Streams {
-		if Owned(s.Config.Metadata) {
+		if target.owns(s.Config.Metadata) {
 			owned[s.Config.Name] = true
 			m.OwnedObjects++
 		}
@@ -58,7 +58,7 @@ func massDelete(p *Plan, target Target, live Live, o Options) *MassDelete {
 		}
 	}
 	for _, c := range live.Consumers {
-		if !Owned(c.Config.Metadata) || !owned[c.Stream] {
+		if !target.owns(c.Config.Metadata) || !owned[c.Stream] {
 			continue
 		}
 		m.OwnedObjects++

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/model"
@@ -209,6 +210,9 @@ type Target struct {
 	// minted their credential or revoked it (state's Known). nil for a target without a
 	// store (diff --from); see Strands.
 	Known map[string]bool
+	// Mesh is the identity of the store the target is planned for, which every stream and
+	// consumer it derives names (render.MeshKey); "" for a target without a store.
+	Mesh string
 }
 
 // TargetOf is the target of a derivation, its accounts config rendered with hashes (nil
@@ -263,6 +267,47 @@ type Options struct {
 
 // Owned reports whether an object's metadata carries meshctl's ownership marker.
 func Owned(metadata map[string]string) bool { return metadata[render.OwnerKey] == render.OwnerValue }
+
+// ForMesh is the target for the mesh of store id: every stream and consumer it derives names
+// id in its metadata (render.MeshKey), and it changes no object that names another.
+func (t Target) ForMesh(id string) Target {
+	withMesh := func(metadata map[string]string) map[string]string {
+		out := make(map[string]string, len(metadata)+1)
+		for k, v := range metadata {
+			out[k] = v
+		}
+		out[render.MeshKey] = id
+		return out
+	}
+	for i := range t.Bus.Streams {
+		t.Bus.Streams[i].Metadata = withMesh(t.Bus.Streams[i].Metadata)
+	}
+	for i := range t.Bus.Consumers {
+		t.Bus.Consumers[i].Config.Metadata = withMesh(t.Bus.Consumers[i].Config.Metadata)
+	}
+	t.Mesh = id
+	return t
+}
+
+// owns reports whether the target may change or delete an object: it carries meshctl's marker,
+// and names no other mesh than the target's (render.MeshKey). An object that names none was
+// made before meshctl marked which mesh; it is the target's to claim.
+func (t Target) owns(metadata map[string]string) bool {
+	if !Owned(metadata) {
+		return false
+	}
+	mesh := metadata[render.MeshKey]
+	return t.Mesh == "" || mesh == "" || mesh == t.Mesh
+}
+
+// notOwned says why an object the target derives is one it will not change.
+func (t Target) notOwned(what string, metadata map[string]string) string {
+	if Owned(metadata) {
+		return fmt.Sprintf("%s belongs to another mesh (%s=%s; this one is %s); meshctl will not change it: two meshes on one bus must name their objects apart",
+			what, render.MeshKey, metadata[render.MeshKey], t.Mesh)
+	}
+	return ""
+}
 
 // LiveOf is the bus exactly as a target describes it, as though it had been applied and
 // nothing had happened since: `meshctl diff --from OLD` plans from it, without a bus. Nothing

@@ -64,10 +64,15 @@ func desired(ctx context.Context, store *state.Store, m *model.Mesh) (plan.Targe
 	if err != nil {
 		return plan.Target{}, err
 	}
-	t := plan.TargetOf(render.Derive(m), hashes)
+	id, err := store.ID(ctx)
+	if err != nil {
+		return plan.Target{}, err
+	}
+	t := plan.TargetOf(render.Derive(m), hashes).ForMesh(id)
 	t.Known = known
 	return t, nil
 }
+
 
 // Plan reads the live bus and plans against the mesh, changing nothing.
 func (s *Session) Plan(ctx context.Context, m *model.Mesh, o plan.Options) (*plan.Plan, error) {

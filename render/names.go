@@ -68,6 +68,12 @@ const (
 	OwnerValue = "meshctl"
 )
 
+// MeshKey names, in the metadata of every stream and consumer a store applied, the state store
+// that manages it (state's ID): two meshes on one bus each leave the other's objects alone.
+// An object carrying OwnerKey without it was made before stores had an identity, and is claimed
+// by the first store that applies with it there (its metadata updated in place, once).
+const MeshKey = "meshctl.mesh"
+
 // SeatStreamName is the work queue of a seat: named after the seat, not its holder,
 // because the holder can change and the queued work must not care.
 func SeatStreamName(seat string) string { return "SEAT_" + upperSnake(seat) }
