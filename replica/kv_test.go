@@ -181,12 +181,11 @@ func TestWriteAndReadBack(t *testing.T) {
 // On a three-server cluster the bucket has three replicas, and every record Write reported
 // written is read back after the stream's leader is stopped; writing goes on under the new
 // leader. An existing R1 bucket is raised to the mesh's replicas by Open.
-func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
-	t.Parallel()
-	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
-	// One user with every permission: this test is about durability, the host matrix about
-	// who may reach the bucket.
+// clusterJS lets one user with every permission into the MESH account of every server of c,
+// and is JetStream as that user on the cluster: the tests of durability are not about who may
+// reach the buckets (the host matrix is).
+func clusterJS(ctx context.Context, t *testing.T, c *bus.TestCluster) jetstream.JetStream {
+	t.Helper()
 	for _, srv := range c.Servers {
 		conf := "accounts { MESH { jetstream: enabled, users: [{user: ctl, password: pw}] } }\n"
 		if err := os.WriteFile(srv.AccountsFile, []byte(conf), 0o600); err != nil {
@@ -233,6 +232,14 @@ func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	return js
+}
+
+func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := bus.StartTestCluster(t, 3)
+	js := clusterJS(ctx, t, c)
 	if _, err := replica.Open(ctx, js, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,16 @@
 package replica_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
 	"github.com/meshbus/meshctl/state"
 )
@@ -130,4 +135,63 @@ func TestAFencedOutWriterIsRefused(t *testing.T) {
 			t.Fatalf("the bucket holds %v, want %v (nothing of the late write)", got, want)
 		}
 	}
+}
+
+// On a three-server cluster the lease outlives the server that led its stream: the holder
+// keeps it through the election (its renewal confirmed by the bus once the stream answers
+// again), and a contender is refused before, during and after.
+func TestALeaseOnAClusterOutlivesItsStreamLeader(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := bus.StartTestCluster(t, 3)
+	js := clusterJS(ctx, t, c)
+	var ls *replica.Leases
+	eventually(ctx, t, func(ctx context.Context) (err error) {
+		ls, err = replica.OpenLeases(ctx, js, 3)
+		return err
+	})
+	a, b := replica.Me("store", "copy-a", "watch"), replica.Me("store", "copy-b", "watch")
+	var held *replica.Lease
+	eventually(ctx, t, func(ctx context.Context) (err error) {
+		held, err = ls.Acquire(ctx, replica.LeaderKey, a)
+		return err
+	})
+	defer held.Release(ctx)
+	var info *jetstream.StreamInfo
+	eventually(ctx, t, func(ctx context.Context) (err error) {
+		info, err = leaseStreamInfo(ctx, js)
+		if err == nil && (info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2) {
+			err = fmt.Errorf("the lease stream has no leader and two replicas yet: %+v", info.Cluster)
+		}
+		return err
+	})
+	for _, srv := range c.Servers {
+		if srv.Name == info.Cluster.Leader {
+			srv.Stop()
+		}
+	}
+	t.Logf("stopped %s, the lease stream's leader", info.Cluster.Leader)
+	eventually(ctx, t, func(ctx context.Context) error {
+		if _, err := ls.Acquire(ctx, replica.LeaderKey, b); !errors.Is(err, replica.ErrHeld) {
+			return fmt.Errorf("a contender during the election: %v, want held", err)
+		}
+		return held.Held(ctx)
+	})
+	// Past the TTL, renewed under the new stream leader: still the holder's alone.
+	time.Sleep(replica.LeaseTTL)
+	if err := held.Held(ctx); err != nil {
+		t.Fatalf("the lease after its stream's leader changed: %v", err)
+	}
+	if _, err := ls.Acquire(ctx, replica.LeaderKey, b); !errors.Is(err, replica.ErrHeld) {
+		t.Fatalf("a contender after the election: %v, want held", err)
+	}
+}
+
+// leaseStreamInfo reads the lease stream's info now.
+func leaseStreamInfo(ctx context.Context, js jetstream.JetStream) (*jetstream.StreamInfo, error) {
+	s, err := js.Stream(ctx, render.LeaseStream)
+	if err != nil {
+		return nil, err
+	}
+	return s.Info(ctx)
 }
