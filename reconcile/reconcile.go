@@ -73,7 +73,6 @@ func desired(ctx context.Context, store *state.Store, m *model.Mesh) (plan.Targe
 	return t, nil
 }
 
-
 // Plan reads the live bus and plans against the mesh, changing nothing.
 func (s *Session) Plan(ctx context.Context, m *model.Mesh, o plan.Options) (*plan.Plan, error) {
 	p, _, err := s.plan(ctx, m, o)
