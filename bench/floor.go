@@ -36,6 +36,7 @@ type floorArgs struct {
 	mesh         string // the description directory
 	dir          string // create, serve: the store of the embedded bus
 	url          string // list: the bus to list; create: a bus served by a floor process, not one of its own
+	fingerprint  string // list: the pin of the certificate of an external server at url
 	passwordFile string // list: the controller's password
 }
 
@@ -144,7 +145,7 @@ func floorServe(ctx context.Context, a floorArgs, stdin io.Reader, stdout io.Wri
 // as the controller: what a bare client with meshctl's own permissions does to read the
 // bus a diff reads.
 func floorList(ctx context.Context, a floorArgs) (floorResult, error) {
-	nc, err := dialController(ctx, a.url, a.passwordFile)
+	nc, err := dialController(ctx, bus.Target{URL: a.url, Fingerprint: a.fingerprint}, a.passwordFile)
 	if err != nil {
 		return floorResult{}, err
 	}
@@ -187,23 +188,20 @@ func floorList(ctx context.Context, a floorArgs) (floorResult, error) {
 	return floorResult{NS: time.Since(start).Nanoseconds(), Objects: len(names) + int(listed.Load())}, err
 }
 
-// dialController connects as meshctl's controller, with the password its state directory
-// holds and the inbox it is granted.
-func dialController(ctx context.Context, url, passwordFile string) (*nats.Conn, error) {
+// dialController connects to the bus at t as meshctl's controller does (bus.Dial: the inbox
+// it is granted, an external server's certificate pinned), with the password its state
+// directory holds.
+func dialController(ctx context.Context, t bus.Target, passwordFile string) (*nats.Conn, error) {
 	pw, err := os.ReadFile(passwordFile)
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(url, nats.UserInfo(render.ControllerUser, strings.TrimSpace(string(pw))),
-		nats.CustomInboxPrefix(render.Inbox(render.ControllerUser)), nats.Timeout(30*time.Second))
+	c, err := bus.Dial(ctx, t, bus.Credential{User: render.ControllerUser, Password: strings.TrimSpace(string(pw))},
+		nats.Timeout(30*time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s as the controller: %w", url, err)
+		return nil, err
 	}
-	if ctx.Err() != nil {
-		nc.Close()
-		return nil, ctx.Err()
-	}
-	return nc, nil
+	return c.Conn, nil
 }
 
 // inFlight is how many calls a floor keeps in flight: as many as an apply does.

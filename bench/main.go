@@ -8,11 +8,13 @@
 //
 // It also measures what a user waits for (wait.go): the built meshctl binary run as a user
 // runs it, one-shot and with `meshctl watch` serving the bus, each row run -runs times and
-// interleaved with the bare-client floor it is compared with.
+// interleaved with the bare-client floor it is compared with; and the converged rows and one
+// change again on an external nats-server with the store on the bus (external.go), compared
+// with the embedded bus's.
 //
 //	go run ./bench -out docs/BENCHMARKS.md            # everything, on a quiet machine
 //	go run ./bench -out - -sizes 500 -live-sizes 500  # a quick look, on stdout
-//	go run ./bench -out - -sizes none -live-sizes none -restart-sizes none -wait-sizes 200 -runs 3
+//	go run ./bench -out - -sizes none -live-sizes none -restart-sizes none -wait-sizes 200 -external-sizes 200 -runs 3
 //	                                                  # the user-wait rows alone, small
 //	go run ./bench -gen /tmp/mesh -instances 5000     # write a generated mesh as YAML
 package main
@@ -49,6 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gen := fs.String("gen", "", "write a generated mesh as YAML into this directory and exit")
 	instances := fs.Int("instances", 5000, "with -gen: module instances (nodes and seats scale with them)")
 	waitSizes := fs.String("wait-sizes", "5000", "module instances to measure what a user waits for at (whole meshctl processes; any size); none to skip")
+	externalSizes := fs.String("external-sizes", "5000", "module instances to measure the converged apply and one change on an external nats-server at, the store on the bus (whole meshctl processes; any size); none to skip")
 	runs := fs.Int("runs", 5, "runs of each user-wait row (the median and the spread are reported)")
 	var fl floorArgs
 	fs.StringVar(&fl.kind, "floor", "", "internal: run one bare-client floor (create or list) and print its time as JSON")
@@ -56,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&fl.dir, "floor-dir", "", "internal: with -floor create, the store of its bus")
 	fs.StringVar(&fl.url, "floor-url", "", "internal: with -floor list, the bus")
 	fs.StringVar(&fl.passwordFile, "floor-password", "", "internal: with -floor list, the controller's password file")
+	fs.StringVar(&fl.fingerprint, "floor-fingerprint", "", "internal: with -floor list, the pin of an external server's certificate")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,6 +87,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if plan.wait, err = parseInts(*waitSizes); err != nil {
 		return fmt.Errorf("-wait-sizes: %w", err)
+	}
+	if plan.external, err = parseInts(*externalSizes); err != nil {
+		return fmt.Errorf("-external-sizes: %w", err)
 	}
 	if *runs < 1 {
 		return fmt.Errorf("-runs %d: at least one", *runs)

@@ -31,6 +31,7 @@ import (
 type runPlan struct {
 	sizes, live, restart []int
 	wait                 []int // what a user waits for: whole meshctl processes
+	external             []int // the same on an external server, the store on the bus
 	runs                 int   // of each user-wait row
 }
 
@@ -133,16 +134,24 @@ func measure(ctx context.Context, p runPlan, tmp string, log io.Writer) (*report
 	rep.machine = describeMachine()
 	rep.loadBefore = loadAverage()
 	rep.commit = gitCommit()
-	for _, n := range append(slices.Clone(meshgen.Sizes), p.wait...) {
+	for _, n := range append(append(slices.Clone(meshgen.Sizes), p.wait...), p.external...) {
 		rep.meshes[n] = factsOf(meshgen.Scaled(n))
 	}
 	rep.bcrypt = timeBcrypt()
 
-	var err error
-	if rep.waits, err = measureWaits(ctx, p.wait, p.runs, tmp, log); err != nil {
-		return nil, err
+	if len(p.wait)+len(p.external) > 0 {
+		meshctl, err := buildMeshctl(ctx, tmp, log)
+		if err != nil {
+			return nil, err
+		}
+		if err := measureWaits(ctx, p.wait, p.runs, meshctl, tmp, log, &rep.waits); err != nil {
+			return nil, err
+		}
+		if err := measureExternal(ctx, p.external, p.runs, meshctl, tmp, log, &rep.waits); err != nil {
+			return nil, err
+		}
+		printWaits(log, rep.waits)
 	}
-	printWaits(log, rep.waits)
 	bins := map[string]string{}
 	for _, b := range benches {
 		if _, ok := bins[b.pkg]; ok || len(p.sizesOf(b)) == 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bench/meshgen"
+	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -90,33 +91,51 @@ func (w *waitResult) row(id string) *series {
 // on nats-server 2.15.2: minutes at 20,000 instances).
 const waitTimeout = 30 * time.Minute
 
-// measureWaits runs the user-wait rows at each size, runs times each.
-func measureWaits(ctx context.Context, sizes []int, runs int, tmp string, log io.Writer) ([]*waitResult, error) {
-	if len(sizes) == 0 {
-		return nil, nil
+// waitAt is the result at size n in waits, added in order of size when there is none yet:
+// the embedded rows and the external server's rows of one size are one table's.
+func waitAt(waits *[]*waitResult, n int) *waitResult {
+	i, found := slices.BinarySearchFunc(*waits, n, func(w *waitResult, n int) int { return w.size - n })
+	if !found {
+		*waits = slices.Insert(*waits, i, &waitResult{size: n, rows: map[string]*series{}})
 	}
+	return (*waits)[i]
+}
+
+// buildMeshctl builds the meshctl binary the user-wait rows run, into tmp.
+func buildMeshctl(ctx context.Context, tmp string, log io.Writer) (string, error) {
 	meshctl := filepath.Join(tmp, "meshctl")
 	fmt.Fprintf(log, "building meshctl\n")
 	build := exec.CommandContext(ctx, "go", "build", "-o", meshctl, "./cmd/meshctl")
 	build.Stdout, build.Stderr = log, log
 	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("building meshctl: %w", err)
+		return "", fmt.Errorf("building meshctl: %w", err)
 	}
+	return meshctl, nil
+}
+
+// newWaitRunner is a runner of rows into res, its files in the directory dir under tmp.
+func newWaitRunner(ctx context.Context, meshctl, tmp, dir string, runs int, log io.Writer, res *waitResult) (*waitRunner, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	var out []*waitResult
+	return &waitRunner{ctx: ctx, meshctl: meshctl, self: self, dir: filepath.Join(tmp, dir),
+		spent: filepath.Join(tmp, spentDir), log: log, runs: runs, res: res}, nil
+}
+
+// measureWaits runs the user-wait rows on the embedded bus at each size, runs times each,
+// into waits.
+func measureWaits(ctx context.Context, sizes []int, runs int, meshctl, tmp string, log io.Writer, waits *[]*waitResult) error {
 	for _, n := range sizes {
-		w := &waitResult{size: n, rows: map[string]*series{}}
-		r := &waitRunner{ctx: ctx, meshctl: meshctl, self: self, dir: filepath.Join(tmp, fmt.Sprintf("wait-%d", n)),
-			spent: filepath.Join(tmp, spentDir), log: log, runs: runs, res: w}
-		if err := r.run(n); err != nil {
-			return nil, fmt.Errorf("what a user waits for, at %d instances: %w", n, err)
+		r, err := newWaitRunner(ctx, meshctl, tmp, fmt.Sprintf("wait-%d", n), runs, log, waitAt(waits, n))
+		if err != nil {
+			return err
 		}
-		out = append(out, w)
+		if err := r.run(n); err != nil {
+			return fmt.Errorf("what a user waits for, at %d instances: %w", n, err)
+		}
 	}
-	return out, nil
+	return nil
 }
 
 type waitRunner struct {
@@ -254,59 +273,27 @@ func (r *waitRunner) run(n int) error {
 	// converged rows, and in meshctl's more than the floor's: it has more to do beside it.
 	syscall.Sync()
 
-	// Converged: the diff interleaved with the bare client's paged list of the same bus.
-	for i := range r.runs {
-		p, err := r.meshctlRun("diff", "-f", watched, "--state", state)
-		if err != nil {
-			return err
-		}
-		r.res.row(wDiff).add(p.wall, p.peak)
-		r.progress(wDiff, i, p.wall, p.peak, "")
-		f, err := r.floor("list", fmt.Sprintf("-floor-url=nats://%s", g.Listen), "-floor-password="+filepath.Join(state, "controller.password"))
-		if err != nil {
-			return err
-		}
-		if f.res.Objects != len(d.Streams)+len(d.Consumers) {
-			return fmt.Errorf("the paged list found %d objects; the mesh has %d", f.res.Objects, len(d.Streams)+len(d.Consumers))
-		}
-		r.res.row(wFloorList).add(f.wall, f.peak)
-		r.progress(wFloorList, i, f.wall, f.peak, fmt.Sprintf("(the listing alone %s)", time.Duration(f.res.NS).Round(time.Millisecond)))
+	controller := filepath.Join(state, "controller.password")
+	if err := r.convergedDiffs(wDiff, wFloorList, watched, state, bus.Target{URL: "nats://" + g.Listen}, len(d.Streams)+len(d.Consumers)); err != nil {
+		return err
 	}
-	// A converged apply: it must find nothing to change, so it makes no mutating call.
-	for i := range r.runs {
+	// A converged apply must not make watch reconcile: it wrote no accounts config.
+	if err := r.convergedApplies(wApply, watched, state, func() (func() error, error) {
 		mark := w.mark()
-		p, err := r.meshctlRun("apply", "-f", watched, "--state", state)
-		if err != nil {
-			return err
-		}
-		if _, ok := p.lineAt("the bus was already in sync"); !ok {
-			return fmt.Errorf("a converged apply changed something:\n%s", p.stderr)
-		}
-		if c := w.since(mark); len(c) > 0 {
-			return fmt.Errorf("a converged apply made watch reconcile (%s): it changed something on the bus", c[0].Trigger)
-		}
-		r.res.row(wApply).add(p.wall, p.peak)
-		r.progress(wApply, i, p.wall, p.peak, "")
+		return func() error {
+			if c := w.since(mark); len(c) > 0 {
+				return fmt.Errorf("a converged apply made watch reconcile (%s): it changed something on the bus", c[0].Trigger)
+			}
+			return nil
+		}, nil
+	}); err != nil {
+		return err
 	}
-	// One change: one module follows one more event, and back, in turn.
-	for i := range r.runs {
-		next := g
-		next.Touched = 1 - i%2
-		if err := next.Write(watched); err != nil {
-			return err
-		}
-		p, err := r.meshctlRun("apply", "-f", watched, "--state", state)
-		if err != nil {
-			return err
-		}
-		if _, ok := p.lineAt("applied "); !ok {
-			return fmt.Errorf("the apply of one change printed no \"applied\" line:\n%s", p.stderr)
-		}
-		r.res.row(wOneChange).add(p.wall, p.peak)
-		r.progress(wOneChange, i, p.wall, p.peak, "")
+	if err := r.oneChanges(wOneChange, g, watched, state, nil); err != nil {
+		return err
 	}
 	// A consumer deleted by hand, recreated by the running watch: a different one each run.
-	nc, err := dialController(r.ctx, "nats://"+g.Listen, filepath.Join(state, "controller.password"))
+	nc, err := dialController(r.ctx, bus.Target{URL: "nats://" + g.Listen}, controller)
 	if err != nil {
 		return err
 	}
@@ -340,12 +327,92 @@ func (r *waitRunner) run(n int) error {
 	return nil
 }
 
+// runCheck, called before a run, returns what must hold after it.
+type runCheck func() (after func() error, err error)
+
+// convergedDiffs times the converged diff of desc runs times into row id, each run followed
+// by the bare client's paged list of the same bus, as the controller, into row floor: the
+// list must find every one of the mesh's objects.
+func (r *waitRunner) convergedDiffs(id, floor, desc, state string, t bus.Target, objects int) error {
+	for i := range r.runs {
+		p, err := r.meshctlRun("diff", "-f", desc, "--state", state)
+		if err != nil {
+			return err
+		}
+		r.res.row(id).add(p.wall, p.peak)
+		r.progress(id, i, p.wall, p.peak, "")
+		f, err := r.floor("list", "-floor-url="+t.URL, "-floor-fingerprint="+t.Fingerprint, "-floor-password="+filepath.Join(state, "controller.password"))
+		if err != nil {
+			return err
+		}
+		if f.res.Objects != objects {
+			return fmt.Errorf("the paged list found %d objects; the mesh has %d", f.res.Objects, objects)
+		}
+		r.res.row(floor).add(f.wall, f.peak)
+		r.progress(floor, i, f.wall, f.peak, fmt.Sprintf("(the listing alone %s)", time.Duration(f.res.NS).Round(time.Millisecond)))
+	}
+	return nil
+}
+
+// convergedApplies times the apply of desc, already applied, runs times into row id: it must
+// find nothing to change, so it makes no mutating call, and check (if any) must hold.
+func (r *waitRunner) convergedApplies(id, desc, state string, check runCheck) error {
+	for i := range r.runs {
+		p, err := r.checkedApply(desc, state, "the bus was already in sync", check)
+		if err != nil {
+			return err
+		}
+		r.res.row(id).add(p.wall, p.peak)
+		r.progress(id, i, p.wall, p.peak, "")
+	}
+	return nil
+}
+
+// oneChanges times runs applies of one change into row id: one module of g follows one more
+// event, and back, in turn, written into desc; check (if any) must hold around each.
+func (r *waitRunner) oneChanges(id string, g meshgen.Mesh, desc, state string, check runCheck) error {
+	for i := range r.runs {
+		next := g
+		next.Touched = 1 - i%2
+		if err := next.Write(desc); err != nil {
+			return err
+		}
+		p, err := r.checkedApply(desc, state, "applied ", check)
+		if err != nil {
+			return err
+		}
+		r.res.row(id).add(p.wall, p.peak)
+		r.progress(id, i, p.wall, p.peak, "")
+	}
+	return nil
+}
+
+// checkedApply runs one apply of desc, which must print a line starting with want and leave
+// check (if any) holding.
+func (r *waitRunner) checkedApply(desc, state, want string, check runCheck) (proc, error) {
+	after := func() error { return nil }
+	if check != nil {
+		var err error
+		if after, err = check(); err != nil {
+			return proc{}, err
+		}
+	}
+	p, err := r.meshctlRun("apply", "-f", desc, "--state", state)
+	if err != nil {
+		return proc{}, err
+	}
+	if _, ok := p.lineAt(want); !ok {
+		return proc{}, fmt.Errorf("the apply printed no line starting %q:\n%s", want, p.stderr)
+	}
+	return p, after()
+}
+
 func (r *waitRunner) progress(id string, i int, d time.Duration, rss int64, note string) {
 	mem := ""
 	if rss > 0 {
 		mem = ", peak RSS " + megabytes(rss)
 	}
-	fmt.Fprintf(r.log, "  %-14s run %d: %s%s %s\n", id, i+1, d.Round(time.Millisecond), mem, note)
+	fmt.Fprintf(r.log, "  %-19s run %d: %s%s %s\n", id, i+1, d.Round(time.Millisecond), mem, note)
 }
 
 func (r *waitRunner) floorCreate(id, desc string, i int) error {

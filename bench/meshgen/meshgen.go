@@ -39,6 +39,18 @@ type Mesh struct {
 	// Listen is bus.listen; empty leaves the embedded bus's default. Tests use
 	// "127.0.0.1:-1" for a free port.
 	Listen string
+	// Server, when its URL is set, is the external nats-server the bus section names instead
+	// of an embedded bus: meshctl then writes the accounts config the server includes, reloads
+	// the server by its pid file, and keeps its state store on that bus.
+	Server Server
+}
+
+// Server is an external nats-server as a bus section names it.
+type Server struct {
+	URL          string // bus.url, tls://host:port
+	Fingerprint  string // bus.fingerprint: the hex SHA-256 of its certificate
+	AccountsFile string // bus.accounts_file: the file the server's config includes
+	PIDFile      string // bus.reload.pid_file: the server's pid, to reload it by SIGHUP
 }
 
 // Sizes are the numbers of module instances the benchmarks measure: a tenth of the
@@ -295,8 +307,14 @@ func followable(m module) []string {
 func (m Mesh) meshFile(seats []seat) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# A generated mesh of %d nodes, %d module instances and %d seats (bench/meshgen).\n", m.Nodes, m.Instances, m.Seats)
+	if m.Listen != "" || m.Server.URL != "" {
+		b.WriteString("bus:\n")
+	}
 	if m.Listen != "" {
-		fmt.Fprintf(&b, "bus:\n  listen: %q\n", m.Listen)
+		fmt.Fprintf(&b, "  listen: %q\n", m.Listen)
+	}
+	if x := m.Server; x.URL != "" {
+		fmt.Fprintf(&b, "  url: %q\n  fingerprint: %q\n  accounts_file: %q\n  reload: { pid_file: %q }\n", x.URL, x.Fingerprint, x.AccountsFile, x.PIDFile)
 	}
 	var follows, sends []string
 	for _, s := range seats[:min(5, len(seats))] {

@@ -2,6 +2,7 @@ package meshgen
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/meshbus/meshctl/model"
@@ -95,4 +96,29 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// A mesh naming an external server loads with that server as its bus, and differs from the
+// same mesh on the embedded bus in its bus section alone.
+func TestAServerIsNamedInTheBusSectionAlone(t *testing.T) {
+	t.Parallel()
+	base := Scaled(500)
+	external := base
+	external.Server = Server{URL: "tls://127.0.0.1:4222", Fingerprint: strings.Repeat("ab", 32),
+		AccountsFile: "/srv/nats/mesh-accounts.conf", PIDFile: "/srv/nats/nats.pid"}
+	m, err := model.Parse(external.Files())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := m.Bus
+	if b.URL != external.Server.URL || b.Fingerprint != external.Server.Fingerprint ||
+		b.AccountsFile != external.Server.AccountsFile || b.Reload.PIDFile != external.Server.PIDFile {
+		t.Errorf("the bus loaded is %+v; want the server %+v", b, external.Server)
+	}
+	a, x := base.Files(), external.Files()
+	for i := range a {
+		if a[i].Name != "mesh.yaml" && !bytes.Equal(a[i].Data, x[i].Data) {
+			t.Errorf("%s differs with a server named", a[i].Name)
+		}
+	}
 }
