@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 	"github.com/meshbus/meshctl/watch"
@@ -555,4 +557,93 @@ func TestAnAgentFollowsAChangeOfConsumerKind(t *testing.T) {
 			return exists(filepath.Join(dir, "one."+module+".json"))
 		})
 	}
+}
+
+// A control host lost: its store restored on a new directory from the bus, the watch there
+// declares the next generation to an agent that enrolled with the old one, and the agent takes
+// it without enrolling again — its key is the one the restored store holds.
+func TestAnEnrolledAgentTakesItsNextDeclarationFromARestoredStore(t *testing.T) {
+	t.Parallel()
+	srv := bus.StartTestServer(t, t.TempDir())
+	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedbuf.Buffer{}, more: make(chan struct{})}
+	w.write(srv.Mesh())
+	stop := w.startWatch()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+
+	st, err := state.Open(w.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	passwords, err := st.Mint(ctx, []string{render.EnrolUser("alpha")}, bcrypt.MinCost, "credentials issue")
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	from := len(w.cycles)
+	w.mu.Unlock()
+	w.hup <- os.Interrupt
+	w.wait("the reconcile after issuing", func() bool {
+		return slices.ContainsFunc(w.cycles[from:], func(c watch.Cycle) bool { return c.Outcome == watch.OutcomeOK })
+	})
+	enrolment := filepath.Join(t.TempDir(), "enrol.json")
+	data, _ := json.Marshal(host.Membership{Address: srv.URL, Fingerprint: srv.Fingerprint, User: render.EnrolUser("alpha"), Password: passwords[render.EnrolUser("alpha")]})
+	if err := os.WriteFile(enrolment, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := w.runAgent(enrolment)
+	shop := filepath.Join(dir, "alpha.shop.json")
+	w.wait("the agent writes its module's membership", func() bool { return exists(shop) })
+	before := w.enrolment(ctx, "alpha")
+
+	// The control host is lost; a new one restores the store from the bus and watches.
+	stop()
+	password, err := os.ReadFile(filepath.Join(w.stateDir, "controller.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(w.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.stateDir = filepath.Join(t.TempDir(), "restored")
+	restored, _, err := reconcile.Restore(ctx, m, w.stateDir, strings.TrimSpace(string(password)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored.Close()
+	t.Cleanup(w.startWatch())
+
+	w.write(srv.Mesh() + "  - name: audit\n    on: [alpha]\n    follows: [shop/order.placed]\n")
+	audit := filepath.Join(dir, "alpha.audit.json")
+	w.wait("the agent takes the restored watch's next declaration", func() bool { return exists(audit) })
+	join(t, w.membership(audit))
+	if after := w.enrolment(ctx, "alpha"); !bytes.Equal(after, before) {
+		t.Errorf("the node's key changed across the restore: it enrolled again")
+	}
+	if strings.Count(w.logs.String(), "enrolled node alpha") > 1 {
+		t.Errorf("the node enrolled more than once:\n%s", w.logs.String())
+	}
+}
+
+// enrolment is the public key the world's store holds for node.
+func (w *world) enrolment(ctx context.Context, node string) []byte {
+	w.t.Helper()
+	st, err := state.Open(w.stateDir)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer st.Close()
+	all, err := st.Enrolments(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, e := range all {
+		if e.Node == node {
+			return e.PublicKey
+		}
+	}
+	w.t.Fatalf("the store holds no enrolment of %s", node)
+	return nil
 }

@@ -137,7 +137,6 @@ func (s *Session) keepReplica(ctx context.Context) error {
 // dropReplica stops the store writing to the copy this session kept through its connection,
 // which is closing: a later change is marked behind, and sent whole by the next to keep it.
 func (s *Session) dropReplica() {
-	s.releaseBusLock()
 	if s.replica != nil {
 		s.Store.DropReplica(s.replica)
 		s.replica = nil
@@ -167,6 +166,7 @@ func keepOnBus(ctx context.Context, m *model.Mesh, store *state.Store, wait bool
 		err = s.takeBusLock(ctx, wait, nil)
 	}
 	stop = func() {
+		s.releaseBusLock()
 		s.dropReplica()
 		conn.Close()
 	}

@@ -99,6 +99,7 @@ type Session struct {
 // (an `apply --wait` queued behind this one) to finish with it, or for Connect's context to
 // end; `watch` stops at once, as it was told to.
 func (s *Session) Close() {
+	s.releaseBusLock()
 	s.dropReplica()
 	if s.Conn != nil {
 		s.Conn.Close()

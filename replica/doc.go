@@ -2,7 +2,8 @@
 // (render.StateBucket) holding one key per record of the store, written by the controller
 // alone. Open creates or binds it for writing, Bind only binds it (a restore must not create an
 // empty one); KV implements state.Replica, and ReadAll gives back what a restore rebuilds the
-// store from.
+// store from. Beside it, the leases (lease.go, render.LeaseBucket): which watch leads and who
+// holds the apply lock; and the fence (FenceKey), which makes one writer of the store at a time.
 //
 // It owns the bucket's configuration and the way records become keys and back: a put per row,
 // a purge per row gone, and a read of the latest value of every key. It does not decide what a

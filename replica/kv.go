@@ -201,8 +201,15 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 	prefix := strings.TrimSuffix(render.StateSubjects, ">")
 	inFlight := make([]jetstream.PubAckFuture, 0, min(len(records), writeWindow))
 	settle := func() error {
+		// Each window's acknowledgements are waited for ackWait at most, whatever ctx says:
+		// a server that cannot store (its disk full, JetStream disabled) may answer nothing,
+		// and a change recorded with a context that never ends would wait for ever.
+		timeout := time.NewTimer(ackWait)
+		defer timeout.Stop()
 		for _, f := range inFlight {
 			select {
+			case <-timeout.C:
+				return fmt.Errorf("writing %s to the store's bucket %s: no acknowledgement within %s", strings.TrimPrefix(f.Msg().Subject, prefix), render.StateBucket, ackWait)
 			case <-f.Ok():
 			case err := <-f.Err():
 				if wrongRevision(err) {
@@ -243,6 +250,9 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 	}
 	return settle()
 }
+
+// ackWait bounds the wait for one window of Write's acknowledgements.
+const ackWait = 10 * time.Second
 
 // writeWindow is how many of Write's records wait for their acknowledgement at once: enough to
 // keep a cluster's round trips overlapped, well under nats.go's own limit of 4,000 pending.
