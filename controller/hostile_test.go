@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/host"
@@ -158,7 +159,18 @@ func TestTheControllerJoinsAgainWhenItsConnectionIsLost(t *testing.T) {
 			}
 		},
 	} {
+		lostCID, err := f.ctrl.connection(t).GetClientID()
+		if err != nil {
+			t.Fatal(err)
+		}
 		lose()
+		// Filed once the server let the lost connection go: a report filed while it still
+		// counts that connection's pull request as waiting is delivered there, and comes back
+		// only after its ack wait (a busy machine takes a moment to see a socket closed).
+		eventually(t, "the server letting the lost connection go", func() bool {
+			cz, err := f.bus.Server().Connz(&server.ConnzOptions{CID: lostCID})
+			return err == nil && len(cz.Conns) == 0
+		})
 		g := uint64(8 + i)
 		// Filed until taken: a report is kept by CONTROL whoever listens, but the heartbeat
 		// below is heard only by a controller subscribed at the time.
