@@ -10,9 +10,12 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
+	"github.com/meshbus/meshctl/state"
 )
 
 // replicaSeq is the last sequence of the bucket the store is kept in on the bus: what a write
@@ -130,4 +133,49 @@ func TestTheEmbeddedBusHasNothingToRestore(t *testing.T) {
 	if !errors.Is(err, ErrNothingToRestore) {
 		t.Fatalf("restoring an embedded bus's store: %v", err)
 	}
+}
+
+// On a three-server cluster, the store kept on the bus (R3) restores as it does on one server:
+// a fresh store without the password is refused as not the manager and changes nothing, and
+// the restored store plans nothing, while the host issued by the lost one logs in on every
+// server.
+func TestAStoreOnAClusterRestoresAndAFreshOneIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := bus.StartTestCluster(t, 3)
+	f := newFixture(t, clusterMesh(c))
+	s := f.connect(ctx)
+	f.mustApply(ctx, s)
+	shop := f.mint(ctx, "alpha.shop")["alpha.shop"]
+	f.mustApply(ctx, s)
+	eachServer(t, ctx, c.Servers, "alpha.shop", shop, true)
+	s.Close()
+
+	fresh, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if sess, err := Connect(ctx, f.mesh(), fresh, Options{Cost: bcrypt.MinCost}); !errors.Is(err, ErrNotManager) {
+		if sess != nil {
+			sess.Close()
+		}
+		t.Fatalf("a fresh store in front of the cluster: %v, want refused as not the manager", err)
+	}
+
+	password, err := os.ReadFile(filepath.Join(f.stateDi, "controller.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "restored")
+	st, _, err := Restore(ctx, f.mesh(), dir, strings.TrimSpace(string(password)), true)
+	if err != nil {
+		t.Fatalf("restoring from the cluster: %v", err)
+	}
+	defer st.Close()
+	restored := &fixture{t: t, dir: f.dir, stateDi: dir, store: st, log: f.log}
+	rs := restored.connect(ctx)
+	defer rs.Close()
+	restored.mustConverge(ctx, rs)
+	eachServer(t, ctx, c.Servers, "alpha.shop", shop, true)
 }

@@ -14,9 +14,10 @@ import (
 )
 
 // A fresh state directory in front of a bus another store manages — a rebuilt control host, a
-// CI runner without the controller's password — changes nothing and exits 2 naming the
-// manager, from apply, diff and credentials issue; a watch run from it for 10 s changes
-// nothing either. The accounts config the server serves is the one it served, and the host
+// CI runner without the controller's password, a second mesh's — changes nothing and exits 2
+// naming the manager, from apply (even told it may delete most of what it finds), diff and
+// credentials issue; a watch run from it for 10 s changes nothing either, and the first mesh's
+// diff is clean after. The accounts config the server serves is the one it served, and the host
 // issued before still logs in.
 func TestAFreshStateWithoutThePasswordChangesNothing(t *testing.T) {
 	t.Parallel()
@@ -54,8 +55,11 @@ func TestAFreshStateWithoutThePasswordChangesNothing(t *testing.T) {
 	}
 	logsIn("before")
 
+	// A second mesh, with a state of its own, on the same bus.
+	other := writeMesh(t, map[string]string{"mesh.yaml": strings.ReplaceAll(srv.Mesh(), "alpha", "beta")})
 	fresh := t.TempDir()
 	for _, args := range [][]string{
+		{"apply", "-f", other, "--state", t.TempDir(), "--allow-mass-delete"},
 		{"apply", "-f", dir, "--state", fresh},
 		{"diff", "-f", dir, "--state", fresh},
 		{"credentials", "issue", "alpha.shop", "-f", dir, "--state", fresh},
@@ -77,4 +81,7 @@ func TestAFreshStateWithoutThePasswordChangesNothing(t *testing.T) {
 		t.Errorf("the accounts config changed under commands from a fresh state:\nwas:\n%s\nnow:\n%s", served, now)
 	}
 	logsIn("after")
+	if code, out, errOut := meshctl(t, "diff", "-f", dir, "--state", managing); code != exitOK {
+		t.Errorf("the first mesh is not as it was (exit %d):\n%s%s", code, out, errOut)
+	}
 }
