@@ -235,3 +235,52 @@ func (c *TestCluster) WaitForMetaLeader() *TestClusterServer {
 	c.tb.Fatalf("the test cluster elected no JetStream meta leader")
 	return nil
 }
+
+// WaitForEveryPeer waits until the meta leader counts every running server a current peer of
+// JetStream's meta group: a server just started again leads nothing and is offline to the
+// placement of a stream until then (err 10005, "no suitable peers for placement").
+func (c *TestCluster) WaitForEveryPeer() {
+	c.tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if c.everyPeerCurrent() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.tb.Fatalf("the test cluster's meta leader does not count every running server a current peer")
+}
+
+func (c *TestCluster) everyPeerCurrent() bool {
+	l := c.MetaLeader()
+	if l == nil {
+		return false
+	}
+	var jsz struct {
+		Meta *struct {
+			Replicas []struct {
+				Name    string `json:"name"`
+				Current bool   `json:"current"`
+				Offline bool   `json:"offline"`
+			} `json:"replicas"`
+		} `json:"meta_cluster"`
+	}
+	if l.monitorGet("/jsz", &jsz) != nil || jsz.Meta == nil {
+		return false
+	}
+	for _, srv := range c.Servers {
+		if !srv.Running() || srv == l {
+			continue
+		}
+		found := false
+		for _, p := range jsz.Meta.Replicas {
+			if p.Name == srv.Name {
+				found = p.Current && !p.Offline
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

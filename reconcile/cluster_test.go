@@ -294,6 +294,7 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 	}
 	c.Start(leader)
 	c.WaitForMetaLeader()
+	c.WaitForEveryPeer()
 	f.mustApply(ctx, s)
 	f.mustConverge(ctx, s)
 
@@ -340,6 +341,7 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 	}
 	c.Start(gone)
 	c.WaitForMetaLeader()
+	c.WaitForEveryPeer()
 	f.mustApply(ctx, s)
 	f.mustConverge(ctx, s)
 }
