@@ -243,6 +243,8 @@ type Lease struct {
 	holder Holder
 	value  []byte
 
+	renewing sync.Mutex // held for the whole of a renewal
+
 	mu      sync.Mutex
 	rev     uint64    // the revision this holder last wrote
 	renewed time.Time // when the renewal the server took last was sent, by the monotonic clock
@@ -319,6 +321,10 @@ func (l *Lease) keep() {
 
 // renew puts the holder's value again, expecting the revision it last wrote.
 func (l *Lease) renew(ctx context.Context) error {
+	// One renewal at a time: two sent with the same revision would have the bus refuse the
+	// second, and the holder take its own renewal for another's.
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
 	l.mu.Lock()
 	rev, err := l.rev, l.err
 	l.mu.Unlock()
@@ -349,6 +355,8 @@ func (l *Lease) renew(ctx context.Context) error {
 func (l *Lease) Release(ctx context.Context) {
 	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
 	l.mu.Lock()
 	rev, held := l.rev, l.err == nil
 	l.loseLocked(fmt.Errorf("%w: the %s was let go", ErrLost, leaseName(l.key)))
