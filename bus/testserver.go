@@ -79,7 +79,10 @@ func (x *TestServer) Kill() {
 
 // Mesh is a description of one node and one module on this server, reloaded by its pid file
 // over TLS pinned to its certificate.
-func (x *TestServer) Mesh() string {
+func (x *TestServer) Mesh() string { return x.MeshPinnedTo(x.Fingerprint) }
+
+// MeshPinnedTo is Mesh with the certificate pinned to fingerprint, right or wrong.
+func (x *TestServer) MeshPinnedTo(fingerprint string) string {
 	return fmt.Sprintf(`bus:
   url: %s
   fingerprint: %q
@@ -91,5 +94,5 @@ modules:
   - name: shop
     on: [alpha]
     emits: [order.placed]
-`, x.URL, x.Fingerprint, x.AccountsFile, x.PIDFile)
+`, x.URL, fingerprint, x.AccountsFile, x.PIDFile)
 }

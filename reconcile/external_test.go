@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 // and the accounts file meshctl writes included, as an operator's server would.
 type externalServer struct {
 	dir, url, fingerprint, accounts, pidFile string
+	srv                                      *bus.TestServer
 }
 
 func startExternal(t *testing.T) externalServer {
@@ -30,23 +30,10 @@ func startExternal(t *testing.T) externalServer {
 func startExternalIn(t *testing.T, dir string) externalServer {
 	t.Helper()
 	x := bus.StartTestServer(t, dir)
-	return externalServer{dir: x.Dir, url: x.URL, fingerprint: x.Fingerprint, accounts: x.AccountsFile, pidFile: x.PIDFile}
+	return externalServer{dir: x.Dir, url: x.URL, fingerprint: x.Fingerprint, accounts: x.AccountsFile, pidFile: x.PIDFile, srv: x}
 }
 
-func (x externalServer) mesh(fingerprint string) string {
-	return fmt.Sprintf(`bus:
-  url: %s
-  fingerprint: %q
-  accounts_file: %s
-  reload: { pid_file: %s }
-nodes:
-  - name: alpha
-modules:
-  - name: shop
-    on: [alpha]
-    emits: [order.placed]
-`, x.url, fingerprint, x.accounts, x.pidFile)
-}
+func (x externalServer) mesh(fingerprint string) string { return x.srv.MeshPinnedTo(fingerprint) }
 
 func TestAnExternalServerIsReloadedByPIDFileOverPinnedTLS(t *testing.T) {
 	t.Parallel()
