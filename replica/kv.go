@@ -127,32 +127,39 @@ func config(replicas int) jetstream.KeyValueConfig {
 // returns. An equal bucket is only bound, never updated: an update, even to the same config, is
 // a stream-updated advisory that watch would hear on every Open.
 func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*KV, error) {
-	want := config(replicas)
-	k, err := Bind(ctx, js)
-	if errors.Is(err, ErrNoReplica) {
-		// Two controllers creating it at once both succeed: creating a stream that exists with
-		// the same config returns it (NATS-FACTS: streams).
-		kv, err := js.CreateKeyValue(ctx, want)
-		if err != nil {
-			return nil, fmt.Errorf("creating the store's bucket %s on the bus: %w", want.Bucket, err)
-		}
-		return &KV{js: js, kv: kv, replicas: replicas}, nil
-	}
+	kv, err := ensureBucket(ctx, js, config(replicas), "the store's bucket")
 	if err != nil {
 		return nil, err
 	}
-	k.replicas = replicas
-	st, err := k.kv.Status(ctx)
+	return &KV{js: js, kv: kv, replicas: replicas}, nil
+}
+
+// ensureBucket binds the bucket want names, creating it when the bus has none and updating it
+// to want where the server reports it otherwise (see Open); what names it in errors.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, what string) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, want.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		// Two controllers creating it at once both succeed: creating a stream that exists with
+		// the same config returns it (NATS-FACTS: streams).
+		if kv, err = js.CreateKeyValue(ctx, want); err != nil {
+			return nil, fmt.Errorf("creating %s %s on the bus: %w", what, want.Bucket, err)
+		}
+		return kv, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the store's bucket %s on the bus: %w", want.Bucket, err)
+		return nil, fmt.Errorf("binding %s %s on the bus: %w", what, want.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s on the bus: %w", what, want.Bucket, err)
 	}
 	if have := st.Config(); differs(have, want) {
-		if k.kv, err = js.UpdateKeyValue(ctx, want); err != nil {
-			return nil, fmt.Errorf("updating the store's bucket %s on the bus from %d to %d replicas, history %d, values up to %d bytes: %w",
-				want.Bucket, have.Replicas, want.Replicas, want.History, want.MaxValueSize, err)
+		if kv, err = js.UpdateKeyValue(ctx, want); err != nil {
+			return nil, fmt.Errorf("updating %s %s on the bus from %d to %d replicas, history %d, values up to %d bytes: %w",
+				what, want.Bucket, have.Replicas, want.Replicas, want.History, want.MaxValueSize, err)
 		}
 	}
-	return k, nil
+	return kv, nil
 }
 
 // Bind binds the bucket as it is, never creating or changing it: what a restore reads from.

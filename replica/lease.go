@@ -97,6 +97,9 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
+	if e.Holder == (Holder{}) {
+		return fmt.Sprintf("the %s on the bus was let go as it was asked for: ask again", leaseName(e.Key))
+	}
 	return fmt.Sprintf("the %s on the bus is held by %s", leaseName(e.Key), e.Holder)
 }
 
@@ -135,25 +138,9 @@ func leaseConfig(replicas int) jetstream.KeyValueConfig {
 // OpenLeases binds the bucket of the leases, creating it when the bus has none, and updating it
 // to the bus's replicas as Open does the store's.
 func OpenLeases(ctx context.Context, js jetstream.JetStream, replicas int) (*Leases, error) {
-	want := leaseConfig(replicas)
-	kv, err := js.KeyValue(ctx, want.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		if kv, err = js.CreateKeyValue(ctx, want); err != nil {
-			return nil, fmt.Errorf("creating the bucket of leases %s on the bus: %w", want.Bucket, err)
-		}
-		return &Leases{kv: kv}, nil
-	}
+	kv, err := ensureBucket(ctx, js, leaseConfig(replicas), "the bucket of leases")
 	if err != nil {
-		return nil, fmt.Errorf("binding the bucket of leases %s on the bus: %w", want.Bucket, err)
-	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading the bucket of leases %s on the bus: %w", want.Bucket, err)
-	}
-	if differs(st.Config(), want) {
-		if kv, err = js.UpdateKeyValue(ctx, want); err != nil {
-			return nil, fmt.Errorf("updating the bucket of leases %s on the bus to %d replicas: %w", want.Bucket, want.Replicas, err)
-		}
+		return nil, err
 	}
 	return &Leases{kv: kv}, nil
 }
@@ -187,7 +174,7 @@ func (ls *Leases) Acquire(ctx context.Context, key string, h Holder) (*Lease, er
 		e, rerr := ls.kv.Get(ctx, key)
 		if errors.Is(rerr, jetstream.ErrKeyNotFound) {
 			// Let go between the two calls: asked again by the caller.
-			return nil, &HeldError{Key: key, Holder: Holder{Role: "holder that just let go"}}
+			return nil, &HeldError{Key: key}
 		}
 		if rerr != nil {
 			return nil, fmt.Errorf("reading the %s on the bus: %w", leaseName(key), rerr)
