@@ -294,12 +294,25 @@ func transient(err error) bool {
 }
 
 func retryCall[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	return retryCallIf(ctx, f, transient)
+}
+
+// placing reports whether err is transient, or the server finding no peer to place a new
+// replicated stream on while one of them is offline (err 10005): a cluster just started, or a
+// server just back, until the meta leader counts it current again. Only for the store's own
+// buckets, made once per connection: a plan's create is not held up by a server that is down.
+func placing(err error) bool {
+	var apiErr *jetstream.APIError
+	return transient(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == 10005
+}
+
+func retryCallIf[T any](ctx context.Context, f func(context.Context) (T, error), retryable func(error) bool) (T, error) {
 	deadline := time.Now().Add(metaRetryWait)
 	for {
 		actx, cancel := context.WithTimeout(ctx, metaAttemptWait)
 		v, err := f(actx)
 		cancel()
-		if err == nil || !transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || !retryable(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return v, err
 		}
 		select {

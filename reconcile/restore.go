@@ -126,7 +126,7 @@ func (s *Session) keepReplica(ctx context.Context) error {
 	}
 	// Right after a server starts, or a meta leader changes, JetStream answers nobody for a
 	// moment: asked again, as the plan's calls are on a cluster (retryCall).
-	leases, err := retryCall(ctx, func(ctx context.Context) (*replica.Leases, error) { return replica.OpenLeases(ctx, js, s.replicas) })
+	leases, err := retryCallIf(ctx, func(ctx context.Context) (*replica.Leases, error) { return replica.OpenLeases(ctx, js, s.replicas) }, placing)
 	if err != nil {
 		return fmt.Errorf("keeping the store on the bus at %s: %w", s.Target.Address(), err)
 	}
@@ -192,7 +192,7 @@ func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*bus.C
 // there is none, and refuses one that keeps another store's copy. fresh says the bucket holds
 // no copy of any store yet: the whole store is owed to it.
 func bindReplica(ctx context.Context, store *state.Store, js jetstream.JetStream, replicas int, t bus.Target) (kv *replica.KV, fresh bool, err error) {
-	kv, err = retryCall(ctx, func(ctx context.Context) (*replica.KV, error) { return replica.Open(ctx, js, replicas) })
+	kv, err = retryCallIf(ctx, func(ctx context.Context) (*replica.KV, error) { return replica.Open(ctx, js, replicas) }, placing)
 	if err != nil {
 		return nil, false, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)
 	}

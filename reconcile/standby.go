@@ -61,7 +61,7 @@ func (s *Standby) bind(ctx context.Context, replicas int) error {
 	if s.kv, _, err = bindReplica(ctx, s.store, s.js, replicas, s.target); err != nil {
 		return err
 	}
-	s.leases, err = retryCall(ctx, func(ctx context.Context) (*replica.Leases, error) { return replica.OpenLeases(ctx, s.js, replicas) })
+	s.leases, err = retryCallIf(ctx, func(ctx context.Context) (*replica.Leases, error) { return replica.OpenLeases(ctx, s.js, replicas) }, placing)
 	return err
 }
 
