@@ -19,7 +19,10 @@ type Membership struct {
 	// presents none (the embedded default on loopback).
 	Fingerprint string `json:"fingerprint"`
 	User        string `json:"user"`
-	Password    string `json:"password"`
+	// Password is a password principal's secret; Seed is an nkey principal's (an `SU…` user
+	// seed, `bus.auth: nkey`). A membership carries exactly one of the two.
+	Password string `json:"password,omitempty"`
+	Seed     string `json:"seed,omitempty"`
 	// Servers, for a bus of several servers, is every server's URL, Address first (cluster.go):
 	// the host connects to whichever answers and moves on when its server goes away. A
 	// membership of one server has none, as before clusters.
