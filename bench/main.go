@@ -52,6 +52,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	instances := fs.Int("instances", 5000, "with -gen: module instances (nodes and seats scale with them)")
 	waitSizes := fs.String("wait-sizes", "5000", "module instances to measure what a user waits for at (whole meshctl processes; any size); none to skip")
 	externalSizes := fs.String("external-sizes", "5000", "module instances to measure the converged apply and one change on an external nats-server at, the store on the bus (whole meshctl processes; any size); none to skip")
+	connectedSizes := fs.String("connected-sizes", "2000,5000", "module instances to measure with every host connected at, one connection per instance (whole meshctl processes; any size); none to skip")
+	connectedAuth := fs.String("connected-auth", "password,nkey", "the kinds of principal (bus.auth) the connected rows measure")
+	loadFile := fs.String("load", "", "internal: be the connected rows' hosts, one connection per membership in this file")
 	runs := fs.Int("runs", 5, "runs of each user-wait row (the median and the spread are reported)")
 	var fl floorArgs
 	fs.StringVar(&fl.kind, "floor", "", "internal: run one bare-client floor (create or list) and print its time as JSON")
@@ -62,6 +65,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&fl.fingerprint, "floor-fingerprint", "", "internal: with -floor list, the pin of an external server's certificate")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *loadFile != "" {
+		return runLoad(ctx, *loadFile, os.Stdin, stdout)
 	}
 	if fl.kind != "" {
 		return runFloor(ctx, fl, os.Stdin, stdout)
@@ -90,6 +96,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if plan.external, err = parseInts(*externalSizes); err != nil {
 		return fmt.Errorf("-external-sizes: %w", err)
+	}
+	if plan.connected, err = parseInts(*connectedSizes); err != nil {
+		return fmt.Errorf("-connected-sizes: %w", err)
+	}
+	for _, a := range strings.Split(*connectedAuth, ",") {
+		switch a = strings.TrimSpace(a); a {
+		case "password", "nkey":
+			plan.auths = append(plan.auths, a)
+		case "":
+		default:
+			return fmt.Errorf("-connected-auth: %q is neither password nor nkey", a)
+		}
 	}
 	if *runs < 1 {
 		return fmt.Errorf("-runs %d: at least one", *runs)

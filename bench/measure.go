@@ -32,6 +32,8 @@ type runPlan struct {
 	sizes, live, restart []int
 	wait                 []int // what a user waits for: whole meshctl processes
 	external             []int // the same on an external server, the store on the bus
+	connected            []int // with every host connected
+	auths                []string
 	runs                 int   // of each user-wait row
 }
 
@@ -116,6 +118,7 @@ type report struct {
 	totalWallOfRuns time.Duration
 	bcrypt          time.Duration // one hash at state.DefaultCost
 	waits           []*waitResult
+	connected       []*connectedResult
 }
 
 func (r *report) find(name string, size int) *result {
@@ -134,12 +137,12 @@ func measure(ctx context.Context, p runPlan, tmp string, log io.Writer) (*report
 	rep.machine = describeMachine()
 	rep.loadBefore = loadAverage()
 	rep.commit = gitCommit()
-	for _, n := range append(append(slices.Clone(meshgen.Sizes), p.wait...), p.external...) {
+	for _, n := range append(append(append(slices.Clone(meshgen.Sizes), p.wait...), p.external...), p.connected...) {
 		rep.meshes[n] = factsOf(meshgen.Scaled(n))
 	}
 	rep.bcrypt = timeBcrypt()
 
-	if len(p.wait)+len(p.external) > 0 {
+	if len(p.wait)+len(p.external)+len(p.connected) > 0 {
 		meshctl, err := buildMeshctl(ctx, tmp, log)
 		if err != nil {
 			return nil, err
@@ -151,6 +154,10 @@ func measure(ctx context.Context, p runPlan, tmp string, log io.Writer) (*report
 			return nil, err
 		}
 		printWaits(log, rep.waits)
+		if err := measureConnected(ctx, p.connected, p.auths, p.runs, meshctl, tmp, log, &rep.connected); err != nil {
+			return nil, err
+		}
+		printConnected(log, rep.connected)
 	}
 	bins := map[string]string{}
 	for _, b := range benches {

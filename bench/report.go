@@ -51,6 +51,7 @@ func (r *report) write(w io.Writer) error {
 	p.f("\n")
 
 	r.writeWaits(p)
+	r.writeConnected(p)
 	// The in-process benchmarks' sections, when any of them ran (-sizes none and the like
 	// skip them, to measure what a user waits for alone).
 	if len(r.results) > 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 	"time"
 )
@@ -34,5 +35,16 @@ func TestSizesMayBeNone(t *testing.T) {
 	}
 	if _, err := parseInts("many"); err == nil {
 		t.Error(`parseInts("many") succeeded`)
+	}
+}
+
+func TestCPUOfThisProcess(t *testing.T) {
+	before := cpuOf(os.Getpid())
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	if after := cpuOf(os.Getpid()); after <= before {
+		t.Errorf("CPU after 50ms of spinning = %s; before, %s", after, before)
 	}
 }

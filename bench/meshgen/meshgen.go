@@ -43,6 +43,9 @@ type Mesh struct {
 	// of an embedded bus: meshctl then writes the accounts config the server includes, reloads
 	// the server by its pid file, and keeps its state store on that bus.
 	Server Server
+	// Auth is bus.auth, the kind of credential every principal has: "password" or "nkey";
+	// empty leaves the default.
+	Auth string
 }
 
 // Server is an external nats-server as a bus section names it.
@@ -307,8 +310,11 @@ func followable(m module) []string {
 func (m Mesh) meshFile(seats []seat) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# A generated mesh of %d nodes, %d module instances and %d seats (bench/meshgen).\n", m.Nodes, m.Instances, m.Seats)
-	if m.Listen != "" || m.Server.URL != "" {
+	if m.Listen != "" || m.Server.URL != "" || m.Auth != "" {
 		b.WriteString("bus:\n")
+	}
+	if m.Auth != "" {
+		fmt.Fprintf(&b, "  auth: %s\n", m.Auth)
 	}
 	if m.Listen != "" {
 		fmt.Fprintf(&b, "  listen: %q\n", m.Listen)
