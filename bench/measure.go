@@ -34,7 +34,7 @@ type runPlan struct {
 	external             []int // the same on an external server, the store on the bus
 	connected            []int // with every host connected
 	auths                []string
-	runs                 int   // of each user-wait row
+	runs                 int // of each user-wait row
 }
 
 // sizesOf is the sizes b runs at.
