@@ -7,7 +7,7 @@ STATE     ?= .meshctl/demo
 # Packages run in parallel; every live test starts its own bus on a random port.
 TESTFLAGS ?= -race -count=1 -timeout 8m
 
-.PHONY: build test vet fmt demo demo-node bench clean
+.PHONY: build test test-compat vet fmt demo demo-node bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meshctl
@@ -16,6 +16,11 @@ test:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt would change:"; gofmt -l .; exit 1)
 	$(GO) test $(TESTFLAGS) ./...
+
+# The external-server tests against each supported nats-server release, built from the module
+# proxy (scripts/test-compat); NATS_RELEASES="2.12.15" picks one.
+test-compat:
+	scripts/test-compat
 
 vet:
 	$(GO) vet ./...

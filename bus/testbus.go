@@ -63,12 +63,22 @@ var (
 	buildDir    string
 )
 
+// TestServerEnv names the environment variable that points the tests at a nats-server binary
+// other than the module's pinned release.
+const TestServerEnv = "MESHCTL_TEST_NATS_SERVER"
+
 // NATSServerBinary builds nats-server from the module's pinned version once per test process —
 // the same release the embedded bus links — for tests that need a real separate server process
 // (signals, pid files, a server that stops and starts). It builds with -race when the tests do,
 // to reuse the packages already compiled for them. Call RemoveBuiltServer from TestMain.
+//
+// MESHCTL_TEST_NATS_SERVER, when set, names a nats-server binary to use instead: the release
+// matrix (`make test-compat`) runs the external-server tests against each supported release.
 func NATSServerBinary(tb TB) string {
 	tb.Helper()
+	if bin := os.Getenv(TestServerEnv); bin != "" {
+		return bin
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		tb.Skip("the go command is not on PATH, so nats-server cannot be built")

@@ -137,6 +137,9 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*KV, error
 // ensureBucket binds the bucket want names, creating it when the bus has none and updating it
 // to want where the server reports it otherwise (see Open); what names it in errors.
 func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, what string) (jetstream.KeyValue, error) {
+	if err := supported(js.Conn()); err != nil {
+		return nil, err
+	}
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		// Two controllers creating it at once both succeed: creating a stream that exists with
