@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/internal/atomicfile"
@@ -125,7 +128,36 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 		// proves.
 		return nil, fmt.Errorf("%w (%w)", errAtNextStart, err)
 	}
+	if !existed && !listening(a.Target) {
+		// A server whose config includes this file cannot start before it exists: the first
+		// apply leaves it, and its generation record, for that first start, and the next
+		// apply proves it served. Removing it would leave the server unable to start.
+		return nil, atFirstStart(fmt.Sprintf("the server at %s is not answering (%v); the accounts config is left at %s for its first start: "+
+			"start the server, whose config includes it, then apply again", a.Target.Address(), err, a.Path))
+	}
 	return nil, undo(ctx, err)
+}
+
+// atFirstStart is a file written for a server that is not running yet: not live, as
+// ErrNotLive says, and nothing for the operator to reload.
+type atFirstStart string
+
+func (e atFirstStart) Error() string        { return string(e) }
+func (e atFirstStart) Is(target error) bool { return target == ErrNotLive }
+
+// listening reports whether anything accepts a TCP connection at t's address: a server not
+// running at all, as opposed to one that refused the reload.
+func listening(t bus.Target) bool {
+	u, err := url.Parse(t.URL)
+	if err != nil || u.Host == "" {
+		return true // not known to be down: the file is not left behind on a guess
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // check parses stamped, the file about to be written, with the server's own parser, and

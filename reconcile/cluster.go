@@ -102,6 +102,7 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 	}
 	var done []changed
 	var down, notLive, notLiveWhy []string
+	var firstStarts []atFirstStart
 	for _, s := range a.servers() {
 		if s.Server != "" {
 			serves, err := s.alreadyServes(ctx, data)
@@ -114,8 +115,11 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 			}
 		}
 		undo, err := s.writeServer(ctx, data)
+		var first atFirstStart
 		switch {
 		case err == nil:
+		case errors.As(err, &first):
+			firstStarts = append(firstStarts, first)
 		case errors.Is(err, ErrNotLive):
 			notLive = append(notLive, s.name())
 			// Said once for all the servers it holds for: why a reload is the operator's.
@@ -142,6 +146,9 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		}
 	}
 	var errs []error
+	for _, f := range firstStarts {
+		errs = append(errs, f)
+	}
 	if len(down) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %s did not answer, and its accounts config was not changed; the other servers serve the new one, "+
 			"and the next apply brings the rest up to date once they are back", ErrServerDown, strings.Join(down, ", ")))
