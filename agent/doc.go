@@ -25,7 +25,10 @@
 //     the credential not live yet, and is waited out). The agent then removes its instances'
 //     memberships, whose credentials are dead, and stops with ErrRemoved, saying how to re-enrol.
 //
-// What it must not do: log or report a password (logs name users, files and the bus's address),
-// write a membership anywhere but its directory, or touch a file there that is not a membership
-// of one of its node's instances.
+// A membership carries a password or, for an nkey principal, a seed; the agent passes either
+// through as sealed to it, never rewriting a membership it writes.
+//
+// What it must not do: log or report a password or seed (logs name users, files and the bus's
+// address), write a membership anywhere but its directory, or touch a file there that is not a
+// membership of one of its node's instances.
 package agent

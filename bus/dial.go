@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/meshbus/meshctl/internal/redact"
 )
@@ -37,15 +38,18 @@ type Target struct {
 	Others string
 }
 
-// Credential is a principal's user and password on the bus.
+// Credential is a principal's user and its secret on the bus: a password, or for an nkey
+// principal (bus.auth: nkey) the nkey user seed it signs the server's challenge with. One of
+// the two, never both.
 type Credential struct {
 	User     string
 	Password string
+	Seed     string
 }
 
-// String names the user and never the password, so a Credential printed with %v or %+v by
-// mistake does not put a password in a log.
-func (c Credential) String() string { return fmt.Sprintf("user %q (password redacted)", c.User) }
+// String names the user and never the secret, so a Credential printed with %v or %+v by
+// mistake does not put a password or a seed in a log.
+func (c Credential) String() string { return fmt.Sprintf("user %q (secret redacted)", c.User) }
 
 // GoString is String for %#v, which would otherwise print every field.
 func (c Credential) GoString() string { return "bus.Credential{" + c.String() + "}" }
@@ -143,6 +147,41 @@ func pinnedTLS(want ...string) *tls.Config {
 	}
 }
 
+// ErrNotUserSeed is returned (wrapped) for a seed that is not an nkey user seed (`SU…`): an
+// account's or an operator's seed, a seed cut short, or not a seed at all.
+var ErrNotUserSeed = errors.New("the seed is not an nkey user seed (SU…)")
+
+// UserKey is the nkey user key pair of seed. Its error is ErrNotUserSeed alone, never the
+// parser's, so that no part of the seed reaches a message.
+func UserKey(seed string) (nkeys.KeyPair, error) {
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		return nil, ErrNotUserSeed
+	}
+	if pub, err := kp.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		kp.Wipe()
+		return nil, ErrNotUserSeed
+	}
+	return kp, nil
+}
+
+// login is the option that presents cred to the server: the user and password, or the
+// seed's public key and its signature of the server's nonce.
+func (c Credential) login() (nats.Option, error) {
+	if c.Seed == "" {
+		return nats.UserInfo(c.User, c.Password), nil
+	}
+	if c.Password != "" {
+		return nil, errors.New("the credential has both a password and a seed; a principal has one")
+	}
+	kp, err := UserKey(c.Seed)
+	if err != nil {
+		return nil, err
+	}
+	pub, _ := kp.PublicKey()
+	return nats.Nkey(pub, kp.Sign), nil
+}
+
 // defaultConnectTimeout bounds one connection attempt when ctx has no sooner deadline: a
 // reconciler that waits nats.go's default on an unreachable bus looks hung.
 const defaultConnectTimeout = 5 * time.Second
@@ -151,14 +190,15 @@ const defaultConnectTimeout = 5 * time.Second
 //
 // It always sets, after any opts so they cannot be lost by accident: the inbox prefix
 // "_INBOX.<user>" (every principal is granted only its own inbox; the default random prefix is
-// refused — seed 000), the user and password, and an async error handler that records permission
-// violations (chaining any handler given in opts). It also sets a connection name, a connect
+// refused — seed 000), the credential (user and password, or the nkey of the user's seed), and
+// an async error handler that records permission violations (chaining any handler given in opts). It also sets a connection name, a connect
 // timeout of 5s or ctx's deadline if sooner, PermissionErrOnSubscribe, and the pinned TLS
 // configuration when t.Fingerprint is set (which makes TLS mandatory). ctx bounds only the
 // connect; the connection outlives it.
 //
-// Errors name t.Address() and the user, never the password, and wrap the cause with %w (a pin
-// refusal is a *FingerprintMismatchError, a wrong password nats.ErrAuthorization).
+// Errors name t.Address() and the user, never the password or seed, and wrap the cause with %w
+// (a pin refusal is a *FingerprintMismatchError, a wrong password or seed
+// nats.ErrAuthorization, a seed that is not a user's ErrNotUserSeed).
 func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (*Conn, error) {
 	for _, s := range t.servers() {
 		if err := s.check(); err != nil {
@@ -194,9 +234,13 @@ func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (
 		}
 		all = append(all, nats.Secure(pinnedTLS(want...)))
 	}
+	login, err := cred.login()
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the bus at %s as %q: %w", addr, cred.User, err)
+	}
 	all = append(all, opts...)
 	all = append(all,
-		nats.UserInfo(cred.User, cred.Password),
+		login,
 		nats.CustomInboxPrefix("_INBOX."+cred.User),
 		c.installHandlers,
 	)

@@ -7,10 +7,12 @@
 // What it owns:
 //
 //   - The membership (Membership, ReadMembership): the one JSON line `meshctl credentials
-//     issue` prints — address, fingerprint, user and password as four fields, never a URL with
-//     a password in it.
-//   - Joining (Join): bus.Dial with those fields joined once, the certificate pinned by its
-//     fingerprint and the inbox prefix `_INBOX.<user>`, the only inbox the user is granted.
+//     issue` prints — address, fingerprint, user and one secret (a password, or an nkey user
+//     seed for `bus.auth: nkey`) as separate fields, and for a cluster every server's URL;
+//     never a URL with a secret in it.
+//   - Joining (Join): bus.Dial with those fields joined once, through whichever of the
+//     servers answers, the certificate pinned by its fingerprint and the inbox prefix
+//     `_INBOX.<user>`, the only inbox the user is granted.
 //   - Binding the consumer a principal is meant to use, by the mesh's naming rules
 //     (Declarations, Events, Work, ControllerInbox, ControllerEvents), as push consumers taken
 //     in their deliver group where they have one. Never js.Stream(): asking about a stream needs
@@ -26,5 +28,6 @@
 //
 // What it must not do: decide what a principal may do (render does), create or change streams
 // and consumers (the controller does, through reconcile), or put a password anywhere but the
-// connection's CONNECT: errors name the address alone.
+// connection's CONNECT (a seed goes nowhere: CONNECT carries its signature of the server's
+// nonce): errors name the address alone.
 package host

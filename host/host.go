@@ -29,21 +29,22 @@ type Host struct {
 }
 
 // Join connects to the bus as the membership's principal. It dials with bus.Dial: the address,
-// user and password as separate fields joined once, the certificate pinned by the membership's
+// user and secret (a password, or an nkey seed that signs the server's challenge) as separate
+// fields joined once, the certificate pinned by the membership's
 // fingerprint when it has one, and the inbox prefix `_INBOX.<user>` — the only inbox the user is
 // granted, so that every reply, JetStream's included, lands where it may be heard. opts are
 // passed on (a reconnect policy, a name); Dial sets the credential, the inbox prefix and the
 // error handler after them, so they cannot be lost.
 //
 // An address without a scheme is taken as nats://. Errors name the address and user, never the
-// password.
+// password or seed.
 func Join(ctx context.Context, m Membership, opts ...nats.Option) (*Host, error) {
 	t := m.target()
 	h := &Host{user: m.User, address: t.Address(), closed: make(chan struct{})}
 	// After the caller's options, so it chains their closed handler rather than losing it;
 	// bus.Dial chains this one in turn.
 	opts = append(opts[:len(opts):len(opts)], h.onClosed)
-	conn, err := bus.Dial(ctx, t, bus.Credential{User: m.User, Password: m.Password}, opts...)
+	conn, err := bus.Dial(ctx, t, bus.Credential{User: m.User, Password: m.Password, Seed: m.Seed}, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("joining the bus: %w", err)
 	}

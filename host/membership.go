@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/meshbus/meshctl/bus"
 )
 
 // Membership is what a host needs to join the bus: exactly the JSON line `meshctl credentials
@@ -29,10 +31,10 @@ type Membership struct {
 	Servers []string `json:"servers,omitempty"`
 }
 
-// String names the address and user and never the password, so a Membership printed by mistake
-// does not put a password in a log.
+// String names the address and user and never the password or seed, so a Membership printed
+// by mistake does not put a secret in a log.
 func (m Membership) String() string {
-	return fmt.Sprintf("user %q at %s (password redacted)", m.User, m.Address)
+	return fmt.Sprintf("user %q at %s (secret redacted)", m.User, m.Address)
 }
 
 // GoString is String for %#v, which would otherwise print every field.
@@ -44,8 +46,10 @@ const maxMembership = 64 << 10
 
 // ReadMembership reads one membership from r, as `meshctl credentials issue` prints it. Unknown
 // fields are an error, like unknown keys in the mesh's YAML: a misspelt "pasword" must say so
-// rather than read as a membership without one. Errors never quote the input, which holds a
-// password.
+// rather than read as a membership without one. It carries exactly one secret, a password or
+// an nkey user seed, and a seed must be a user's: an account's seed, or one cut short in a
+// copy, would otherwise be found out only as a refused login. Errors never quote the input,
+// which holds the secret.
 func ReadMembership(r io.Reader) (Membership, error) {
 	var m Membership
 	dec := json.NewDecoder(io.LimitReader(r, maxMembership))
@@ -68,13 +72,27 @@ func ReadMembership(r io.Reader) (Membership, error) {
 		return m, errors.New("reading the membership: more than one JSON value; a membership is one line")
 	}
 	var missing []string
-	for _, f := range []struct{ name, value string }{{"address", m.Address}, {"user", m.User}, {"password", m.Password}} {
+	for _, f := range []struct{ name, value string }{{"address", m.Address}, {"user", m.User}} {
 		if strings.TrimSpace(f.value) == "" {
 			missing = append(missing, f.name)
 		}
 	}
+	password, seed := strings.TrimSpace(m.Password) != "", strings.TrimSpace(m.Seed) != ""
+	if !password && !seed {
+		missing = append(missing, "password or seed")
+	}
 	if len(missing) > 0 {
 		return m, fmt.Errorf("reading the membership: no %s", strings.Join(missing, ", no "))
+	}
+	if password && seed {
+		return m, errors.New("reading the membership: both a password and a seed; a membership carries one, as `meshctl credentials issue` prints it")
+	}
+	if seed {
+		kp, err := bus.UserKey(m.Seed)
+		if err != nil {
+			return m, fmt.Errorf("reading the membership: %w", err)
+		}
+		kp.Wipe() // only checked here: Join makes its own when it dials
 	}
 	return m, nil
 }

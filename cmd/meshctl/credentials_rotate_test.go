@@ -208,7 +208,7 @@ func TestTheExampleHostJoinsWithTheFilesTheAgentWrote(t *testing.T) {
 	n.membership(t, "one.postman")
 	bin := builtHost(t)
 
-	postman := startProgram(t, bin, "-membership", filepath.Join(n.dir, "one.postman.json"), "-seat", "mailer", "-emit", "sent")
+	postman := startProgram(t, bin, "-membership", filepath.Join(n.dir, "one.postman.json"), "-follow", "-seat", "mailer", "-emit", "sent")
 	postman.until(t, "the postman holding its seat", 30*time.Second, func() bool { return strings.Contains(postman.stderr.String(), "holding seat mailer") })
 
 	for subject, message := range map[string]string{"mesh.mod.shop.event.order.placed": "order-17", "mesh.seat.mailer.accept.send": "mail-17"} {

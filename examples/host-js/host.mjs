@@ -1,17 +1,17 @@
 // host.mjs is the smallest JavaScript program that joins a meshctl mesh as a module instance,
 // the counterpart of examples/host in Go: it reads the membership `meshctl credentials issue`
-// printed, joins the bus, prints and acknowledges every event the module follows and, with
-// --seat, takes the seat's work as its holder. SIGINT or SIGTERM stops taking deliveries, lets
+// printed, joins the bus, prints and acknowledges every event the module follows (with
+// --follow, or without --seat) and, with --seat, takes the seat's work as its holder. SIGINT or SIGTERM stops taking deliveries, lets
 // the work in hand finish and leaves. With --publish it publishes one message as the module
 // instead (an event it emits, work it sends) and exits.
 //
 //   meshctl credentials issue beta.postman -f examples/quickstart > /tmp/m.json
-//   node examples/host-js/host.mjs --membership /tmp/m.json --seat mailer --emit sent
+//   node examples/host-js/host.mjs --membership /tmp/m.json --follow --seat mailer --emit sent
 //
 // Every client library must be told three things to work under the grants meshctl derives (see
 // docs/hosts/javascript.md): the inbox prefix `_INBOX.<user>`, to bind the existing consumer
 // and never create one or look up its stream, and (push consumers only) the deliver group of a
-// seat's worker.
+// seat's worker. It joins with a password or an nkey seed, through any of a cluster's servers.
 
 import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
@@ -19,7 +19,7 @@ import { connect as dial, isIP } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import { parseArgs } from "node:util";
 
-import { connect, errors } from "@nats-io/transport-node";
+import { connect, errors, nkeyAuthenticator, nkeys } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 
 // opTimeout bounds each acknowledgement and publish, in milliseconds: a bus that does not answer
@@ -48,12 +48,26 @@ function instanceOf(user) {
   return { node, module };
 }
 
-const membershipFields = ["address", "fingerprint", "user", "password"];
+const membershipFields = ["address", "fingerprint", "user", "password", "seed", "servers"];
 const maxMembership = 64 << 10;
 
+// isUserSeed says whether seed is an nkey user seed (SU…): an account's seed, or one cut short
+// in a copy, would otherwise be found out only as a refused login.
+function isUserSeed(seed) {
+  try {
+    const kp = nkeys.fromSeed(new TextEncoder().encode(seed));
+    const user = kp.getPublicKey().startsWith("U");
+    kp.clear();
+    return user;
+  } catch {
+    return false;
+  }
+}
+
 // readMembership reads the one JSON line `meshctl credentials issue` prints. Unknown fields are
-// an error, as in the Go host: a misspelt "pasword" must say so. Errors never quote the input,
-// which holds a password.
+// an error, as in the Go host: a misspelt "pasword" must say so. It carries exactly one secret,
+// a password or an nkey user seed (bus.auth: nkey), and for a cluster `servers`, every server's
+// URL. Errors never quote the input, which holds the secret.
 async function readMembership(path) {
   const text = path && path !== "-" ? await readFile(path, "utf8") : await readStdin();
   // A membership is one short line: a host pointed at the wrong file says so.
@@ -73,14 +87,33 @@ async function readMembership(path) {
   if (unknown.length > 0) {
     throw new Error(`reading the membership: unknown field(s) ${unknown.map((k) => JSON.stringify(k)).join(", ")}`);
   }
-  const missing = ["address", "user", "password"].filter((k) => typeof m[k] !== "string" || m[k].trim() === "");
+  for (const k of ["fingerprint", "password", "seed"]) {
+    if (m[k] !== undefined && typeof m[k] !== "string") {
+      throw new Error(`reading the membership: the ${k} is not a string`);
+    }
+  }
+  const missing = ["address", "user"].filter((k) => typeof m[k] !== "string" || m[k].trim() === "");
+  const password = (m.password ?? "").trim() !== "";
+  const seed = (m.seed ?? "").trim() !== "";
+  if (!password && !seed) missing.push("password or seed");
   if (missing.length > 0) {
     throw new Error(`reading the membership: no ${missing.join(", no ")}`);
   }
-  if (m.fingerprint !== undefined && typeof m.fingerprint !== "string") {
-    throw new Error("reading the membership: the fingerprint is not a string");
+  if (password && seed) {
+    throw new Error("reading the membership: both a password and a seed; a membership carries one, as meshctl credentials issue prints it");
   }
-  return { address: m.address.trim(), fingerprint: m.fingerprint ?? "", user: m.user, password: m.password };
+  if (seed && !isUserSeed(m.seed)) {
+    throw new Error("reading the membership: the seed is not an nkey user seed (SU…)");
+  }
+  const servers = m.servers ?? [];
+  if (!Array.isArray(servers) || servers.some((s) => typeof s !== "string" || s.trim() === "")) {
+    throw new Error("reading the membership: the servers are not a list of server URLs");
+  }
+  return {
+    address: m.address.trim(), fingerprint: m.fingerprint ?? "", user: m.user,
+    password: password ? m.password : "", seed: seed ? m.seed : "",
+    servers: servers.map((s) => s.trim()),
+  };
 }
 
 async function readStdin() {
@@ -102,11 +135,15 @@ function parseAddress(address) {
   return { tls: u.protocol === "tls:", hostname: u.hostname.replace(/^\[|\]$/g, ""), port: Number(u.port || 4222), server: u.host };
 }
 
-// normalFingerprint accepts what operators paste: upper or lower case, with or without ':'.
-function normalFingerprint(s) {
-  const f = s.replaceAll(":", "").toLowerCase();
-  if (!/^[0-9a-f]{64}$/.test(f)) throw new Error("the membership's fingerprint is not a hex SHA-256 (64 hex digits, ':' allowed)");
-  return f;
+// normalFingerprints accepts what operators paste: upper or lower case, with or without ':'.
+// A cluster whose servers present different certificates lists each, separated by spaces, and
+// any of them is the bus.
+function normalFingerprints(s) {
+  return s.trim().split(/\s+/).map((p) => {
+    const f = p.replaceAll(":", "").toLowerCase();
+    if (!/^[0-9a-f]{64}$/.test(f)) throw new Error("the membership's fingerprint is not a hex SHA-256 (64 hex digits, ':' allowed)");
+    return f;
+  });
 }
 
 // serverName is the name sent in the TLS handshake: none for an IP address, which TLS does not
@@ -115,14 +152,10 @@ const serverName = (addr) => (isIP(addr.hostname) ? "" : addr.hostname);
 
 const sha256 = (der) => createHash("sha256").update(der).digest("hex");
 
-// pinnedTLS is the TLS options that accept exactly the certificate whose SHA-256 is pin. The
-// mesh's bus presents a certificate no public verifier accepts, so the pin is how a client knows
-// it reached the right server. Node verifies a chain before it asks checkServerIdentity, so the
-// certificate is fetched once (a NATS server sends INFO in the clear, then upgrades), checked
-// against the pin, and trusted as its own root; checkServerIdentity then checks the pin again on
-// the connection that carries the password, so a server swapped in between is refused too.
-async function pinnedTLS(addr, pin) {
-  const der = await new Promise((resolve, reject) => {
+// serverCert fetches the certificate the server at addr presents: a NATS server sends INFO in
+// the clear, then upgrades the connection to TLS.
+function serverCert(addr) {
+  return new Promise((resolve, reject) => {
     const timer = setTimeout(() => { sock.destroy(); reject(new Error(`no TLS handshake from ${addr.server} within ${opTimeout} ms`)); }, opTimeout);
     const sock = dial({ host: addr.hostname, port: addr.port });
     sock.once("error", (err) => { clearTimeout(timer); reject(err); });
@@ -142,39 +175,78 @@ async function pinnedTLS(addr, pin) {
       });
     });
   });
-  if (sha256(der) !== pin) {
-    throw new Error(`the bus at ${addr.server} presented a certificate whose SHA-256 is ${sha256(der)}, not the pinned ${pin}`);
-  }
-  const pem = `-----BEGIN CERTIFICATE-----\n${der.toString("base64").match(/.{1,64}/g).join("\n")}\n-----END CERTIFICATE-----\n`;
-  return {
-    servername: serverName(addr),
-    ca: [pem],
-    checkServerIdentity: (_host, cert) =>
-      sha256(cert.raw) === pin ? undefined : new Error(`the bus at ${addr.server} presented a certificate other than the pinned one`),
-  };
 }
 
-// join connects as the membership's principal.
-async function join(m) {
-  const addr = parseAddress(m.address);
+// pinnedTLS is the TLS options that accept exactly the certificates whose SHA-256 is among pins,
+// for the servers addrs. The mesh's bus presents a certificate no public verifier accepts, so
+// the pin is how a client knows it reached the right server. Node verifies a chain before it
+// asks checkServerIdentity, so each server's certificate is fetched once, checked against the
+// pins, and trusted as its own root; checkServerIdentity then checks the pin again on the
+// connection that carries the secret, so a server swapped in between is refused too. A server
+// that does not answer now is left out of the fetch, not refused: the bus is whichever of its
+// servers answers, and one restarted later presents a certificate already trusted.
+async function pinnedTLS(addrs, pins) {
+  const trusted = [];
+  let refusal;
+  for (const addr of addrs) {
+    let der;
+    try {
+      der = await serverCert(addr);
+    } catch (err) {
+      refusal ??= err;
+      continue;
+    }
+    if (!pins.includes(sha256(der))) {
+      refusal = new Error(`the bus at ${addr.server} presented a certificate whose SHA-256 is ${sha256(der)}, not the pinned ${pins.join(" or ")}`);
+      continue;
+    }
+    trusted.push(`-----BEGIN CERTIFICATE-----\n${der.toString("base64").match(/.{1,64}/g).join("\n")}\n-----END CERTIFICATE-----\n`);
+  }
+  if (trusted.length === 0) throw refusal;
   const options = {
-    servers: addr.server,
-    user: m.user,
-    pass: m.password,
+    ca: trusted,
+    checkServerIdentity: (host, cert) =>
+      pins.includes(sha256(cert.raw)) ? undefined : new Error(`the bus at ${host} presented a certificate other than the pinned one`),
+  };
+  // The name sent in the handshake is one server's: with several, each is left the library's.
+  if (addrs.length === 1) options.servername = serverName(addrs[0]);
+  return options;
+}
+
+// join connects as the membership's principal, through whichever of the bus's servers answers:
+// the address, and for a cluster every other server the membership lists. It says which server
+// it joined.
+async function join(m) {
+  const addrs = [];
+  for (const a of [m.address, ...m.servers].map(parseAddress)) {
+    if (!addrs.some((b) => b.server === a.server)) addrs.push(a);
+  }
+  const options = {
+    servers: addrs.map((a) => a.server),
     // One of the three: every reply, JetStream's included, must land under the only inbox the
     // user is granted. The default prefix is random and refused.
     inboxPrefix: `_INBOX.${m.user}`,
-    // A host outlives a restart of the bus: it reconnects for ever.
+    // A host outlives a restart of the bus, and the loss of a cluster's server: it reconnects
+    // for ever, to any server.
     maxReconnectAttempts: -1,
     name: m.user,
   };
+  if (m.seed) {
+    // An nkey principal: the server knows its public key, and the client signs the server's
+    // challenge with the seed. The seed itself never leaves the process.
+    options.authenticator = nkeyAuthenticator(new TextEncoder().encode(m.seed));
+  } else {
+    options.user = m.user;
+    options.pass = m.password;
+  }
   if (m.fingerprint) {
-    options.tls = await pinnedTLS(addr, normalFingerprint(m.fingerprint));
-  } else if (addr.tls) {
+    options.tls = await pinnedTLS(addrs, normalFingerprints(m.fingerprint));
+  } else if (addrs.some((a) => a.tls)) {
     // tls:// without a pin: the server's certificate must pass the system's verifier.
     options.tls = {};
   }
-  return connect(options);
+  const nc = await connect(options);
+  return { nc, server: `${options.tls ? "tls" : "nats"}://${nc.getServer()}` };
 }
 
 // refusal finds the server's permission refusal in err's causes, if the refusal is what failed.
@@ -200,22 +272,21 @@ function describe(err, user) {
 // a time, until stopped. It is the one place a consumer is bound.
 //
 // The mesh's bus.consumers says whether its consumers are pulled (the default) or pushed, and
-// the consumer's own info says which it is: js.consumers.get asks the server about the consumer
+// the consumer's own info says which it is: consume asks the server about the consumer
 // ($JS.API.CONSUMER.INFO.<stream>.<consumer>, the one JetStream API call a host is granted) and
-// binds a pull consumer, which asks for messages on $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
-// and takes them, and the server's heartbeats, on the host's inbox. A push consumer it refuses,
-// and getPushConsumer binds it instead: it subscribes the deliver subject in the consumer's
-// deliver group, which the library takes from that answer. Never js.streams.get or a consumer
-// create: a host is granted neither.
-async function consume(js, stream, consumer, handle) {
-  let c;
-  try {
-    c = await js.consumers.get(stream, consumer);
-  } catch (err) {
-    // The library's own words for a consumer with a deliver subject (jsmstream_api.js).
-    if (err?.message !== "not a pull consumer") throw err;
-    c = await js.consumers.getPushConsumer(stream, consumer);
-  }
+// binds it as what it is. A consumer with a deliver subject is pushed: getPushConsumer
+// subscribes that subject in the consumer's deliver group, which the library takes from the
+// info. One without is pulled: the binding asks for messages on
+// $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> and takes them, and the server's heartbeats, on
+// the host's inbox. Binding by the info, not by trying one kind and then the other: a client
+// that binds a pull consumer as pushed is not always told (npm nats v2 waits on a subject
+// nothing is delivered to). Never js.streams.get or a consumer create: a host is granted
+// neither.
+async function consume(js, jsm, stream, consumer, handle) {
+  const info = await jsm.consumers.info(stream, consumer);
+  const c = typeof info.config.deliver_subject === "string"
+    ? await js.consumers.getPushConsumer(stream, consumer)
+    : js.consumers.getConsumerFromInfo(info);
   const messages = await c.consume();
   const done = (async () => {
     for await (const msg of messages) {
@@ -231,6 +302,7 @@ async function main() {
     args = parseArgs({
       options: {
         membership: { type: "string" },
+        follow: { type: "boolean", default: false },
         seat: { type: "string" },
         emit: { type: "string" },
         publish: { type: "string" },
@@ -242,8 +314,8 @@ async function main() {
     log(err.message);
     return 2;
   }
-  if (args.publish && (args.seat || args.emit)) {
-    log("--publish publishes once and exits; it does not take --seat or --emit");
+  if (args.publish && (args.seat || args.emit || args.follow)) {
+    log("--publish publishes once and exits; it does not take --follow, --seat or --emit");
     return 2;
   }
   if (args.emit && !args.seat) {
@@ -265,21 +337,27 @@ async function main() {
   }
   let nc;
   try {
-    nc = await join(m);
+    let server;
+    ({ nc, server } = await join(m));
+    // The server it reached, not the membership's address: on a cluster that may be down, and
+    // the connection started at another of its servers.
+    log(`joined ${server} as ${m.user}`);
   } catch (err) {
     log(`joining the bus as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`);
     return 1;
   }
-  log(`joined ${m.address} as ${m.user}`);
   // Refusals of what no request waits for (a subscription, a plain publish) arrive only here.
   (async () => {
     for await (const s of nc.status()) {
       if (s.type === "error" && refusal(s.error)) log(`refused: ${describe(s.error, m.user)}`);
       else if (s.type === "disconnect") log("disconnected");
-      else if (s.type === "reconnect") log("reconnected");
+      else if (s.type === "reconnect") log(`reconnected to ${nc.getServer()}`);
     }
   })();
   const js = jetstream(nc);
+  // Without checkAPI: the manager would ask for the account's JetStream info ($JS.API.INFO),
+  // which no host is granted. It is used for consumer info alone.
+  const jsm = await js.jetstreamManager(false);
 
   if (args.publish) {
     try {
@@ -309,28 +387,30 @@ async function main() {
     for (const t of taking) await t.messages.close();
     await Promise.allSettled(taking.map((t) => t.done));
   };
-  const eventsConsumer = instanceConsumer(inst.node, inst.module);
-  try {
-    taking.push(await consume(js, streamEvents, eventsConsumer, async (msg) => {
-      print(`event ${msg.subject} ${msg.string()}`);
-      await ack(msg);
-    }));
-    log(`following its events on consumer ${eventsConsumer}`);
-  } catch (err) {
-    const what = `taking deliveries of consumer ${eventsConsumer} on stream ${streamEvents} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`;
-    if (!refusal(err) || !args.seat) {
+  // A module that only holds a seat has no events consumer, and no grant to ask about one:
+  // asking would be a refusal in the bus's log for every start. So it follows only when told
+  // to, or when following is the only job left.
+  if (args.follow || !args.seat) {
+    const eventsConsumer = instanceConsumer(inst.node, inst.module);
+    try {
+      taking.push(await consume(js, jsm, streamEvents, eventsConsumer, async (msg) => {
+        print(`event ${msg.subject} ${msg.string()}`);
+        await ack(msg);
+      }));
+      log(`following its events on consumer ${eventsConsumer}`);
+    } catch (err) {
+      const what = `taking deliveries of consumer ${eventsConsumer} on stream ${streamEvents} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`;
       // A module that follows nothing has no consumer, and no grant to ask about one.
       log(refusal(err) ? `${what}\n(a module that follows nothing has no consumer: give --seat to hold a seat, or --publish)` : what);
       await nc.close();
       return 1;
     }
-    log(`not following events: ${what}`);
   }
   if (args.seat) {
     const stream = seatStream(args.seat);
     const consumer = workerConsumer(args.seat);
     try {
-      taking.push(await consume(js, stream, consumer, async (msg) => {
+      taking.push(await consume(js, jsm, stream, consumer, async (msg) => {
         print(`work ${msg.subject} ${msg.string()}`);
         if (args.emit) {
           const subject = seatEvent(args.seat, args.emit);

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,72 @@ func runHost(ctx context.Context, t *testing.T, node string, args ...string) (in
 	return cmd.ProcessState.ExitCode(), stderr.String()
 }
 
+// running is host.mjs run in the background, as a module instance's process is.
+type running struct {
+	cmd    *exec.Cmd
+	lines  chan string // what it prints on stdout, a line each
+	stderr *lockedbuf.Buffer
+	exited chan error
+}
+
+// startHost runs host.mjs with args until interrupted or ctx ends.
+func startHost(ctx context.Context, t *testing.T, node string, args ...string) *running {
+	t.Helper()
+	r := &running{cmd: exec.CommandContext(ctx, node, append([]string{"host.mjs"}, args...)...),
+		lines: make(chan string, 16), stderr: &lockedbuf.Buffer{}, exited: make(chan error, 1)}
+	r.cmd.Stderr = r.stderr
+	stdout, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for s := bufio.NewScanner(stdout); s.Scan(); {
+			r.lines <- s.Text()
+		}
+		close(r.lines)
+		r.exited <- r.cmd.Wait()
+	}()
+	return r
+}
+
+// waitPrinted waits until the host has printed every one of want, in any order.
+func (r *running) waitPrinted(ctx context.Context, t *testing.T, want ...string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for len(seen) < len(want) {
+		select {
+		case l, ok := <-r.lines:
+			if !ok {
+				t.Fatalf("the host exited having printed only %v of %q; its log:\n%s", seen, want, r.stderr.String())
+			}
+			if slices.Contains(want, l) {
+				seen[l] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("the host printed only %v of %q; its log:\n%s", seen, want, r.stderr.String())
+		}
+	}
+}
+
+// interrupt sends the host SIGINT and waits for it to leave cleanly.
+func (r *running) interrupt(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.exited:
+		if err != nil {
+			t.Fatalf("the host exited with %v; its log:\n%s", err, r.stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("the host did not leave when interrupted; its log:\n%s", r.stderr.String())
+	}
+}
+
 // The README's walk-through with the JavaScript host, on the quickstart mesh: alpha.shop
 // publishes an order and mail, and is refused the mailer's event by name; beta.postman follows
 // the order on its own consumer, takes the mail as the mailer seat's holder in the worker's
@@ -128,61 +195,16 @@ func javaScriptHostDoesTheSeedJobs(t *testing.T, kind string) {
 	}
 
 	// Follow and take the seat's work.
-	cmd := exec.CommandContext(ctx, node, "host.mjs", "--membership", postman, "--seat", "mailer", "--emit", "sent")
-	var stderr lockedbuf.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	lines := make(chan string, 16)
-	go func() {
-		for s := bufio.NewScanner(stdout); s.Scan(); {
-			lines <- s.Text()
-		}
-		close(lines)
-		exited <- cmd.Wait()
-	}()
-	want := map[string]bool{
-		"event mesh.mod.shop.event.order.placed order-17": false,
-		"work mesh.seat.mailer.accept.send mail-17":       false,
-	}
-	for seen := 0; seen < len(want); {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("the host exited having printed only %v; its log:\n%s", want, stderr.String())
-			}
-			if done, ok := want[l]; ok && !done {
-				want[l] = true
-				seen++
-			}
-		case <-ctx.Done():
-			t.Fatalf("the host printed only %v; its log:\n%s", want, stderr.String())
-		}
-	}
+	h := startHost(ctx, t, node, "--membership", postman, "--follow", "--seat", "mailer", "--emit", "sent")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-17", "work mesh.seat.mailer.accept.send mail-17")
 
 	// The seat's event reached the controller, which follows it.
-	b.WaitControllerHears(ctx, t, render.SeatEvent("mailer", "sent"), "mail-17", stderr.String)
+	b.WaitControllerHears(ctx, t, render.SeatEvent("mailer", "sent"), "mail-17", h.stderr.String)
 
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("the host exited with %v; its log:\n%s", err, stderr.String())
-		}
-	case <-ctx.Done():
-		t.Fatalf("the host did not leave when interrupted; its log:\n%s", stderr.String())
-	}
+	h.interrupt(ctx, t)
 	for _, line := range []string{"joined ", "following its events on consumer beta_postman", "holding seat mailer", "leaving"} {
-		if !strings.Contains(stderr.String(), line) {
-			t.Errorf("the host's log does not say %q:\n%s", line, stderr.String())
+		if !strings.Contains(h.stderr.String(), line) {
+			t.Errorf("the host's log does not say %q:\n%s", line, h.stderr.String())
 		}
 	}
 	controller := b.MustJoin(t, render.ControllerUser)
@@ -257,26 +279,113 @@ func TestTheJavaScriptHostPinsTheBusCertificate(t *testing.T) {
 	}
 }
 
-// A membership with a misspelt field, or one that is not JSON, is refused before anything is
-// dialled, and the refusal never quotes what the file holds: it holds a password.
+// A membership with a misspelt field, one that is not JSON, or one without exactly one secret
+// (a password or an nkey user seed), is refused before anything is dialled, and the refusal
+// never quotes what the file holds: it holds the secret.
 func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
 	t.Parallel()
 	node := nodeOrSkip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const secret = "hunter2-do-not-print"
+	seed := hosttest.UserSeed(t)
 	for _, tc := range []struct{ content, want string }{
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","pasword":"` + secret + `"}`, `unknown field(s) "pasword"`},
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop"` + secret, "not JSON"},
-		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":""}`, "no password"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":""}`, "no password or seed"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":"` + secret + `","seed":"` + seed + `"}`, "both a password and a seed"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","seed":"` + seed[:len(seed)-3] + `"}`, "not an nkey user seed"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","seed":"` + secret + `"}`, "not an nkey user seed"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":"` + secret + `","servers":"nats://127.0.0.1:2"}`, "the servers are not a list"},
 	} {
 		file := filepath.Join(t.TempDir(), "m.json")
 		if err := os.WriteFile(file, []byte(tc.content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		code, stderr := runHost(ctx, t, node, "--membership", file, "--publish", "x")
-		if code != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, secret) || strings.Contains(stderr, "joined") {
+		if code != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, secret) || strings.Contains(stderr, seed[2:12]) || strings.Contains(stderr, "joined") {
 			t.Errorf("membership %s: exit %d, want 1 saying %q without the password:\n%s", tc.content, code, tc.want, stderr)
 		}
+	}
+}
+
+// A module that holds a seat and follows nothing (the matrix mesh's telegram) has no events
+// consumer and no grant to ask about one: the host takes its seat's work without asking, so the
+// bus refuses it nothing.
+func TestAJavaScriptHostThatOnlyHoldsASeatAsksForNoEventsConsumer(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	b := hosttest.Start(t, "../../host/testdata/mesh")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	work := render.AcceptSubject("telegram-sender", "send")
+	if code, stderr := runHost(ctx, t, node, "--membership", membershipFile(t, b, "two.shop"), "--publish", work, "--message", "hello"); code != 0 {
+		t.Fatalf("the shop sending work: exit %d:\n%s", code, stderr)
+	}
+	h := startHost(ctx, t, node, "--membership", membershipFile(t, b, "one.telegram"), "--seat", "telegram-sender")
+	h.waitPrinted(ctx, t, "work "+work+" hello")
+	h.interrupt(ctx, t)
+	if log := h.stderr.String(); strings.Contains(log, "may not") || strings.Contains(log, "refused") || strings.Contains(log, "following its events") {
+		t.Errorf("a host holding only a seat asked for an events consumer:\n%s", log)
+	}
+}
+
+// An nkey principal's membership carries a seed in place of the password: the JavaScript host
+// joins with it, publishes what the principal is granted, and is refused by name what it is
+// not. Its log never quotes the seed.
+func TestTheJavaScriptHostJoinsWithASeed(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	granted := render.ModuleEvent("shop", "order.placed")
+	b := hosttest.StartNkey(t, "alpha.shop", granted)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	membership := writeMembership(t, b.Membership())
+	code, stderr := runHost(ctx, t, node, "--membership", membership, "--publish", granted, "--message", "order-1")
+	if code != 0 || !strings.Contains(stderr, "stream NKEYTEST keeps it") {
+		t.Fatalf("publishing what alpha.shop is granted: exit %d:\n%s", code, stderr)
+	}
+	other := render.ModuleEvent("shop", "other")
+	code, stderr = runHost(ctx, t, node, "--membership", membership, "--publish", other)
+	if code != 1 || !strings.Contains(stderr, `user "alpha.shop" may not publish to "`+other+`"`) {
+		t.Errorf("publishing what alpha.shop is not granted: exit %d:\n%s", code, stderr)
+	}
+	if strings.Contains(stderr, b.Seed[2:12]) {
+		t.Errorf("the host's log quotes the seed:\n%s", stderr)
+	}
+}
+
+// The JavaScript host started as the docs show, on a three-server cluster whose first server —
+// the membership's address — is down: it reads the membership's servers, joins through another
+// of them, says which, and does its jobs.
+func TestTheJavaScriptHostJoinsAClusterWhoseFirstServerIsDown(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	b := hosttest.StartCluster(t, "../quickstart", 3)
+	first := b.Cluster.Servers[0]
+	first.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b.WaitServing(ctx, t)
+
+	shop := membershipFile(t, b, "alpha.shop")
+	for _, p := range []struct{ subject, message string }{
+		{render.ModuleEvent("shop", "order.placed"), "order-3"},
+		{render.AcceptSubject("mailer", "send"), "mail-3"},
+	} {
+		if code, stderr := runHost(ctx, t, node, "--membership", shop, "--publish", p.subject, "--message", p.message); code != 0 {
+			t.Fatalf("publishing %s as alpha.shop: exit %d:\n%s", p.subject, code, stderr)
+		}
+	}
+	h := startHost(ctx, t, node, "--membership", membershipFile(t, b, "beta.postman"), "--follow", "--seat", "mailer")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-3", "work mesh.seat.mailer.accept.send mail-3")
+	h.interrupt(ctx, t)
+	log := h.stderr.String()
+	joined := false
+	for _, srv := range b.Cluster.Servers[1:] {
+		joined = joined || strings.Contains(log, "joined "+srv.URL+" as beta.postman")
+	}
+	if !joined || strings.Contains(log, first.URL) {
+		t.Errorf("the host's log does not name the running server it joined (%s is down):\n%s", first.URL, log)
 	}
 }

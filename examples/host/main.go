@@ -1,11 +1,12 @@
 // Command host is the smallest program that joins a mesh as a module instance: it reads the
-// membership `meshctl credentials issue` printed, joins the bus, prints and acknowledges every
-// event the module follows and, with -seat, takes the seat's work as its holder. Ctrl-C lets the
-// work in hand finish, then leaves. With -publish it publishes one message as the module instead
+// membership `meshctl credentials issue` printed (a password or an nkey seed, one server or a
+// cluster's), joins the bus through whichever server answers, prints and acknowledges every
+// event the module follows (with -follow, or without -seat) and, with -seat, takes the seat's
+// work as its holder. Ctrl-C lets the work in hand finish, then leaves. With -publish it publishes one message as the module instead
 // (an event it emits, work it sends) and exits.
 //
 //	meshctl credentials issue beta.postman -f examples/quickstart -o /tmp/m.json
-//	go run ./examples/host -membership /tmp/m.json -seat mailer -emit sent
+//	go run ./examples/host -membership /tmp/m.json -follow -seat mailer -emit sent
 //
 // See README.md beside it.
 package main
@@ -46,17 +47,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	flags := flag.NewFlagSet("host", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	membershipFile := flags.String("membership", "", "the membership file `meshctl credentials issue` wrote (default: read it from stdin)")
-	seat := flags.String("seat", "", "also take this seat's work, as its holder")
+	follow := flags.Bool("follow", false, "follow the module's events, on its consumer <node>_<module> (what it does without -seat)")
+	seat := flags.String("seat", "", "take this seat's work, as its holder; with -follow, follow the module's events as well")
 	emit := flags.String("emit", "", "with -seat: after each piece of work, report this seat event (one the seat emits, e.g. sent)")
 	publish := flags.String("publish", "", "instead: publish -message on this subject (an event the module emits, work it sends) and exit")
 	message := flags.String("message", "", "with -publish: what to publish")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
-	if *publish != "" && (*seat != "" || *emit != "") {
-		fmt.Fprintln(stderr, "host: -publish publishes once and exits; it does not take -seat or -emit")
+	if *publish != "" && (*seat != "" || *emit != "" || *follow) {
+		fmt.Fprintln(stderr, "host: -publish publishes once and exits; it does not take -follow, -seat or -emit")
 		return 2
 	}
+	// A module that only holds a seat has no events consumer, and no grant to ask about one:
+	// asking would be a refusal in the bus's log for every start. So it follows only when told
+	// to, or when following is the only job left.
+	following := *follow || *seat == ""
 	if *emit != "" && *seat == "" {
 		fmt.Fprintln(stderr, "host: -emit reports a seat's event, so it needs -seat")
 		return 2
@@ -82,13 +88,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 				logf("disconnected: %v", err)
 			}
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { logf("reconnected") }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { logf("reconnected to %s", nc.ConnectedUrlRedacted()) }),
 	)
 	if err != nil {
 		logf("%v", err)
 		return 1
 	}
-	logf("joined %s as %s", h.Address(), h.User())
+	// The server it reached, not the membership's address: on a cluster that may be down, and
+	// the connection started at another of its servers.
+	logf("joined %s as %s", h.Conn().ConnectedUrlRedacted(), h.User())
 	if *publish != "" {
 		defer h.Close()
 		ack, err := h.Publish(ctx, *publish, []byte(*message))
@@ -117,27 +125,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 
 	var taking []jetstream.ConsumeContext
-	events, err := h.Events(ctx, inst, func(msg jetstream.Msg) {
-		printf("event %s %s", msg.Subject(), msg.Data())
-		ack(msg)
-	})
-	// A module that follows nothing has no consumer, and no grant to ask about one: the
-	// refusal names the consumer's subject rather than timing out.
-	var refused *bus.PermissionError
-	switch {
-	case err == nil:
+	if following {
+		events, err := h.Events(ctx, inst, func(msg jetstream.Msg) {
+			printf("event %s %s", msg.Subject(), msg.Data())
+			ack(msg)
+		})
+		if err != nil {
+			// A module that follows nothing has no consumer, and no grant to ask about one:
+			// the refusal names the consumer's subject rather than timing out.
+			var refused *bus.PermissionError
+			if errors.As(err, &refused) {
+				err = fmt.Errorf("%w\n(a module that follows nothing has no consumer: give -seat to hold a seat, or -publish)", err)
+			}
+			logf("%v", err)
+			h.Close()
+			return 1
+		}
 		taking = append(taking, events)
 		logf("following its events on consumer %s", render.InstanceConsumer(inst))
-	case errors.As(err, &refused) && *seat != "":
-		logf("not following events: %v", err)
-	case errors.As(err, &refused):
-		logf("%v\n(a module that follows nothing has no consumer: give -seat to hold a seat, or -publish)", err)
-		h.Close()
-		return 1
-	default:
-		logf("%v", err)
-		h.Close()
-		return 1
 	}
 	if *seat != "" {
 		work, err := h.Work(ctx, *seat, func(msg jetstream.Msg) {

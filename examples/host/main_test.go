@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,83 +30,32 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	defer cancel()
 
 	// What the operator does: issue the membership to a file.
-	line, err := json.Marshal(b.Membership("beta.postman"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "m.json")
-	if err := os.WriteFile(file, line, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := writeMembership(t, b.Membership("beta.postman"))
 
 	// The shop places an order and sends mail, with the same program. Both wait in their
 	// streams until the postman binds its consumers.
-	shopFile := filepath.Join(t.TempDir(), "shop.json")
-	if line, err := json.Marshal(b.Membership("alpha.shop")); err != nil {
-		t.Fatal(err)
-	} else if err := os.WriteFile(shopFile, line, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	shopFile := writeMembership(t, b.Membership("alpha.shop"))
 	for subject, message := range map[string]string{
 		render.ModuleEvent("shop", "order.placed"): "order-17",
 		render.AcceptSubject("mailer", "send"):     "mail-17",
 	} {
-		var stderr bytes.Buffer
-		if code := run(ctx, []string{"-membership", shopFile, "-publish", subject, "-message", message}, nil, io.Discard, &stderr); code != 0 {
-			t.Fatalf("publishing %s as alpha.shop: exit %d: %s", subject, code, stderr.String())
+		if code, log := publish(ctx, shopFile, subject, message); code != 0 {
+			t.Fatalf("publishing %s as alpha.shop: exit %d: %s", subject, code, log)
 		}
 	}
 	// And is refused what is not its job, by name.
-	var stderr0 bytes.Buffer
-	if code := run(ctx, []string{"-membership", shopFile, "-publish", render.SeatEvent("mailer", "sent")}, nil, io.Discard, &stderr0); code != 1 ||
-		!strings.Contains(stderr0.String(), `may not publish to "mesh.seat.mailer.event.sent"`) {
-		t.Errorf("the shop reporting the mailer's event: exit %d: %s", code, stderr0.String())
+	if code, log := publish(ctx, shopFile, render.SeatEvent("mailer", "sent"), ""); code != 1 ||
+		!strings.Contains(log, `may not publish to "mesh.seat.mailer.event.sent"`) {
+		t.Errorf("the shop reporting the mailer's event: exit %d: %s", code, log)
 	}
 
-	stdoutR, stdoutW := io.Pipe()
-	var stderr lockedbuf.Buffer
-	interrupt, stop := context.WithCancel(ctx)
-	defer stop()
-	code := make(chan int, 1)
-	go func() {
-		defer stdoutW.Close()
-		code <- run(interrupt, []string{"-membership", file, "-seat", "mailer", "-emit", "sent"}, nil, stdoutW, &stderr)
-	}()
-	lines := make(chan string, 16)
-	go func() {
-		defer close(lines)
-		for s := bufio.NewScanner(stdoutR); s.Scan(); {
-			lines <- s.Text()
-		}
-	}()
-	want := map[string]bool{
-		"event mesh.mod.shop.event.order.placed order-17": false,
-		"work mesh.seat.mailer.accept.send mail-17":       false,
-	}
-	for seen := 0; seen < len(want); {
-		select {
-		case l := <-lines:
-			if done, ok := want[l]; ok && !done {
-				want[l] = true
-				seen++
-			}
-		case <-ctx.Done():
-			t.Fatalf("the host printed only %v; its log:\n%s", want, stderr.String())
-		}
-	}
+	h := startHost(ctx, t, "-membership", file, "-follow", "-seat", "mailer", "-emit", "sent")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-17", "work mesh.seat.mailer.accept.send mail-17")
 
 	// The seat's event reached the controller, which follows it.
-	b.WaitControllerHears(ctx, t, render.SeatEvent("mailer", "sent"), "mail-17", stderr.String)
+	b.WaitControllerHears(ctx, t, render.SeatEvent("mailer", "sent"), "mail-17", h.stderr.String)
 
-	stop() // Ctrl-C
-	select {
-	case c := <-code:
-		if c != 0 {
-			t.Fatalf("the host exited %d; its log:\n%s", c, stderr.String())
-		}
-	case <-ctx.Done():
-		t.Fatal("the host did not leave when interrupted")
-	}
+	h.interrupt(ctx, t)
 	controller := b.MustJoin(t, render.ControllerUser)
 	for _, c := range []struct{ stream, consumer string }{
 		{render.StreamEvents, "beta_postman"},
@@ -119,7 +69,7 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 			t.Errorf("%s/%s: %d unacknowledged, %d pending after the host left", c.stream, c.consumer, info.NumAckPending, info.NumPending)
 		}
 	}
-	if log := stderr.String(); !strings.Contains(log, "joined") || !strings.Contains(log, "holding seat mailer") {
+	if log := h.stderr.String(); !strings.Contains(log, "joined") || !strings.Contains(log, "holding seat mailer") {
 		t.Errorf("the host's log does not say it joined and holds the seat:\n%s", log)
 	}
 }
@@ -138,5 +88,165 @@ func TestTheHostWantsAMembership(t *testing.T) {
 	in := `{"address": "nats://127.0.0.1:1", "fingerprint": "", "user": "node.one", "password": "p"}`
 	if code := run(context.Background(), nil, strings.NewReader(in), io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "not a module instance") {
 		t.Errorf("a node's membership: exit %d, %s", code, stderr.String())
+	}
+}
+
+// running is the host run in the background, as a module instance's process is.
+type running struct {
+	lines  chan string // what it prints on stdout, a line each
+	stderr *lockedbuf.Buffer
+	stop   context.CancelFunc // Ctrl-C
+	code   chan int
+}
+
+// startHost runs the host with args until interrupt is called or ctx ends.
+func startHost(ctx context.Context, t *testing.T, args ...string) *running {
+	t.Helper()
+	interrupt, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	stdoutR, stdoutW := io.Pipe()
+	r := &running{lines: make(chan string, 16), stderr: &lockedbuf.Buffer{}, stop: stop, code: make(chan int, 1)}
+	go func() {
+		defer stdoutW.Close()
+		r.code <- run(interrupt, args, nil, stdoutW, r.stderr)
+	}()
+	go func() {
+		defer close(r.lines)
+		for s := bufio.NewScanner(stdoutR); s.Scan(); {
+			r.lines <- s.Text()
+		}
+	}()
+	return r
+}
+
+// waitPrinted waits until the host has printed every one of want, in any order.
+func (r *running) waitPrinted(ctx context.Context, t *testing.T, want ...string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for len(seen) < len(want) {
+		select {
+		case l, ok := <-r.lines:
+			if !ok {
+				t.Fatalf("the host exited having printed only %v of %q; its log:\n%s", seen, want, r.stderr.String())
+			}
+			if slices.Contains(want, l) {
+				seen[l] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("the host printed only %v of %q; its log:\n%s", seen, want, r.stderr.String())
+		}
+	}
+}
+
+// interrupt stops the host as Ctrl-C does and waits for it to leave cleanly.
+func (r *running) interrupt(ctx context.Context, t *testing.T) {
+	t.Helper()
+	r.stop()
+	select {
+	case c := <-r.code:
+		if c != 0 {
+			t.Fatalf("the host exited %d; its log:\n%s", c, r.stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("the host did not leave when interrupted; its log:\n%s", r.stderr.String())
+	}
+}
+
+// writeMembership writes m to a private file, as an operator keeps the one issued.
+func writeMembership(t *testing.T, m host.Membership) string {
+	t.Helper()
+	line, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), m.User+".json")
+	if err := os.WriteFile(file, line, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// publish runs the host once with -publish, as the module instance of membership, and returns
+// its exit code and log.
+func publish(ctx context.Context, membership, subject, message string) (int, string) {
+	var stderr bytes.Buffer
+	code := run(ctx, []string{"-membership", membership, "-publish", subject, "-message", message}, nil, io.Discard, &stderr)
+	return code, stderr.String()
+}
+
+// A module that holds a seat and follows nothing (the matrix mesh's telegram) has no events
+// consumer and no grant to ask about one: the host takes its seat's work without asking, so the
+// bus refuses it nothing.
+func TestAHostThatOnlyHoldsASeatAsksForNoEventsConsumer(t *testing.T) {
+	t.Parallel()
+	b := hosttest.Start(t, "../../host/testdata/mesh")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	work := render.AcceptSubject("telegram-sender", "send")
+	if code, log := publish(ctx, writeMembership(t, b.Membership("two.shop")), work, "hello"); code != 0 {
+		t.Fatalf("the shop sending work: exit %d: %s", code, log)
+	}
+	h := startHost(ctx, t, "-membership", writeMembership(t, b.Membership("one.telegram")), "-seat", "telegram-sender")
+	h.waitPrinted(ctx, t, "work "+work+" hello")
+	h.interrupt(ctx, t)
+	log := h.stderr.String()
+	if strings.Contains(log, "may not") || strings.Contains(log, "following its events") {
+		t.Errorf("a host holding only a seat asked for an events consumer:\n%s", log)
+	}
+}
+
+// An nkey principal's membership carries a seed in place of the password: the host joins with
+// it, publishes what the principal is granted, and is refused by name what it is not.
+func TestTheHostJoinsWithASeed(t *testing.T) {
+	t.Parallel()
+	granted := render.ModuleEvent("shop", "order.placed")
+	b := hosttest.StartNkey(t, "alpha.shop", granted)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	membership := writeMembership(t, b.Membership())
+	if code, log := publish(ctx, membership, granted, "order-1"); code != 0 || !strings.Contains(log, "stream NKEYTEST keeps it") {
+		t.Fatalf("publishing what alpha.shop is granted: exit %d: %s", code, log)
+	}
+	other := render.ModuleEvent("shop", "other")
+	code, log := publish(ctx, membership, other, "")
+	if code != 1 || !strings.Contains(log, `user "alpha.shop" may not publish to "`+other+`"`) {
+		t.Errorf("publishing what alpha.shop is not granted: exit %d: %s", code, log)
+	}
+	if strings.Contains(log, b.Seed[2:12]) {
+		t.Errorf("the host's log quotes the seed:\n%s", log)
+	}
+}
+
+// A host started as the docs show, on a three-server cluster whose first server — the
+// membership's address — is down: it joins through another server of the membership's list,
+// says which, and does its jobs.
+func TestTheHostJoinsAClusterWhoseFirstServerIsDown(t *testing.T) {
+	t.Parallel()
+	b := hosttest.StartCluster(t, "../quickstart", 3)
+	first := b.Cluster.Servers[0]
+	first.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b.WaitServing(ctx, t)
+
+	shop := writeMembership(t, b.Membership("alpha.shop"))
+	for subject, message := range map[string]string{
+		render.ModuleEvent("shop", "order.placed"): "order-3",
+		render.AcceptSubject("mailer", "send"):     "mail-3",
+	} {
+		if code, log := publish(ctx, shop, subject, message); code != 0 {
+			t.Fatalf("publishing %s as alpha.shop: exit %d: %s", subject, code, log)
+		}
+	}
+	h := startHost(ctx, t, "-membership", writeMembership(t, b.Membership("beta.postman")), "-follow", "-seat", "mailer")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-3", "work mesh.seat.mailer.accept.send mail-3")
+	h.interrupt(ctx, t)
+	log := h.stderr.String()
+	joined := false
+	for _, srv := range b.Cluster.Servers[1:] {
+		joined = joined || strings.Contains(log, "joined "+srv.URL+" as beta.postman")
+	}
+	if !joined || strings.Contains(log, first.URL) {
+		t.Errorf("the host's log does not name the running server it joined (%s is down):\n%s", first.URL, log)
 	}
 }

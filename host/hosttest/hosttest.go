@@ -10,13 +10,17 @@ package hosttest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
@@ -30,9 +34,13 @@ import (
 
 // Mesh is one test's bus and the mesh it carries.
 type Mesh struct {
+	// Bus is the embedded bus of Start; nil for StartCluster's, whose servers are Cluster's.
 	Bus     *bus.Embedded
+	Cluster *bus.TestCluster
 	Model   *model.Mesh
 	Desired *render.Desired
+
+	target bus.Target // every server, as memberships list them
 
 	passwords map[string]string
 	hashes    map[string]string
@@ -54,13 +62,69 @@ func Start(t testing.TB, dir string) *Mesh {
 // description proves both kinds.
 func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 	t.Helper()
+	b := newMesh(t, dir, func(m *model.Mesh) {
+		if kind != "" {
+			m.Bus.Consumers = kind
+		}
+	})
+	b.Bus = bus.StartTestBus(t, render.AccountsConfig(b.Desired.Principals, b.hashes))
+	b.target = bus.Target{URL: b.Bus.URL()}
+	t.Cleanup(b.closeHosts)
+	b.create(t, reconcile.Accounts{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
+		Target: b.target, StateDir: t.TempDir()}, 10*time.Second)
+	return b
+}
+
+// StartCluster is Start on a JetStream cluster of n nats-server processes
+// (bus.StartTestCluster), as an operator runs one: every server includes its own copy of the
+// mesh's accounts, every stream has n replicas, and memberships list every server, the first
+// as their address, as `meshctl credentials issue` prints them for a cluster. Stop a server
+// with b.Cluster.Servers[i].Stop.
+func StartCluster(t testing.TB, dir string, n int) *Mesh {
+	t.Helper()
+	b := newMesh(t, dir, func(m *model.Mesh) { m.Bus.Replicas = n })
+	b.Cluster = bus.StartTestCluster(t, n)
+	// Streams of n replicas are placed only once every server is a current peer.
+	b.Cluster.WaitForEveryPeer()
+	conf := render.AccountsConfig(b.Desired.Principals, b.hashes)
+	var servers []bus.Target
+	var each []reconcile.Accounts
+	for _, srv := range b.Cluster.Servers {
+		st := bus.Target{URL: srv.URL}
+		servers = append(servers, st)
+		each = append(each, reconcile.Accounts{Path: srv.AccountsFile, Reloader: bus.PIDFileReloader(srv.PIDFile),
+			Target: st, Server: srv.Name})
+	}
+	b.target = bus.Cluster(servers)
+	t.Cleanup(b.closeHosts)
+
+	// The mesh's users first, on every server, so that the controller can log in to create
+	// the rest: what Start's bus is given when it starts.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, srv := range b.Cluster.Servers {
+		if err := os.WriteFile(srv.AccountsFile, conf, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := each[i].Reloader.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.waitLogin(ctx, t, servers[i], render.ControllerUser)
+	}
+	first := each[0]
+	first.StateDir, first.Others = t.TempDir(), each[1:]
+	b.create(t, first, 60*time.Second)
+	return b
+}
+
+// newMesh loads the mesh in dir, adjusted by adjust, and issues every principal a password.
+func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
+	t.Helper()
 	m, err := model.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kind != "" {
-		m.Bus.Consumers = kind
-	}
+	adjust(m)
 	b := &Mesh{Model: m, Desired: render.Derive(m), passwords: map[string]string{},
 		hashes: map[string]string{}, hosts: map[string]*host.Host{}}
 	for _, user := range b.Desired.Users() {
@@ -74,22 +138,54 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 		}
 		b.passwords[user], b.hashes[user] = pw, string(hash)
 	}
-	b.Bus = bus.StartTestBus(t, render.AccountsConfig(b.Desired.Principals, b.hashes))
-	t.Cleanup(b.closeHosts)
+	return b
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// create has the controller create the mesh's streams and consumers, and write the accounts
+// config through accounts, as `meshctl apply` does on a bus that has none of them. A cluster
+// just reloaded may leave a call unanswered while its leaders settle; the apply is then made
+// again, as the next `meshctl apply` would, until within has passed: each of its calls is one
+// that a second time finds done.
+func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	api, err := reconcile.NewAPI(b.MustJoin(t, render.ControllerUser).Conn().Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := plan.Compute(b.Target(), plan.Live{}, plan.Options{})
-	accounts := reconcile.Accounts{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
-		Target: bus.Target{URL: b.Bus.URL()}, StateDir: t.TempDir()}
-	if _, err := reconcile.Apply(ctx, p, api, accounts, nil); err != nil {
-		t.Fatalf("the controller could not create the mesh: %v", err)
+	for {
+		_, err := reconcile.Apply(ctx, p, api, accounts, nil)
+		if err == nil {
+			return
+		}
+		if b.Cluster == nil || ctx.Err() != nil {
+			t.Fatalf("the controller could not create the mesh: %v", err)
+		}
+		t.Logf("creating the mesh again: %v", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	return b
+}
+
+// waitLogin waits until server lets user in: a server reloads moments after its signal.
+func (b *Mesh) waitLogin(ctx context.Context, t testing.TB, server bus.Target, user string) {
+	t.Helper()
+	for {
+		c, err := bus.DialAlone(ctx, server, bus.Credential{User: user, Password: b.passwords[user]})
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s does not let %s in: %v", server.Address(), user, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Target is the bus the mesh should be, with the passwords' hashes.
@@ -97,7 +193,7 @@ func (b *Mesh) Target() plan.Target { return plan.TargetOf(b.Desired, b.hashes) 
 
 // Membership is what `meshctl credentials issue` would print for user.
 func (b *Mesh) Membership(user string) host.Membership {
-	return host.Membership{Address: b.Bus.URL(), User: user, Password: b.passwords[user]}
+	return host.NewMembership(b.target, user, b.passwords[user])
 }
 
 // Dial joins as user on a connection of its own, closed when t ends.
@@ -161,8 +257,8 @@ func (b *Mesh) closeHosts() {
 	}
 }
 
-// Install makes principals the bus's users, with the mesh's passwords: checked by the server's
-// parser, written beside the live file and renamed over it (the server never reads half a
+// Install makes principals the bus's users (Start's bus alone), with the mesh's passwords:
+// checked by the server's parser, written beside the live file and renamed over it (the server never reads half a
 // file), and reloaded — live for every connection at once.
 func (b *Mesh) Install(t testing.TB, principals []render.Principal) {
 	t.Helper()
@@ -202,4 +298,123 @@ func (b *Mesh) WaitControllerHears(ctx context.Context, t testing.TB, subject, d
 	case <-ctx.Done():
 		t.Fatalf("the controller did not hear %s; the host's log:\n%s", subject, log())
 	}
+}
+
+// NkeyBus is a bus with one nkey user, as `bus.auth: nkey` makes every principal: the server
+// holds only the public key of Seed, and a host logs in by signing the server's challenge.
+// User may publish what StartNkey granted it, into a stream that keeps it, and subscribe its
+// own inbox; nothing else.
+type NkeyBus struct {
+	Bus  *bus.Embedded
+	User string
+	Seed string
+}
+
+// StartNkey starts a bus whose one user, user, is an nkey user granted to publish each of
+// publish, and a stream NKEYTEST keeping those subjects. Written by hand rather than
+// rendered: it proves the client side of an nkey login, whatever the mesh's rendering.
+func StartNkey(t testing.TB, user string, publish ...string) *NkeyBus {
+	t.Helper()
+	seed := UserSeed(t)
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	public, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup, err := state.GeneratePassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := func(subjects []string) string {
+		var q []string
+		for _, s := range subjects {
+			q = append(q, strconv.Quote(s))
+		}
+		return strings.Join(q, ", ")
+	}
+	conf := fmt.Sprintf(`accounts {
+  MESH {
+    jetstream: enabled
+    users = [
+      { nkey: %q, permissions: { publish: { allow: [%s] }, subscribe: { allow: [%q] } } }
+      { user: "setup", password: %q }
+    ]
+  }
+}
+`, public, quoted(publish), render.Inbox(user)+".>", setup)
+	b := &NkeyBus{Bus: bus.StartTestBus(t, []byte(conf)), User: user, Seed: seed}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := bus.Dial(ctx, bus.Target{URL: b.Bus.URL()}, bus.Credential{User: "setup", Password: setup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	js, err := jetstream.New(c.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "NKEYTEST", Subjects: publish}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// UserSeed is a fresh nkey user seed (SU…), as an nkey principal's membership carries one.
+func UserSeed(t testing.TB) string {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(seed)
+}
+
+// Membership is user's, as `meshctl credentials issue` prints it for an nkey principal.
+func (b *NkeyBus) Membership() host.Membership {
+	return host.Membership{Address: b.Bus.URL(), User: b.User, Seed: b.Seed}
+}
+
+// WaitServing waits until every stream and consumer of the mesh answers the controller, each
+// asked on a connection of its own: after a server of a cluster stops, the streams and
+// consumers it led elect new leaders, and until they have, a publish or a binding gets no
+// answer.
+func (b *Mesh) WaitServing(ctx context.Context, t testing.TB) {
+	t.Helper()
+	controller := b.Dial(t, render.ControllerUser)
+	for {
+		err := b.serving(ctx, controller.JetStream())
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the mesh's streams and consumers do not all answer: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (b *Mesh) serving(ctx context.Context, js jetstream.JetStream) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, s := range b.Desired.Streams {
+		if _, err := js.Stream(ctx, s.Name); err != nil {
+			return fmt.Errorf("stream %s: %w", s.Name, err)
+		}
+	}
+	for _, c := range b.Desired.Consumers {
+		if _, err := host.ConsumerInfo(ctx, js, c.Stream, c.Config.Durable); err != nil {
+			return fmt.Errorf("consumer %s/%s: %w", c.Stream, c.Config.Durable, err)
+		}
+	}
+	return nil
 }
