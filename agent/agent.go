@@ -21,6 +21,7 @@ import (
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -427,16 +428,7 @@ const (
 // failure and twice as long after each next one, up to maxWait. It reports whether attempt
 // succeeded.
 func retry(ctx context.Context, attempt func() (done bool)) bool {
-	for wait := firstWait; ; wait = min(2*wait, maxWait) {
-		if attempt() {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(wait):
-		}
-	}
+	return backoff.Retry(ctx, backoff.Backoff{Min: firstWait, Max: maxWait}, attempt)
 }
 
 // waiting says what a wait is for: its first failure at once, and then, while the failures go

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -249,7 +250,7 @@ func (c *Controller) Run(ctx context.Context) {
 	l.redeclare.Stop()
 	defer l.redeclare.Stop()
 	defer l.poll.Stop()
-	var rejoin backoff
+	rejoin := rejoining()
 	for {
 		began := time.Now()
 		err := l.session(ctx)
@@ -257,11 +258,11 @@ func (c *Controller) Run(ctx context.Context) {
 			return
 		}
 		if time.Since(began) > maxBackoff {
-			rejoin = backoff{} // it held for a while: this is a new loss, not the same one again
+			rejoin.Reset() // it held for a while: this is a new loss, not the same one again
 		}
-		wait := rejoin.next()
+		wait := rejoin.Next()
 		c.log.Warn("controller: off the bus; joining again", "error", err, "retry_in", wait)
-		if !pause(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -379,26 +380,8 @@ const (
 	maxBackoff = 5 * time.Second
 )
 
-// backoff is the wait before each attempt of a series that keeps failing.
-type backoff struct{ last time.Duration }
-
-// next is the wait before the next attempt.
-func (b *backoff) next() time.Duration {
-	b.last = min(max(2*b.last, minBackoff), maxBackoff)
-	return b.last
-}
-
-// pause waits d, and reports false if ctx ended first.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// rejoining is the backoff of a series of attempts at the bus.
+func rejoining() backoff.Backoff { return backoff.Backoff{Min: minBackoff, Max: maxBackoff} }
 
 // controlInbox is the controller's binding of its CONTROL consumer, and the kind of consumer it
 // bound (model.ConsumersPull or model.ConsumersPush).
@@ -414,7 +397,7 @@ type controlInbox struct {
 // responders" for a moment, and a controller that gave up then would take no report or
 // enrolment until watch restarted.
 func (c *Controller) bindControl(ctx context.Context, js jetstream.JetStream, deliveries chan<- jetstream.Msg) (controlInbox, error) {
-	var again backoff
+	again := rejoining()
 	for {
 		cc, kind, err := host.Bind(ctx, js, render.StreamControl, render.ControllerUser, func(m jetstream.Msg) {
 			select {
@@ -425,9 +408,9 @@ func (c *Controller) bindControl(ctx context.Context, js jetstream.JetStream, de
 		if err == nil {
 			return controlInbox{cc: cc, kind: kind}, nil
 		}
-		wait := again.next()
+		wait := again.Next()
 		c.log.Warn("controller: the CONTROL consumer cannot be bound yet; trying again", "error", err, "retry_in", wait)
-		if !pause(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return controlInbox{}, fmt.Errorf("taking the controller's CONTROL deliveries: %w (and then %w)", err, context.Cause(ctx))
 		}
 	}
@@ -438,16 +421,16 @@ func (c *Controller) bindControl(ctx context.Context, js jetstream.JetStream, de
 // bus restarting or reloading must not leave the controller deaf. What closes it for good
 // ends the session (Run).
 func (c *Controller) dial(ctx context.Context, opts ...nats.Option) (*bus.Conn, error) {
-	var again backoff
+	again := rejoining()
 	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(), nats.ReconnectWait(250 * time.Millisecond)}, opts...)
 	for {
 		conn, err := bus.Dial(ctx, c.cfg.Target, bus.Credential{User: render.ControllerUser, Password: c.cfg.Password}, opts...)
 		if err == nil {
 			return conn, nil
 		}
-		wait := again.next()
+		wait := again.Next()
 		c.log.Warn("controller: the bus does not let the controller in yet; trying again", "error", err, "retry_in", wait)
-		if !pause(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return nil, fmt.Errorf("the controller joining the bus: %w", context.Cause(ctx))
 		}
 	}
@@ -720,9 +703,8 @@ func (l *loop) declarePass(ctx context.Context) {
 		// Cut off by the session's end — watch stopping, or the connection lost, after which
 		// the session that joins again declares anew: no failure to retry or alert on.
 	case err != nil:
-		wait := l.cfg.Retry << min(l.failedPasses, 10)
-		wait = min(wait, max(maxRedeclare, l.cfg.Retry))
 		l.failedPasses++
+		wait := backoff.After(l.cfg.Retry, max(maxRedeclare, l.cfg.Retry), l.failedPasses)
 		l.log.Error("controller: declaring to the nodes failed; trying again", "error", err, "retry_in", wait)
 		l.redeclare.Reset(wait)
 	default:

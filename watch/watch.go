@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/controller"
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
@@ -435,7 +436,7 @@ func (l *loop) run(ctx context.Context) {
 			if r.cycle.Outcome == OutcomeError && ctx.Err() == nil {
 				failures++
 				owed |= r.cycle.Trigger &^ TriggerRetry
-				retryIn = backoff(l.cfg.RetryMin, l.cfg.RetryMax, failures)
+				retryIn = backoff.After(l.cfg.RetryMin, l.cfg.RetryMax, failures)
 				retry.Reset(retryIn)
 			} else {
 				failures, owed = 0, 0
@@ -459,15 +460,6 @@ func stoppedTimer() *time.Timer {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return t
-}
-
-// backoff is the wait before the retry after the failures-th failure in a row.
-func backoff(lo, hi time.Duration, failures int) time.Duration {
-	d := lo
-	for i := 1; i < failures && d < hi; i++ {
-		d *= 2
-	}
-	return min(d, hi)
 }
 
 // maxLoggedChanges bounds the objects one log line names; the summary counts them all.

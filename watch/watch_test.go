@@ -514,11 +514,3 @@ func TestShutdownLeavesNoGoroutineBehind(t *testing.T) {
 	h.stop()
 }
 
-func TestBackoffDoublesUpToItsCap(t *testing.T) {
-	t.Parallel()
-	for failures, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 16 * time.Second, 6: 30 * time.Second, 60: 30 * time.Second} {
-		if got := backoff(time.Second, 30*time.Second, failures); got != want {
-			t.Errorf("backoff after %d failure(s) = %s; want %s", failures, got, want)
-		}
-	}
-}
