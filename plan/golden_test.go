@@ -3,6 +3,7 @@ package plan
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/ with what the code produces")
@@ -31,6 +35,7 @@ func TestDiffGolden(t *testing.T) {
 			old := target(t, filepath.Join(dir, "old"), nil)
 			tg := target(t, filepath.Join(dir, "new"), nil)
 			p := Compute(tg, LiveOf(old), Options{})
+			p.Draw(description(t, filepath.Join(dir, "old")), description(t, filepath.Join(dir, "new")))
 			if p.Baseline != BaselineDescription {
 				t.Errorf("baseline %q, want %q", p.Baseline, BaselineDescription)
 			}
@@ -106,6 +111,74 @@ func TestDiffGoldenCases(t *testing.T) {
 	if n := len(plans["fleet-grown"].Changes); n <= foldAfter {
 		t.Errorf("fleet-grown should be long enough to fold, has %d changes", n)
 	}
+}
+
+// TestSeedModuleAddedGolden is the pull request a reviewer should not have to read subject
+// by subject: examples/seed and a new module that hears the shop's orders and the
+// telegram seat's deliveries, sends to that seat and calls telegram's status. Its Markdown
+// draws the four new edges, with the shop, the seat and telegram at their ends and nothing
+// else of the mesh. `meshctl diff --from` prints the same file (cmd/meshctl's test).
+func TestSeedModuleAddedGolden(t *testing.T) {
+	t.Parallel()
+	const dir = "testdata/constructed/seed-module-added"
+	seed := description(t, "../examples/seed")
+	added := seedWith(t, filepath.Join(dir, "ledger.yaml"))
+	p := Compute(TargetOf(render.Derive(added), nil), LiveOf(TargetOf(render.Derive(seed), nil)), Options{})
+	p.Draw(seed, added)
+	var edges []string
+	for _, e := range p.Picture.Edges {
+		edges = append(edges, fmt.Sprintf("%s %s %s→%s %s", e.Mark, e.Kind, e.From.Name, e.To.Name, e.Label))
+	}
+	want := []string{
+		"added call ledger→telegram status",
+		"added send ledger→telegram-sender send",
+		"added event shop→ledger order.placed",
+		"added event telegram-sender→ledger delivered",
+	}
+	if diff := cmp.Diff(want, edges); diff != "" {
+		t.Errorf("the picture's edges (-want +got):\n%s", diff)
+	}
+	if len(p.Picture.Vertices) != 4 {
+		t.Errorf("the picture draws %v; want ledger and the three at its edges' ends", p.Picture.Vertices)
+	}
+	checkGolden(t, dir, p)
+}
+
+// description loads the description in dir.
+func description(tb testing.TB, dir string) *model.Mesh {
+	tb.Helper()
+	m, err := model.Load(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// seedWith is examples/seed with the description file extra beside its own files.
+func seedWith(tb testing.TB, extra string) *model.Mesh {
+	tb.Helper()
+	var files []model.File
+	for _, path := range append(seedFiles(tb), extra) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		files = append(files, model.File{Name: filepath.Base(path), Data: data})
+	}
+	m, err := model.Parse(files)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+func seedFiles(tb testing.TB) []string {
+	tb.Helper()
+	paths, err := filepath.Glob("../examples/seed/*.yaml")
+	if err != nil || len(paths) == 0 {
+		tb.Fatalf("no description in examples/seed: %v", err)
+	}
+	return paths
 }
 
 // TestReplacedConsumerGolden is a consumer whose deliver policy differs from the

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/meshbus/meshctl/graph"
 	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
 )
@@ -15,8 +16,9 @@ import (
 const foldAfter = 10
 
 // Markdown writes the plan as a compact summary for a pull-request comment: a heading with
-// the counts; the risky changes first (data loss, then disruption) with their reasons; a
-// table of the objects; each user's permission subjects added and removed; the seats whose
+// the counts; the risky changes first (data loss, then disruption) with their reasons; the
+// picture of who talks to whom that the change alters, when the plan carries one; a table
+// of the objects; each user's permission subjects added and removed; the seats whose
 // holder moves. Long sections fold into <details> blocks. Like the text, it never shows a
 // hash or a password: the plan carries neither.
 func (p *Plan) Markdown(w io.Writer) error {
@@ -44,6 +46,7 @@ func (p *Plan) Markdown(w io.Writer) error {
 		fmt.Fprintf(&b, "**In conflict:** %d object(s) meshctl does not own are in the way; an apply leaves them, and what depends on them, alone, performs the rest and fails.\n\n", n)
 	}
 	p.markdownRisks(&b)
+	p.markdownPicture(&b)
 	p.markdownObjects(&b)
 	p.markdownUsers(&b)
 	p.markdownHolders(&b)
@@ -117,6 +120,37 @@ func riskReason(c Change) string {
 		return mdText(c.Reason)
 	}
 	return "at the reload, " + strings.Join(losses, "; ")
+}
+
+// maxDrawnEdges bounds the picture of a change. Past it a flowchart is a tangle nobody reads
+// in a comment, and GitHub's renderer gives up on large ones; the permissions still list
+// every subject.
+const maxDrawnEdges = 40
+
+// Draw sets the plan's Picture from the descriptions it was planned between: who talks to
+// whom, module by module, as far as the change alters it, and the modules, seats or
+// controller at the ends of what it alters.
+func (p *Plan) Draw(before, after *model.Mesh) {
+	p.Picture = graph.Diff(graph.Of(before, graph.Options{}), graph.Of(after, graph.Options{})).Changed()
+}
+
+// markdownPicture draws the plan's Picture as a Mermaid flowchart, which GitHub renders in
+// the comment: a reviewer sees that a new module now hears the shop's orders as one green
+// arrow, where the permissions below say it subject by subject. Nothing is drawn when the
+// change connects and disconnects no one.
+func (p *Plan) markdownPicture(b *strings.Builder) {
+	if p.Picture == nil || p.Picture.Empty() {
+		return
+	}
+	b.WriteString("#### Who talks to whom\n\n")
+	if n := len(p.Picture.Edges); n > maxDrawnEdges {
+		fmt.Fprintf(b, "The change adds or removes %d arrows, too many to draw here: `meshctl graph` draws the whole mesh, and the permissions below list every subject.\n\n", n)
+		return
+	}
+	b.WriteString("What the change connects (green, thick arrows) and disconnects (red, dashed), with the modules, seats and controller at either end; `meshctl graph` draws the whole mesh.\n\n")
+	b.WriteString("```mermaid\n")
+	_ = p.Picture.Mermaid(b) // a strings.Builder does not fail
+	b.WriteString("```\n\n")
 }
 
 // markdownObjects is the table of every change: action, object, reason and the fields it

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshbus/meshctl/graph"
 	"github.com/meshbus/meshctl/model"
 )
 
@@ -14,7 +15,8 @@ import (
 // returns every problem found: each table row has as many cells (bare pipes) as its
 // header, under a delimiter row, after a blank line; <details> blocks balance, with the
 // blank lines GitHub needs to render Markdown inside them; every code span is closed on
-// its line; and no line holds anything shaped like a hash.
+// its line; a fenced block (the picture's Mermaid) opens after a blank line and is closed,
+// and nothing inside it is read as Markdown; and no line holds anything shaped like a hash.
 func checkMarkdown(md string) []string {
 	var problems []string
 	bad := func(n int, format string, args ...any) {
@@ -22,6 +24,7 @@ func checkMarkdown(md string) []string {
 	}
 	lines := strings.Split(strings.TrimSuffix(md, "\n"), "\n")
 	depth, cells := 0, 0 // cells: the header's pipe count while inside a table, else 0
+	fenced := false
 	for i, l := range lines {
 		prev, next := "", ""
 		if i > 0 {
@@ -32,6 +35,22 @@ func checkMarkdown(md string) []string {
 		}
 		if secret.MatchString(l) {
 			bad(i, "shows a secret: %s", l)
+		}
+		switch {
+		case fenced && l == "```":
+			fenced = false
+			continue
+		case fenced:
+			if strings.Contains(l, "```") {
+				bad(i, "a fence inside a fenced block: %s", l)
+			}
+			continue
+		case strings.HasPrefix(l, "```"):
+			if !regexp.MustCompile("^```[a-z]+$").MatchString(l) || prev != "" {
+				bad(i, "a fenced block must open after a blank line with its language: %s", l)
+			}
+			fenced = true
+			continue
 		}
 		text, closed := outsideCode(l)
 		if !closed {
@@ -72,6 +91,9 @@ func checkMarkdown(md string) []string {
 	}
 	if depth != 0 {
 		problems = append(problems, fmt.Sprintf("%d <details> block(s) left open", depth))
+	}
+	if fenced {
+		problems = append(problems, "a fenced block left open")
 	}
 	return problems
 }
@@ -151,12 +173,14 @@ func TestCheckMarkdownFindsBrokenMarkdown(t *testing.T) {
 		"a mismatched fence":     "- ``a`\n",
 		"a hash":                 "- " + bcryptLike("x") + "\n",
 		"raw HTML":               "- <script>x</script> `<b>`\n",
+		"an open fence":          "\n```mermaid\nflowchart LR\n",
+		"a fence after text":     "text\n```mermaid\nflowchart LR\n```\n",
 	} {
 		if len(checkMarkdown(md)) == 0 {
 			t.Errorf("%s: not found in\n%s", name, md)
 		}
 	}
-	if p := checkMarkdown("| A |\n|---|\n| `a\\|b` \\| c |\n\n- ``a`b`` and \\`\n"); len(p) > 0 {
+	if p := checkMarkdown("| A |\n|---|\n| `a\\|b` \\| c |\n\n- ``a`b`` and \\`\n\n```mermaid\n  a -->|\"x\"| b\n```\n"); len(p) > 0 {
 		t.Errorf("clean Markdown reported: %v", p)
 	}
 }
@@ -255,5 +279,34 @@ func TestLongSectionsFold(t *testing.T) {
 	_ = p.Markdown(&b)
 	if strings.Contains(b.String(), "<details>") {
 		t.Errorf("%d rows are folded:\n%s", foldAfter, b.String())
+	}
+}
+
+// A change that connects or disconnects more pairs than a comment can draw legibly says
+// how many, and draws nothing; one within the bound is drawn.
+func TestAPictureTooLargeIsCounted(t *testing.T) {
+	t.Parallel()
+	p := &Plan{Baseline: BaselineDescription, Changes: []Change{{Kind: KindAccounts, Name: "config", Action: Update, Risk: RiskNone, Reason: "r"}}}
+	p.Picture = &graph.Graph{Vertices: []graph.Vertex{{Ref: graph.ControllerRef}}}
+	for i := range maxDrawnEdges + 1 {
+		seat := graph.Ref{Kind: graph.Seat, Name: fmt.Sprintf("s%02d", i)}
+		p.Picture.Vertices = append(p.Picture.Vertices, graph.Vertex{Ref: seat, Mark: graph.Added})
+		p.Picture.Edges = append(p.Picture.Edges, graph.Edge{From: graph.ControllerRef, To: seat, Kind: graph.Send, Label: "work", Mark: graph.Added})
+	}
+	var b bytes.Buffer
+	if err := p.Markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "```mermaid") || !strings.Contains(b.String(), fmt.Sprintf("adds or removes %d arrows", maxDrawnEdges+1)) {
+		t.Errorf("%d edges drawn:\n%s", maxDrawnEdges+1, b.String())
+	}
+	p.Picture.Edges = p.Picture.Edges[:maxDrawnEdges]
+	b.Reset()
+	_ = p.Markdown(&b)
+	if !strings.Contains(b.String(), "```mermaid\nflowchart LR\n") {
+		t.Errorf("%d edges not drawn:\n%s", maxDrawnEdges, b.String())
+	}
+	if problems := checkMarkdown(b.String()); len(problems) > 0 {
+		t.Errorf("%s", strings.Join(problems, "\n"))
 	}
 }

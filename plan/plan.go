@@ -2,8 +2,10 @@ package plan
 
 import (
 	"fmt"
+
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/graph"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
@@ -145,6 +147,10 @@ type Plan struct {
 	// AllowDataLoss is the operator's leave to lose messages, which an apply needs again when
 	// a stream holds messages at execution time that it did not hold when it was planned.
 	AllowDataLoss bool `json:"-"`
+	// Picture is who talks to whom as far as the plan changes it, which the Markdown draws:
+	// set by Draw from the descriptions before and after. nil for a plan against a bus, which
+	// keeps no description of what it holds.
+	Picture *graph.Graph `json:"-"`
 }
 
 // Summary counts changes by action.

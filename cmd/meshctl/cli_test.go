@@ -163,7 +163,7 @@ func TestCredentialsIssueMembershipLogsIn(t *testing.T) {
 
 func TestHelpTeaches(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range []string{"validate", "render", "diff", "apply", "credentials"} {
+	for _, cmd := range []string{"validate", "render", "diff", "apply", "credentials", "graph"} {
 		code, out, _ := meshctl(t, cmd, "--help")
 		if code != exitOK || !strings.Contains(out, "Usage: meshctl "+cmd) && !strings.Contains(out, "meshctl "+cmd) || !strings.Contains(out, "Example") {
 			t.Errorf("meshctl %s --help: exit %d\n%s", cmd, code, out)

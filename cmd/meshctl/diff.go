@@ -46,7 +46,8 @@ With no bus.url in the description, diff uses the embedded bus: the one a runnin
   -o json      the plan as data, schema meshctl.plan/v1: every field is documented in
                docs/plan-schema.md (https://github.com/meshbus/meshctl/blob/main/docs/plan-schema.md)
   -o markdown  a summary for a pull-request comment: risky changes first, then
-               objects, permissions and seat holders
+               (with --from) a Mermaid picture of who talks to whom as the change
+               alters it, which GitHub draws, then objects, permissions and seat holders
 
 Examples:
   meshctl diff -f mesh/ || echo "the merge would change the bus"
@@ -168,7 +169,11 @@ func planDescriptions(ctx context.Context, e *env, oldDir, newDir string) (*plan
 	}
 	old := plan.TargetOf(render.Derive(oldMesh), nil)
 	target := plan.TargetOf(render.Derive(newMesh), nil)
-	return plan.Compute(target, plan.LiveOf(old), plan.Options{}), exitOK
+	p := plan.Compute(target, plan.LiveOf(old), plan.Options{})
+	// Both descriptions are at hand, so the Markdown can draw who talks to whom as the
+	// change alters it; a bus keeps no description to draw from.
+	p.Draw(oldMesh, newMesh)
+	return p, exitOK
 }
 
 // writePlan prints a plan in the asked format on stdout.

@@ -22,6 +22,7 @@ func TestCommandsRefusePositionalArguments(t *testing.T) {
 		{[]string{"validate", dir}, `unexpected argument "` + dir + `": give the description with -f ` + dir},
 		{[]string{"apply", dir, "--state", st}, `unexpected argument "` + dir + `": give the description with -f ` + dir},
 		{[]string{"render", dir}, `unexpected argument "` + dir + `": give the description with -f ` + dir},
+		{[]string{"graph", dir}, `unexpected argument "` + dir + `": give the description with -f ` + dir},
 		{[]string{"diff", dir, "--state", st}, `unexpected argument "` + dir + `": give the description with -f ` + dir},
 		{[]string{"watch", dir, "--state", st}, `unexpected argument "` + dir + `": give the description with -f ` + dir},
 		{[]string{"status", st}, `unexpected argument "` + st + `": give the state directory with --state ` + st},
@@ -65,6 +66,7 @@ func TestOneExitCodeTable(t *testing.T) {
 		"agent":  nil,
 		// schema prints the description's JSON Schema and reads no description.
 		"schema": nil,
+		"graph":  {{"-f", invalid}, {"-f", invalid, "-o", "dot", "--by-node"}},
 	}
 	for name := range commands {
 		if _, ok := onInvalid[name]; !ok {
@@ -74,7 +76,7 @@ func TestOneExitCodeTable(t *testing.T) {
 	for name, runs := range onInvalid {
 		for _, args := range runs {
 			args := append([]string{name}, args...)
-			if name != "validate" && name != "explain" { // the two that read no state
+			if name != "validate" && name != "explain" && name != "graph" { // the three that read no state
 				args = append(args, "--state", filepath.Join(t.TempDir(), "state"))
 			}
 			code, stdout, stderr := meshctl(t, args...)
