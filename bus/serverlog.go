@@ -21,10 +21,13 @@ import (
 // A refused login of one of OwnLogins is logged at debug too: those are the users meshctl
 // alone logs in as to prove which accounts config the server serves, whose logins are refused
 // by design until a reload takes, and an operator's alert on errors must not fire on that.
+//
+// Principals names the nkey clients in the refusals it hands over (ParseServerViolation).
 type ServerLog struct {
-	Log       *slog.Logger
-	OnRefusal func(PermissionError)
-	OwnLogins []string
+	Log        *slog.Logger
+	OnRefusal  func(PermissionError)
+	OwnLogins  []string
+	Principals Principals
 }
 
 // Noticef logs the server's notices at debug.
@@ -39,7 +42,7 @@ func (l *ServerLog) Fatalf(format string, v ...any) { l.log(slog.LevelError, for
 // Errorf logs the server's errors at error, but for permission violations (see ServerLog).
 func (l *ServerLog) Errorf(format string, v ...any) {
 	line := fmt.Sprintf(format, v...)
-	if r, ok := ParseServerViolation(line); ok {
+	if r, ok := ParseServerViolation(line, l.Principals); ok {
 		if l.OnRefusal != nil {
 			l.OnRefusal(r)
 		}
@@ -71,22 +74,29 @@ func (l *ServerLog) log(level slog.Level, format string, v []any) {
 
 // The server's log line of a violation (nats-server server/client.go pubPermissionViolation,
 // replySubjectViolation, subPermissionViolation), after the client's own prefix, which ends in
-// the quoted "<account>/user:<user>" once the client has logged in:
+// the quoted "<account>/user:<user>" once the client has logged in — "<account>/nkey:<public
+// key>" for an nkey user (client.go getAuthUserLabel):
 //
 //	127.0.0.1:40452 - cid:6 - "v1.55.0:go" - "MESH/user:two.shop" - Publish Violation - Subject "b.c"
 //	… - "MESH/user:two.shop" - Subscription Violation - Subject "q.r", Queue: "grp", SID 1
+//	… - "MESH/nkey:UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4" - Publish Violation - Subject "b.c"
 var serverViolationRe = regexp.MustCompile(`("(?:[^"\\]|\\.)*") - (Publish|Subscription) Violation - (Subject|Reply) ("(?:[^"\\]|\\.)*")(?:, Queue: ("(?:[^"\\]|\\.)*"))?`)
 
 // ParseServerViolation reads a permission violation from a line of the server's log, as the
 // embedded server writes it and as an external server writes it to its log file. ok is false
 // for any other line, and for a violation of a client that has not logged in as a user.
-func ParseServerViolation(line string) (r PermissionError, ok bool) {
+//
+// The server names an nkey user by its public key; principals names it as the mesh does, so
+// the refusal, the advice and the record of it all name the principal. A key principals does
+// not know (or with nil principals) is named as the server labels it, `nkey:U…`: no
+// principal, and no secret either.
+func ParseServerViolation(line string, principals Principals) (r PermissionError, ok bool) {
 	m := serverViolationRe.FindStringSubmatch(line)
 	if m == nil {
 		return PermissionError{}, false
 	}
-	_, user, found := strings.Cut(unquote(m[1]), "/user:")
-	if !found || user == "" {
+	user := userOf(unquote(m[1]), principals)
+	if user == "" {
 		return PermissionError{}, false
 	}
 	r = PermissionError{User: user, Op: OpPublish, Subject: unquote(m[4])}
@@ -100,4 +110,26 @@ func ParseServerViolation(line string) (r PermissionError, ok bool) {
 		r.Op = OpReply
 	}
 	return r, true
+}
+
+// Principals maps an nkey user's public key to the principal it belongs to (state's
+// NkeyPrincipals), ok false for a key it does not know.
+type Principals func(publicKey string) (principal string, ok bool)
+
+// userOf is the user a client's label ("<account>/user:<user>", "<account>/nkey:<key>")
+// names, "" for one that has not logged in as either.
+func userOf(label string, principals Principals) string {
+	if _, user, found := strings.Cut(label, "/user:"); found {
+		return user
+	}
+	_, key, found := strings.Cut(label, "/nkey:")
+	if !found || key == "" {
+		return ""
+	}
+	if principals != nil {
+		if p, ok := principals(key); ok {
+			return p
+		}
+	}
+	return "nkey:" + key
 }

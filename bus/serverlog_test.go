@@ -28,7 +28,7 @@ func TestParseServerViolation(t *testing.T) {
 		{`127.0.0.1:1 - cid:2 - Publish Violation - Subject "x"`, PermissionError{}, false}, // no user: not logged in
 		{`Server is ready`, PermissionError{}, false},
 	} {
-		got, ok := ParseServerViolation(c.line)
+		got, ok := ParseServerViolation(c.line, nil)
 		if ok != c.ok || got != c.want {
 			t.Errorf("ParseServerViolation(%s) = %+v, %v; want %+v, %v", c.line, got, ok, c.want, c.ok)
 		}

@@ -160,6 +160,9 @@ func dump(m *model.Mesh) string {
 	if bus.Consumers != model.ConsumersPull {
 		line("  consumers: %s", bus.Consumers)
 	}
+	if bus.Auth != model.AuthPassword {
+		line("  auth: %s", bus.Auth)
+	}
 	switch r := bus.Reload; {
 	case r.Manual:
 		line("  reload: manual")

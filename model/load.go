@@ -53,8 +53,10 @@ func parse(ctx context.Context, files []File, diags diagnostics) (*Mesh, error) 
 	if len(files) > 0 {
 		raw.firstFile = files[0].Name
 	}
-	for _, f := range files {
-		if err := ctx.Err(); err != nil {
+	ahead := parseAhead(ctx, files)
+	for i, f := range files {
+		yamlDocs, err := ahead.take(ctx, i)
+		if err != nil {
 			return nil, err
 		}
 		if len(f.Data) > MaxFileSize {
@@ -62,7 +64,7 @@ func parse(ctx context.Context, files []File, diags diagnostics) (*Mesh, error) 
 			continue
 		}
 		d := decoder{file: f.Name, diags: &diags}
-		d.file_(f.Data, &raw)
+		d.file_(f.Data, yamlDocs, &raw)
 	}
 	mesh, err := raw.validate(ctx, &diags)
 	if err != nil {
@@ -87,22 +89,89 @@ func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 	d.diags.add(d.pos(n), format, args...)
 }
 
-func (d *decoder) file_(data []byte, raw *rawMesh) {
+func (d *decoder) file_(data []byte, parsed documents, raw *rawMesh) {
+	for _, doc := range parsed.docs {
+		d.document(doc, raw)
+	}
+	if parsed.err != nil {
+		d.malformed(data, parsed.err)
+	}
+}
+
+// documents are a file's YAML documents as yaml.v3 parsed them, each one's root (empty ones
+// left out), up to the syntax error that stopped the parse, if any.
+type documents struct {
+	docs []*yaml.Node
+	err  error
+}
+
+func parseDocuments(data []byte) documents {
+	var out documents
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var doc yaml.Node
 		err := dec.Decode(&doc)
 		if errors.Is(err, io.EOF) {
-			return
+			return out
 		}
 		if err != nil {
-			d.malformed(data, err)
-			return
+			out.err = err
+			return out
 		}
-		if len(doc.Content) == 0 {
-			continue
+		if len(doc.Content) > 0 {
+			out.docs = append(out.docs, doc.Content[0])
 		}
-		d.document(doc.Content[0], raw)
+	}
+}
+
+// aheadParser parses files' YAML a few files ahead of their decoding, on the other cores: the
+// parse is most of a load's work, and a large description is dozens of files. The files are
+// decoded in their order; at most parseWindow of them are parsed and not yet taken, so a load
+// holds the nodes of a few files at a time, as one parsing them one by one would. A file over
+// MaxFileSize is not parsed.
+type aheadParser struct {
+	parsed []chan documents
+	window chan struct{}
+}
+
+// parseWindow is how many files are parsed ahead of the one being decoded.
+const parseWindow = 3
+
+func parseAhead(ctx context.Context, files []File) *aheadParser {
+	p := &aheadParser{parsed: make([]chan documents, len(files)), window: make(chan struct{}, parseWindow)}
+	for i := range p.parsed {
+		p.parsed[i] = make(chan documents, 1)
+	}
+	go func() {
+		for i, f := range files {
+			select {
+			case p.window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				var docs documents
+				if len(f.Data) <= MaxFileSize {
+					docs = parseDocuments(f.Data)
+				}
+				p.parsed[i] <- docs
+			}()
+		}
+	}()
+	return p
+}
+
+// take waits for the i-th file's documents, or for ctx to end.
+func (p *aheadParser) take(ctx context.Context, i int) (documents, error) {
+	if err := ctx.Err(); err != nil {
+		return documents{}, err
+	}
+	select {
+	case docs := <-p.parsed[i]:
+		<-p.window
+		return docs, nil
+	case <-ctx.Done():
+		return documents{}, ctx.Err()
 	}
 }
 
@@ -213,6 +282,7 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	b.listen, _ = d.optional(f, "listen")
 	b.eventsMaxAge, _ = d.optional(f, "events_max_age")
 	b.consumers, _ = d.optional(f, "consumers")
+	b.auth, _ = d.optional(f, "auth")
 	if v, ok := f["replicas"]; ok {
 		if n, ok := d.integer(v.val, "bus.replicas"); ok {
 			b.replicas, b.replicasPos = n, d.pos(v.val)

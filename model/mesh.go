@@ -57,6 +57,11 @@ type Bus struct {
 	// Consumers is how hosts take deliveries, ConsumersPull or ConsumersPush: every consumer
 	// the mesh derives is of that kind, and each principal is granted what that kind needs.
 	Consumers string
+	// Auth is how hosts log in, AuthPassword or AuthNkey: every principal of a node, its
+	// enrolment identity and its module instances is a user of that kind. meshctl's own
+	// users (the controller, its system user, the generation principal) log in with
+	// passwords either way.
+	Auth string
 	// Servers are the external bus's servers, each reading its own accounts file: one for
 	// bus.url (named ""), the cluster's for bus.servers. Empty for the embedded bus.
 	Servers []Server
@@ -71,6 +76,18 @@ const (
 	ConsumersPull = "pull"
 	ConsumersPush = "push"
 )
+
+// How hosts log in. Password is the default. An nkey user proves itself by signing the
+// server's nonce with its seed, which the server checks against the public key in the
+// accounts config: far cheaper than the bcrypt comparison a password user costs at every
+// login and, at every reload, once for each connected client (NATS-FACTS.md).
+const (
+	AuthPassword = "password"
+	AuthNkey     = "nkey"
+)
+
+// Nkeys reports whether the mesh's hosts log in with nkeys.
+func (b Bus) Nkeys() bool { return b.Auth == AuthNkey }
 
 // Embedded reports whether meshctl runs the bus itself.
 func (b Bus) Embedded() bool { return b.URL == "" }

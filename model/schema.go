@@ -78,6 +78,7 @@ var (
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, system (a request as meshctl's system user), {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},
 		{name: "consumers", kind: scalarValue, doc: "How hosts take deliveries: pull (the default; they ask for messages) or push (the server sends them to a deliver subject)."},
+		{name: "auth", kind: scalarValue, doc: "How hosts (nodes, enrolment identities, module instances) log in: password (the default) or nkey (a seed in the membership, only its public key in the accounts config). Changing it needs every host's membership issued anew."},
 		{name: "servers", kind: listValue, section: serverSection, doc: "The servers of a cluster, each with its own accounts file and reload; instead of url, accounts_file and reload."},
 	})
 	controllerSection = newSection("controller", []key{

@@ -30,15 +30,15 @@ type rawMesh struct {
 }
 
 type rawBus struct {
-	url, fingerprint, accountsFile, listen, eventsMaxAge, consumers name
-	replicas                                                        int
-	replicasPos                                                     Pos
-	allowPlaintext                                                  bool
-	allowPlaintextPos                                               Pos
-	reload                                                          *rawReload
-	servers                                                         []rawServer
-	serversPos                                                      Pos
-	pos                                                             Pos
+	url, fingerprint, accountsFile, listen, eventsMaxAge, consumers, auth name
+	replicas                                                              int
+	replicasPos                                                           Pos
+	allowPlaintext                                                        bool
+	allowPlaintextPos                                                     Pos
+	reload                                                                *rawReload
+	servers                                                               []rawServer
+	serversPos                                                            Pos
+	pos                                                                   Pos
 }
 
 type rawReload struct {
@@ -607,7 +607,7 @@ func validFingerprint(fp string) bool {
 }
 
 func (r *rawMesh) validateBus(diags *diagnostics) Bus {
-	b := Bus{Replicas: 1, EventsMaxAge: DefaultEventsMaxAge, Consumers: ConsumersPull}
+	b := Bus{Replicas: 1, EventsMaxAge: DefaultEventsMaxAge, Consumers: ConsumersPull, Auth: AuthPassword}
 	if r.bus == nil {
 		b.Listen = DefaultListen
 		return b
@@ -680,6 +680,13 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 		b.Consumers = v
 	default:
 		diags.add(rb.consumers.pos, "bus.consumers must be pull or push, not %s", Quote(v))
+	}
+	switch v := rb.auth.val; v {
+	case "":
+	case AuthPassword, AuthNkey:
+		b.Auth = v
+	default:
+		diags.add(rb.auth.pos, "bus.auth must be password or nkey, not %s", Quote(v))
 	}
 	if rb.serversPos != (Pos{}) && rb.replicasPos != (Pos{}) && b.Replicas > len(b.Servers) && len(b.Servers) > 0 {
 		diags.add(rb.replicasPos, "bus.replicas is %d, but bus.servers names %d server(s): a stream cannot have more replicas than the cluster has servers",

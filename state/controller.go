@@ -23,6 +23,9 @@ type NodeEnrolment struct {
 	EnrolPrincipal string
 	NodePrincipal  string
 	PublicKey      []byte
+	// Nkey mints the node's credential as an nkey user's (bus.auth: nkey): the secret
+	// EnrolNode returns is then its seed, and the store keeps its public key.
+	Nkey bool
 }
 
 // ErrNoEnrolmentCredential is returned (wrapped) by EnrolNode when the node's enrolment
@@ -30,18 +33,19 @@ type NodeEnrolment struct {
 var ErrNoEnrolmentCredential = errors.New("the node's enrolment credential is not issued or was already used")
 
 // EnrolNode enrols a node in one transaction: it checks that the enrolment identity holds a
-// credential, stores the hash of a fresh password for the node's own principal, records the
+// credential, stores the hash of a fresh password (with Nkey, the public key of a fresh nkey)
+// for the node's own principal, records the
 // node's key, and deletes the enrolment identity's credential, so the same credential never
 // enrols twice. A node enrolled before (a lost disk, enrolled again with a freshly issued
 // credential) keeps its generation, but what it was declared is forgotten: those credentials
-// were sealed to a key that is gone. It returns the node's password, the one plaintext, also
-// with ErrReplicaBehind: the enrolment stands.
+// were sealed to a key that is gone. It returns the node's password (with Nkey, its seed), the
+// one plaintext, also with ErrReplicaBehind: the enrolment stands.
 func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (string, error) {
 	if len(e.PublicKey) == 0 || e.Node == "" || e.EnrolPrincipal == "" || e.NodePrincipal == "" {
 		return "", errors.New("enrolling a node: the node, its principals and its key are all required")
 	}
 	// Hashed before the write lock is taken, as ControllerPassword does: bcrypt takes ~100ms.
-	fresh, err := mint(ctx, []string{e.NodePrincipal}, cost)
+	fresh, err := mint(ctx, []string{e.NodePrincipal}, cost, e.Nkey)
 	if err != nil {
 		return "", fmt.Errorf("enrolling node %s: %w", e.Node, err)
 	}

@@ -71,7 +71,12 @@ type Credential struct {
 // hashes exist: a failure or cancellation leaves every previous credential in place, never a
 // mesh where half the principals were rotated. Duplicate principals are minted once.
 func (s *Store) Mint(ctx context.Context, principals []string, cost int, operation string) (map[string]string, error) {
-	fresh, err := mint(ctx, principals, cost)
+	return s.mintAndStore(ctx, principals, cost, false, operation)
+}
+
+// mintAndStore is Mint, and with nkey MintNkeys.
+func (s *Store) mintAndStore(ctx context.Context, principals []string, cost int, nkey bool, operation string) (map[string]string, error) {
+	fresh, err := mint(ctx, principals, cost, nkey)
 	if err != nil {
 		return nil, fmt.Errorf("minting credentials: %w", err)
 	}
@@ -90,16 +95,18 @@ func (s *Store) Mint(ctx context.Context, principals []string, cost int, operati
 	return passwords, err
 }
 
-// minted is one principal's new password and its hash, before they are stored.
+// minted is one principal's new secret and what the store keeps of it, before they are
+// stored: a password and its bcrypt hash, or an nkey user's seed and public key.
 type minted struct {
 	principal, password, hash string
 }
 
-// mint validates the principals and cost and hashes a fresh password for each principal.
-func mint(ctx context.Context, principals []string, cost int) ([]minted, error) {
+// mint validates the principals and cost and makes a fresh credential for each principal:
+// a password hashed at cost, or with nkey an nkey user key pair (newNkeys).
+func mint(ctx context.Context, principals []string, cost int, nkey bool) ([]minted, error) {
 	// bcrypt silently uses its DefaultCost (10) for a cost below MinCost: a typo would weaken
 	// every hash without a word.
-	if cost < bcrypt.MinCost || cost > bcrypt.MaxCost {
+	if !nkey && (cost < bcrypt.MinCost || cost > bcrypt.MaxCost) {
 		return nil, fmt.Errorf("bcrypt cost %d is outside %d..%d", cost, bcrypt.MinCost, bcrypt.MaxCost)
 	}
 	seen := make(map[string]bool, len(principals))
@@ -112,11 +119,18 @@ func mint(ctx context.Context, principals []string, cost int) ([]minted, error) 
 			continue
 		}
 		seen[p] = true
+		if nkey {
+			out = append(out, minted{principal: p})
+			continue
+		}
 		pw, err := GeneratePassword()
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, minted{principal: p, password: pw})
+	}
+	if nkey {
+		return out, newNkeys(out)
 	}
 	if err := hashAll(ctx, out, cost); err != nil {
 		return nil, err
@@ -190,27 +204,51 @@ func storeHashes(ctx context.Context, tx *sql.Tx, c *changes, fresh []minted, at
 // the principal's entry on the server is this store's to lock, whether or not it held the
 // credential. On ErrReplicaBehind the revocation stands and the result is valid.
 func (s *Store) Revoke(ctx context.Context, principal string) (bool, error) {
-	var n int64
+	var had bool
 	err := s.change(ctx, "revoking the credential of "+principal, func(tx *sql.Tx, c *changes) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", principal)
-		if err != nil {
-			return err
-		}
-		if n, err = res.RowsAffected(); err != nil {
-			return err
-		}
-		if n > 0 {
-			c.add(&credentials, principal)
-		}
-		return recordRevocation(ctx, tx, c, principal, time.Now())
+		var err error
+		had, err = revoke(ctx, tx, c, principal, time.Now())
+		return err
 	})
 	if err != nil && !errors.Is(err, ErrReplicaBehind) {
 		return false, err
 	}
-	return n > 0, err
+	return had, err
 }
 
-// Hashes returns every stored bcrypt hash by principal: what the accounts file is rendered from.
+// RevokeAll is Revoke for each of principals, in one transaction: all are revoked, or none.
+// On ErrReplicaBehind the revocations stand.
+func (s *Store) RevokeAll(ctx context.Context, principals []string) error {
+	now := time.Now()
+	return s.change(ctx, fmt.Sprintf("revoking %d credentials in %s", len(principals), s.dir), func(tx *sql.Tx, c *changes) error {
+		for _, p := range principals {
+			if _, err := revoke(ctx, tx, c, p, now); err != nil {
+				return fmt.Errorf("revoking the credential of %s: %w", p, err)
+			}
+		}
+		return nil
+	})
+}
+
+// revoke deletes principal's credential in tx and records its revocation, noting both in c,
+// and reports whether there was one.
+func revoke(ctx context.Context, tx *sql.Tx, c *changes, principal string, at time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", principal)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	if n > 0 {
+		c.add(&credentials, principal)
+	}
+	return n > 0, recordRevocation(ctx, tx, c, principal, at)
+}
+
+// Hashes returns every stored credential by principal — a bcrypt hash, or an nkey principal's
+// public key (MintNkeys) — what the accounts file is rendered from.
 func (s *Store) Hashes(ctx context.Context) (map[string]string, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT principal, hash FROM credentials")
 	if err != nil {
@@ -323,7 +361,7 @@ func (s *Store) ownPassword(ctx context.Context, o own, cost int) (string, error
 	}
 	// Hash before taking the write lock: at a cost an operator may choose, bcrypt takes ~100ms
 	// (cost 11), during which every other writer of the store would wait.
-	m, err := mint(ctx, []string{o.principal}, cost)
+	m, err := mint(ctx, []string{o.principal}, cost, false)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}

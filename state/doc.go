@@ -3,7 +3,8 @@
 //
 // It owns:
 //
-//   - the bcrypt hash of every principal's password (never a plaintext), when and why it was minted;
+//   - the bcrypt hash of every principal's password (never a plaintext), or for an nkey principal
+//     (bus.auth: nkey) its public key (never its seed), when and why it was minted;
 //   - meshctl's own passwords, the only plaintexts at rest: the controller's in
 //     dir/controller.password, and, where servers are reloaded by request, its system user's in
 //     dir/system.password (both 0600);
@@ -40,9 +41,9 @@
 //
 // What it must not do:
 //
-//   - write, log or return in an error any password other than through the values Mint and
-//     ControllerPassword (and SystemPassword) return, nor hand one to a replica: the bus's
-//     security rests on the plaintext existing once;
+//   - write, log or return in an error any password or nkey seed other than through the values
+//     Mint, MintNkeys, EnrolNode and ControllerPassword (and SystemPassword) return, nor hand
+//     one to a replica: the bus's security rests on the plaintext existing once;
 //   - delete a row without leaving a row that says so (a revocation for a credential): a
 //     replica catching up is told of deletions only through such rows (catchUp);
 //   - recreate, truncate or "repair" a database it cannot read: the hashes in it are what lets

@@ -55,13 +55,16 @@ func (s *Store) SaveInventory(ctx context.Context, inv Inventory, applyID int64)
 		if err != nil {
 			return err
 		}
+		// An unchanged inventory is no change: nothing is written — rewriting the rows of a
+		// 20,000-instance mesh took a third of a second of every apply that changed anything
+		// else — and the bus is sent nothing.
+		if sameInventory(prev, inv) {
+			return nil
+		}
 		if err := replaceInventory(ctx, tx, inv); err != nil {
 			return err
 		}
-		// An unchanged inventory is no change: a converged apply sends the bus nothing.
-		if !sameInventory(prev, inv) {
-			c.add(&inventoryRecord, nil)
-		}
+		c.add(&inventoryRecord, nil)
 		for _, hc := range holderChanges(prev.Holders, inv.Holders) {
 			id, err := insertHolderChange(ctx, tx, at, hc, applyID)
 			if err != nil {
@@ -93,6 +96,22 @@ func (s *Store) Inventory(ctx context.Context) (Inventory, error) {
 		return Inventory{}, fmt.Errorf("reading the inventory: %w", err)
 	}
 	return inv, nil
+}
+
+// Holders returns the seats' holders of the last saved inventory, sorted by seat: what a plan
+// compares the description's holders with, without the inventory's every node and instance.
+func (s *Store) Holders(ctx context.Context) ([]Holder, error) {
+	var holders []Holder
+	err := queryEach(ctx, s.db, "SELECT seat, node, module FROM inventory_holders ORDER BY seat", func(rows *sql.Rows) error {
+		var h Holder
+		err := rows.Scan(&h.Seat, &h.Node, &h.Module)
+		holders = append(holders, h)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the inventory's holders: %w", err)
+	}
+	return holders, nil
 }
 
 // HolderChanges returns up to limit holder changes, newest first (limit <= 0: all of them).

@@ -141,6 +141,27 @@ var migrations = []string{
 	// content for the store's (replica's Fence; reconcile's owner.go).
 	`ALTER TABLE replica ADD COLUMN copy TEXT NOT NULL DEFAULT '';
 	UPDATE replica SET copy = lower(hex(randomblob(16)));`,
+
+	// 8: refusals add up by the rule their subject falls under (explain's Rule) rather than by
+	// the subject itself: a client without its inbox prefix refuses a new random subject on
+	// every connection, and each would have been a row of its own. A row keeps the latest
+	// subject refused; the rows kept so far are each their own rule.
+	`CREATE TABLE refusals_by_rule (
+		user       TEXT NOT NULL,
+		op         TEXT NOT NULL,
+		rule       TEXT NOT NULL,
+		subject    TEXT NOT NULL,
+		queue      TEXT NOT NULL,
+		advice     TEXT NOT NULL,
+		count      INTEGER NOT NULL,
+		first_at   TEXT NOT NULL,
+		last_at    TEXT NOT NULL,
+		PRIMARY KEY (user, op, rule, queue)
+	) STRICT;
+	INSERT INTO refusals_by_rule (user, op, rule, subject, queue, advice, count, first_at, last_at)
+		SELECT user, op, subject, subject, queue, advice, count, first_at, last_at FROM refusals;
+	DROP TABLE refusals;
+	ALTER TABLE refusals_by_rule RENAME TO refusals;`,
 }
 
 // schemaVersion is the version this binary writes.

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -16,35 +17,57 @@ import (
 	"github.com/meshbus/meshctl/state"
 )
 
-// refusalInterval is how long one distinct refusal stays quiet in the log after it was logged:
-// a principal retrying a refused request every second would otherwise fill the log with one
-// line. Every refusal is counted all the same.
+// refusalInterval is how long one group of refusals stays quiet in the log after it was
+// logged: a principal retrying a refused request every second would otherwise fill the log
+// with one line. Every refusal is counted all the same.
 const refusalInterval = time.Minute
 
-// maxDistinctRefusals bounds the distinct refusals remembered between two logs of each: a
-// principal trying subjects at random must not grow watch's memory without end. Beyond it a
-// new kind is counted, not logged, until older ones have been quiet for an interval.
-const maxDistinctRefusals = 1000
+// maxRefusalGroups bounds the groups of refusals remembered: a principal trying subjects at
+// random must not grow watch's memory without end. Beyond it a refusal of a new group is
+// counted, not logged, until older groups have been quiet for an interval.
+const maxRefusalGroups = 1000
 
-// refusals counts, explains and records what the embedded bus refused. The server calls refused
-// on its own goroutines, as it logs each violation.
+// maxExplainedPerInterval bounds the refusals explained an interval. Each piece of advice is
+// tried on a copy of the description, validated and derived — tens of milliseconds on a mesh of
+// thousands of instances — and a principal refused subjects at random must not have watch spend
+// its cores on advice. Past the bound a group is logged without advice, and explained when it
+// is logged again, in a later interval.
+const maxExplainedPerInterval = 100
+
+// recordPace is the least time between two passes of the recorder: refusals that come
+// faster are added up in memory and written together, so a flood of them costs the store a
+// write per group a second, never one per refusal.
+const recordPace = time.Second
+
+// refusals counts, explains and records what the embedded bus refused, by group (explain's
+// Group: principal, operation, the rule the subject falls under, queue group), so that a
+// client whose inbox prefix is not set, refused a new random subject on every connection, is
+// one line a minute and one row of `meshctl status`, not one per connection. The server calls
+// refused on its own goroutines, as it logs each violation.
 type refusals struct {
 	log      *slog.Logger
 	total    *prometheus.CounterVec
 	interval time.Duration
 	// mesh is the description the bus carries, for the advice; nil until the first reconcile.
 	mesh atomic.Pointer[model.Mesh]
-	// records are handed to the recorder goroutine: a store write must not hold up the
-	// server's client, and a full queue drops the record (the log and the counter have it).
-	records chan state.Refusal
+	// pending wakes the recorder goroutine: a store write must not hold up the server's
+	// client, so refused only adds to its group and signals.
+	pending chan struct{}
 
-	mu   sync.Mutex
-	seen map[bus.PermissionError]*seenRefusal
+	mu     sync.Mutex
+	groups map[explain.Group]*refusalGroup
+	// explained counts the refusals explained since explaining, the interval's start.
+	explaining time.Time
+	explained  int
 }
 
-type seenRefusal struct {
-	first, logged time.Time
-	since         int64 // refused again since it was last logged
+// refusalGroup is what one group's refusals came to.
+type refusalGroup struct {
+	first, last, logged time.Time
+	subject             string // the latest refused
+	advice              string // as last logged; "" until the first log has it
+	since               int64  // refused again since it was last logged
+	unrecorded          int64  // refused since the recorder last wrote the group
 }
 
 func newRefusals(log *slog.Logger, reg prometheus.Registerer) *refusals {
@@ -55,8 +78,8 @@ func newRefusals(log *slog.Logger, reg prometheus.Registerer) *refusals {
 			Help: "What the embedded bus refused a principal, by user and direction (publish or subscribe; a refused reply subject counts as a publish).",
 		}, []string{"user", "direction"}),
 		interval: refusalInterval,
-		records:  make(chan state.Refusal, 64),
-		seen:     map[bus.PermissionError]*seenRefusal{},
+		pending:  make(chan struct{}, 1),
+		groups:   map[explain.Group]*refusalGroup{},
 	}
 	reg.MustRegister(r.total)
 	return r
@@ -75,42 +98,52 @@ func direction(op string) string {
 	return "publish"
 }
 
-// refused counts p and, unless the same refusal was logged less than an interval ago, logs it
-// with what the description would have to say to grant it, and hands it to the recorder.
+// refused counts p in its group and, unless the group was logged less than an interval ago,
+// logs it with what the description would have to say to grant it; the recorder writes the
+// group's count for `meshctl status` either way.
 func (r *refusals) refused(p bus.PermissionError) {
 	r.total.WithLabelValues(p.User, direction(p.Op)).Inc()
 	now := time.Now()
+	key := explain.GroupOf(p)
 	r.mu.Lock()
-	s := r.seen[p]
-	switch {
-	case s != nil && now.Sub(s.logged) < r.interval:
-		s.since++
-		r.mu.Unlock()
-		return
-	case s == nil:
-		if len(r.seen) >= maxDistinctRefusals {
-			for k, v := range r.seen {
-				if now.Sub(v.logged) >= r.interval {
-					delete(r.seen, k)
-				}
-			}
+	g := r.groups[key]
+	if g == nil {
+		if len(r.groups) >= maxRefusalGroups {
+			r.forgetQuiet(now)
 		}
-		if len(r.seen) >= maxDistinctRefusals {
+		if len(r.groups) >= maxRefusalGroups {
 			r.mu.Unlock()
 			return
 		}
-		s = &seenRefusal{first: now}
-		r.seen[p] = s
+		g = &refusalGroup{first: now}
+		r.groups[key] = g
 	}
-	again := s.since
-	s.logged, s.since = now, 0
+	g.last, g.subject = now, p.Subject
+	if !g.logged.IsZero() && now.Sub(g.logged) < r.interval {
+		g.since++
+		g.unrecorded++
+		r.mu.Unlock()
+		r.wake()
+		return
+	}
+	again := g.since
+	g.logged, g.since = now, 0
+	if now.Sub(r.explaining) >= r.interval {
+		r.explaining, r.explained = now, 0
+	}
+	afford := r.explained < maxExplainedPerInterval
+	if afford {
+		r.explained++
+	}
 	r.mu.Unlock()
 
-	advice := explain.Advice{Text: "no description has been reconciled yet to explain it"}
-	if m := r.mesh.Load(); m != nil {
-		advice = explain.Refusal(m, p)
-	}
+	// Explained outside the lock: the advice is checked against a copy of the description,
+	// validated and derived, which must not hold up the server's other clients.
+	advice := r.explain(p, afford)
 	attrs := []any{"user", p.User, "op", p.Op, "subject", p.Subject}
+	if key.Rule != p.Subject {
+		attrs = append(attrs, "rule", key.Rule)
+	}
 	if p.Queue != "" {
 		attrs = append(attrs, "queue", p.Queue)
 	}
@@ -123,25 +156,90 @@ func (r *refusals) refused(p bus.PermissionError) {
 		attrs = append(attrs, "refused_again", again)
 	}
 	r.log.Warn("refused: "+p.Error()+"; "+advice.Text, attrs...)
+	r.mu.Lock()
+	g.advice = advice.Text
+	g.unrecorded++
+	r.mu.Unlock()
+	r.wake()
+}
+
+// explain is the advice for p against the description the bus carries, when the interval's
+// bound affords it.
+func (r *refusals) explain(p bus.PermissionError, afford bool) explain.Advice {
+	m := r.mesh.Load()
+	switch {
+	case m == nil:
+		return explain.Advice{Text: "no description has been reconciled yet to explain it"}
+	case !afford:
+		return explain.Advice{Text: fmt.Sprintf("not explained: %d kinds of refusal were explained in the last %s; this one is when it is logged next", maxExplainedPerInterval, r.interval)}
+	}
+	return explain.Refusal(m, p)
+}
+
+// forgetQuiet drops the groups refused last an interval ago or more whose refusals are all
+// written. Called with mu held.
+func (r *refusals) forgetQuiet(now time.Time) {
+	for k, g := range r.groups {
+		if now.Sub(g.last) >= r.interval && g.unrecorded == 0 {
+			delete(r.groups, k)
+		}
+	}
+}
+
+func (r *refusals) wake() {
 	select {
-	case r.records <- state.Refusal{User: p.User, Op: p.Op, Subject: p.Subject, Queue: p.Queue, Advice: advice.Text,
-		Count: again + 1, FirstAt: s.first, LastAt: now}:
+	case r.pending <- struct{}{}:
 	default:
 	}
 }
 
-// record writes the refusals handed over into the store, for `meshctl status`, until ctx ends.
+// record writes the groups' refusals into the store, for `meshctl status`, at most once a
+// recordPace, until ctx ends; then it writes what is left.
 func (r *refusals) record(ctx context.Context, st *state.Store) {
+	var next time.Time // the earliest the next write may start
 	for {
 		select {
 		case <-ctx.Done():
-			return
-		case rec := <-r.records:
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := st.RecordRefusal(wctx, rec); err != nil {
-				r.log.Warn("a refusal could not be recorded for meshctl status", "error", err)
+		case <-r.pending:
+			if wait := time.Until(next); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
 			}
-			cancel()
 		}
+		if ctx.Err() != nil {
+			// Bounded, so that a store another process holds does not hold up the stop.
+			last, cancel := context.WithTimeout(context.Background(), time.Second)
+			r.write(last, st)
+			cancel()
+			return
+		}
+		r.write(ctx, st)
+		next = time.Now().Add(recordPace)
+	}
+}
+
+// write records each group's refusals not yet written, as one row per group.
+func (r *refusals) write(ctx context.Context, st *state.Store) {
+	r.mu.Lock()
+	var recs []state.Refusal
+	for k, g := range r.groups {
+		if g.unrecorded == 0 || g.advice == "" {
+			continue // the refusal being logged writes it, once it has its advice
+		}
+		recs = append(recs, state.Refusal{User: k.User, Op: k.Op, Rule: k.Rule, Subject: g.subject, Queue: k.Queue,
+			Advice: g.advice, Count: g.unrecorded, FirstAt: g.first, LastAt: g.last})
+		g.unrecorded = 0
+	}
+	r.mu.Unlock()
+	for _, rec := range recs {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := st.RecordRefusal(wctx, rec); err != nil {
+			r.log.Warn("a refusal could not be recorded for meshctl status", "error", err)
+		}
+		cancel()
 	}
 }

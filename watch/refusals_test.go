@@ -4,14 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/explain/explaintest"
+	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
@@ -53,48 +59,99 @@ func containsAll(line string, parts []string) bool {
 	return true
 }
 
-// A refused publish on the embedded bus shows in watch's log within a second, naming the user,
-// the subject and the line of YAML that would grant it; the metric counts it, and a repeat is
-// counted without being logged again; `meshctl status` finds it in the store.
-func TestARefusalIsLoggedWithItsFixAndCounted(t *testing.T) {
-	t.Parallel()
+// refusedMesh is watch serving files on an embedded bus, with a credential issued to user
+// before it starts (so its first apply lets user in), watch's log kept, and user connected.
+type refusedMesh struct {
+	*harness
+	files    []model.File
+	stateDir string // watch's, not the harness's own
+	logs     *capturedLog
+	conn     *bus.Conn
+	dial     func() *bus.Conn
+	base     string // the metrics server's address
+}
+
+func startRefusedMesh(t *testing.T, files map[string]string, user string) *refusedMesh {
+	t.Helper()
 	ctx := context.Background()
 	stateDir := t.TempDir()
 	st, err := state.Open(stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Issued before watch starts, so its first apply lets alpha.shop in.
-	minted, err := st.Mint(ctx, []string{"alpha.shop"}, bcrypt.MinCost, "credentials issue")
+	minted, err := st.Mint(ctx, []string{user}, bcrypt.MinCost, "credentials issue")
 	st.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &capturedLog{t: t}
+	rm := &refusedMesh{logs: &capturedLog{t: t}, stateDir: stateDir}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		rm.files = append(rm.files, model.File{Name: name, Data: []byte(files[name])})
+	}
 	addr := make(chan string, 1)
-	h := startWatch(t, quickstart(t), func(c *Config) {
+	rm.harness = startWatch(t, files, func(c *Config) {
 		c.StateDir = stateDir
-		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Logger = slog.New(slog.NewTextHandler(rm.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.MetricsAddr = "127.0.0.1:0"
 		c.metricsReady = func(a string) { addr <- a }
 	})
-	base := "http://" + <-addr
-	h.waitFor(0, "applying the quickstart at start", is(TriggerStart, OutcomeOK))
+	rm.base = "http://" + <-addr
+	rm.waitFor(0, "applying the description at start", is(TriggerStart, OutcomeOK))
 	url, ok := bus.RunningEmbedded(stateDir)
 	if !ok {
 		t.Fatal("no embedded bus")
 	}
+	rm.dial = func() *bus.Conn {
+		t.Helper()
+		dctx, cancel := context.WithTimeout(ctx, waitLimit)
+		defer cancel()
+		c, err := bus.Dial(dctx, bus.Target{URL: url}, bus.Credential{User: user, Password: minted[user]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	rm.conn = rm.dial()
+	return rm
+}
+
+// refusals are the refusals watch recorded for `meshctl status`.
+func (rm *refusedMesh) refusals() ([]state.Refusal, error) {
+	st, err := state.Open(rm.stateDir)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.Refusals(context.Background(), 0)
+}
+
+// waitLogged waits for a line of watch's log that has every one of parts.
+func (rm *refusedMesh) waitLogged(what string, parts ...string) {
+	rm.t.Helper()
+	eventually(rm.t, what, func() error {
+		if len(rm.logs.lines(parts...)) == 0 {
+			return fmt.Errorf("no line in watch's log with %q", parts)
+		}
+		return nil
+	})
+}
+
+// A refused publish on the embedded bus shows in watch's log within a second, naming the user,
+// the subject and the line of YAML that would grant it; the metric counts it, and a repeat is
+// counted without being logged again; `meshctl status` finds it in the store. The fix, written
+// into the description, grants the subject.
+func TestARefusalIsLoggedWithItsFixAndCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rm := startRefusedMesh(t, quickstart(t), "alpha.shop")
+	logs, shop, base := rm.logs, rm.conn, rm.base
 	dctx, cancel := context.WithTimeout(ctx, waitLimit)
 	defer cancel()
-	shop, err := bus.Dial(dctx, bus.Target{URL: url}, bus.Credential{User: "alpha.shop", Password: minted["alpha.shop"]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shop.Close()
 
-	// shop serves status; it does not call postman's.
+	// shop serves status; it does not call postman's, which postman does not serve either.
 	subject := render.ModuleTool("postman", "status")
-	fix := "module shop does not declare calls: [postman/status]"
+	fix := "module postman would need `serves: [status]`, and module shop `calls: [postman/status]`"
 	refuse := func() {
 		t.Helper()
 		if err := shop.Publish(subject, []byte("?")); err != nil {
@@ -117,6 +174,9 @@ func TestARefusalIsLoggedWithItsFixAndCounted(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("logged %s after the publish (issue 16 asks within a second)", time.Since(start))
+	if err := explaintest.Check(rm.files, bus.PermissionError{User: "alpha.shop", Op: bus.OpPublish, Subject: subject}, fix); err != nil {
+		t.Error(err)
+	}
 
 	metric := func(want string) {
 		t.Helper()
@@ -135,18 +195,130 @@ func TestARefusalIsLoggedWithItsFixAndCounted(t *testing.T) {
 	}
 
 	eventually(t, "the refusal recorded for meshctl status", func() error {
-		st, err := state.Open(stateDir)
+		rs, err := rm.refusals()
 		if err != nil {
 			return err
 		}
-		defer st.Close()
-		rs, err := st.Refusals(ctx, 0)
-		if err != nil {
-			return err
-		}
-		if len(rs) != 1 || rs[0].User != "alpha.shop" || rs[0].Subject != subject || rs[0].Advice != fix {
+		if len(rs) != 1 || rs[0].User != "alpha.shop" || rs[0].Subject != subject || rs[0].Advice != fix || rs[0].Count != 2 {
 			return fmt.Errorf("recorded %+v", rs)
 		}
 		return nil
 	})
+}
+
+// A host whose inbox prefix is not set subscribes a new random inbox on every connection: all
+// of them are one kind of refusal, one line in watch's log (with the count of the others when
+// it is logged again) and one row of `meshctl status`, with the latest subject.
+func TestRandomInboxesAreOneRefusal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rm := startRefusedMesh(t, quickstart(t), "alpha.shop")
+	const connections = 6
+	var last string
+	for range connections {
+		c := rm.dial()
+		// What nats.go subscribes for its requests without a prefix: _INBOX.<random>.*
+		last = nats.NewInbox() + ".*"
+		if _, err := c.SubscribeSync(last); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, waitLimit)
+		_, err := c.WaitViolation(wctx, last)
+		cancel()
+		if err != nil {
+			t.Fatalf("the bus did not refuse alpha.shop %s: %v", last, err)
+		}
+		c.Close()
+	}
+	rm.waitLogged("the refusal logged", "level=WARN", "user=alpha.shop", "inbox prefix not set")
+	eventually(t, "the refusals recorded for meshctl status", func() error {
+		rs, err := rm.refusals()
+		if err != nil {
+			return err
+		}
+		if len(rs) != 1 || rs[0].Rule != "_INBOX.>" || rs[0].Subject != last || rs[0].Count != connections {
+			return fmt.Errorf("recorded %d row(s): %+v; want one of %d refusals, the latest %s", len(rs), rs, connections, last)
+		}
+		return nil
+	})
+	if n := len(rm.logs.lines("level=WARN", "user=alpha.shop", "refused:")); n != 1 {
+		t.Errorf("%d connections refused their random inboxes were logged %d times, want once", connections, n)
+	}
+	if len(rm.logs.lines("level=WARN", "user=alpha.shop", "rule=_INBOX.>")) != 1 {
+		t.Errorf("the line does not name the rule, rule=_INBOX.>")
+	}
+}
+
+// A module that only holds a seat follows nothing and has no events consumer: a host asking
+// for one is told so, not to declare what it follows, on a description that is right.
+func TestASeatHoldersHostAskingForEventsIsToldItHasNone(t *testing.T) {
+	t.Parallel()
+	files := quickstart(t)
+	files["printer.yaml"] = `seats:
+  - name: printer
+    accepts: [print]
+modules:
+  - name: spooler
+    on: [alpha]
+    claims: [printer]
+`
+	rm := startRefusedMesh(t, files, "alpha.spooler")
+	subject := "$JS.API.CONSUMER.INFO." + render.StreamEvents + ".alpha_spooler"
+	if err := rm.conn.Publish(subject, nil); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if _, err := rm.conn.WaitViolation(wctx, subject); err != nil {
+		t.Fatalf("the bus did not refuse alpha.spooler %s: %v", subject, err)
+	}
+	why := "module spooler follows nothing, so it has no events consumer EVENTS/alpha_spooler: its host should not bind one (it takes seat printer's work from SEAT_PRINTER/SEAT_PRINTER_worker)"
+	rm.waitLogged("the refusal logged", "level=WARN", "user=alpha.spooler", `why="`+why+`"`)
+	if lines := rm.logs.lines("user=alpha.spooler", "follows: ["); len(lines) > 0 {
+		t.Errorf("watch advised declaring a follow for a module that holds a seat:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// Without a bus: refusals of one group are one line and, once the recorder has written them,
+// one row counting them all with the latest subject; past the interval's bound on advice, a
+// new group is logged without it rather than explained.
+func TestRefusalsAreGroupedAndTheirAdviceBounded(t *testing.T) {
+	t.Parallel()
+	logs := &capturedLog{t: t}
+	r := newRefusals(slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
+	m, err := model.Parse([]model.File{{Name: "mesh.yaml", Data: []byte(quickstart(t)["mesh.yaml"])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mesh.Store(m)
+	const connections = 10
+	var last string
+	for range connections {
+		last = nats.NewInbox() + ".*"
+		r.refused(bus.PermissionError{User: "alpha.shop", Op: bus.OpSubscribe, Subject: last})
+	}
+	if n := len(logs.lines("refused:")); n != 1 {
+		t.Errorf("%d random inboxes refused were logged %d times, want once", connections, n)
+	}
+	st, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	r.write(ctx, st)
+	rs, err := st.Refusals(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Count != connections || rs[0].Subject != last || rs[0].Rule != "_INBOX.>" {
+		t.Errorf("recorded %+v, want one row of %d, the latest %s", rs, connections, last)
+	}
+
+	for i := range maxExplainedPerInterval {
+		r.refused(bus.PermissionError{User: "alpha.shop", Op: bus.OpPublish, Subject: fmt.Sprintf("mesh.mod.postman.tool.t%d", i)})
+	}
+	if n := len(logs.lines("refused:", "not explained")); n != 1 {
+		t.Errorf("%d refusals past the bound were logged without advice, want 1", n)
+	}
 }

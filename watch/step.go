@@ -137,11 +137,14 @@ func (l *loop) step(ctx context.Context, conn *connection, t Trigger) (Cycle, *c
 		}
 	}
 	if conn == nil {
+		// The server names an nkey host by its public key; the store names it by principal.
+		busLog := l.refusals.serverLog()
+		busLog.Principals = l.store.NkeyPrincipals()
 		sess, err := reconcile.Connect(ctx, m, l.store, reconcile.Options{
 			Cost:        l.cfg.Cost,
 			Logf:        func(format string, args ...any) { l.log.Info(fmt.Sprintf(format, args...)) },
 			OwnEmbedded: true,
-			BusLog:      l.refusals.serverLog(),
+			BusLog:      busLog,
 			Role:        "watch",
 			Owned:       l.owned,
 		})

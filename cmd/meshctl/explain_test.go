@@ -1,10 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/explain/explaintest"
+	"github.com/meshbus/meshctl/model"
 )
 
 // An external server's log, explained against the description: each distinct violation once,
@@ -27,11 +32,43 @@ func TestExplainReadsAServersLog(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	got := strings.Split(strings.TrimSpace(stdout), "\n")
+	fix := "module postman would need `serves: [status]`, and module shop `calls: [postman/status]`"
 	if len(got) != 2 ||
-		!strings.Contains(got[0], "alpha.shop") || !strings.Contains(got[0], "2 time(s)") ||
-		!strings.Contains(got[0], "module shop does not declare calls: [postman/status]") ||
+		!strings.Contains(got[0], "alpha.shop") || !strings.Contains(got[0], "2 time(s)") || !strings.Contains(got[0], fix) ||
 		!strings.Contains(got[1], "alpha.postman") || !strings.Contains(got[1], "no declaration grants it") {
 		t.Errorf("explain printed:\n%s", stdout)
+	}
+	// The fix, written into the description, grants what was refused.
+	files, err := model.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := explaintest.Check(files, bus.PermissionError{User: "alpha.shop", Op: bus.OpPublish, Subject: "mesh.mod.postman.tool.status"}, fix); err != nil {
+		t.Error(err)
+	}
+}
+
+// A host whose inbox prefix is not set is refused a new random inbox on every connection: the
+// server logs each, and explain prints them as one kind, with the count and the latest.
+func TestExplainCountsRandomInboxesAsOne(t *testing.T) {
+	t.Parallel()
+	dir, _ := cliFixture(t)
+	log := filepath.Join(t.TempDir(), "nats-server.log")
+	var lines []string
+	for i, inbox := range []string{"_INBOX.Xy7Rb2kQ9mN4pL1sT6vW8z.*", "_INBOX.Ab3Cd4Ef5Gh6Ij7Kl8Mn9o.*", "_INBOX.Qr1St2Uv3Wx4Yz5Ab6Cd7e.*"} {
+		lines = append(lines, fmt.Sprintf(`[1] 2026/12/01 08:00:0%d.000000 [ERR] 10.0.0.5:4045%d - cid:%d - "MESH/user:alpha.shop" - Subscription Violation - Subject %q, SID 1`, i, i, 6+i, inbox))
+	}
+	if err := os.WriteFile(log, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := meshctl(t, "explain", "-f", dir, log)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(got) != 1 || !strings.Contains(got[0], "3 time(s)") || !strings.Contains(got[0], "subscribe _INBOX.> (latest _INBOX.Qr1St2Uv3Wx4Yz5Ab6Cd7e.*)") ||
+		!strings.Contains(got[0], "inbox prefix not set") {
+		t.Errorf("explain printed, for three connections refused their random inboxes:\n%s", stdout)
 	}
 }
 

@@ -33,8 +33,10 @@ description's problems or a refusal's reason, and whether that watch still runs.
 node it shows whether the node enrolled, the generation the controller last declared to
 it and the one it last reported applying, and the last heartbeat watch heard from it: watch records them in STATE/heartbeats.json when a node is first heard,
 goes silent (30s without one) or comes back, and otherwise once a minute. It lists what
-the embedded bus refused lately, as 'meshctl watch' recorded it: the user, the subject,
-how often, and the line of YAML that would grant it or why none can.
+the embedded bus refused lately, as 'meshctl watch' recorded it, one line per kind of
+refusal (a user, an operation and the subjects of one rule: a client whose inbox prefix is
+not set, refused a new random inbox on every connection, is one line): the latest subject,
+how often, and the lines of YAML that would grant it or why none can.
 
 While 'meshctl watch' serves the embedded bus, it also reads the bus, as the controller:
 each seat's holder, whether the holder's worker is bound, and the work waiting in its
@@ -178,7 +180,8 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 }
 
 // printRefusals lists what the embedded bus refused lately, as `meshctl watch` recorded it,
-// each with what the description would have to say to grant it or why nothing can.
+// one line per kind, each with what the description would have to say to grant it or why
+// nothing can.
 func printRefusals(out io.Writer, w *tabwriter.Writer, refusals []state.Refusal) {
 	if len(refusals) == 0 {
 		return
@@ -186,15 +189,20 @@ func printRefusals(out io.Writer, w *tabwriter.Writer, refusals []state.Refusal)
 	fmt.Fprintln(out, "\nRefused by the bus (newest first):")
 	for _, r := range refusals {
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%d time(s)\t%s\n", r.LastAt.Local().Format(time.DateTime), printable.Text(r.User),
-			refused(r.Op, r.Subject, r.Queue), r.Count, printable.Text(r.Advice))
+			refused(r.Op, r.Rule, r.Subject, r.Queue), r.Count, printable.Text(r.Advice))
 	}
 	_ = w.Flush()
 }
 
 // refused says what the bus refused, for a line of status or explain: the operation, the
-// subject and any queue group, escaped, since the subject is whatever a client sent.
-func refused(op, subject, queue string) string {
+// subject and any queue group, escaped, since the subject is whatever a client sent. Refusals
+// of a rule that is not one subject (every inbox but the principal's own) are said as the rule
+// and the latest subject.
+func refused(op, rule, subject, queue string) string {
 	what := op + " " + subject
+	if rule != "" && rule != subject {
+		what = op + " " + rule + " (latest " + subject + ")"
+	}
 	if queue != "" {
 		what += " in queue group " + queue
 	}

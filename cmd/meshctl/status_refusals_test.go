@@ -50,6 +50,41 @@ func TestStatusListsRecentRefusals(t *testing.T) {
 	}
 }
 
+// Refusals of one kind are one row, whatever their subjects: a host without its inbox prefix
+// refused a new random inbox on each of its connections is one row, with the count and the
+// latest subject.
+func TestStatusShowsOneRowPerKindOfRefusal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	inboxes := []string{"_INBOX.Xy7Rb2kQ9mN4pL1sT6vW8z.*", "_INBOX.Ab3Cd4Ef5Gh6Ij7Kl8Mn9o.*", "_INBOX.Qr1St2Uv3Wx4Yz5Ab6Cd7e.*"}
+	for i, inbox := range inboxes {
+		r := state.Refusal{User: "alpha.shop", Op: "subscribe", Rule: "_INBOX.>", Subject: inbox, Advice: "inbox prefix not set: …",
+			Count: 1, FirstAt: at, LastAt: at.Add(time.Duration(i) * time.Second)}
+		if err := st.RecordRefusal(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	code, stdout, stderr := meshctl(t, "status", "--state", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rows []string
+	for _, l := range strings.Split(stdout, "\n") {
+		if strings.Contains(l, "alpha.shop") {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) != 1 || !strings.Contains(rows[0], "subscribe _INBOX.> (latest "+inboxes[2]+")") || !strings.Contains(rows[0], "3 time(s)") {
+		t.Errorf("status shows, for three refused random inboxes:\n%s", stdout)
+	}
+}
+
 // A refused subject is whatever a client sent, and the store keeps it as the server logged it:
 // status must print it escaped as watch's log does, never the ESC and BEL bytes that would
 // erase and overwrite the lines of the terminal it is printed on. So with everything else the
