@@ -91,10 +91,7 @@ func (r *waitRunner) runConnected(n int, auth string, res *connectedResult) erro
 		return err
 	}
 	g := meshgen.Scaled(n)
-	g.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-	if auth != "password" { // the default, left unwritten as most meshes leave it
-		g.Auth = auth
-	}
+	g.Listen, g.Auth = fmt.Sprintf("127.0.0.1:%d", port), auth
 	desc := filepath.Join(r.dir, "mesh")
 	if err := g.Write(desc); err != nil {
 		return err
@@ -275,7 +272,12 @@ func mintHosts(ctx context.Context, dir string, m *model.Mesh, users []string, f
 		return err
 	}
 	defer st.Close()
-	secrets, err := st.Mint(ctx, users, state.DefaultCost, "issue")
+	var secrets map[string]string
+	if m.Bus.Nkeys() {
+		secrets, err = st.MintNkeys(ctx, users, "issue")
+	} else {
+		secrets, err = st.Mint(ctx, users, state.DefaultCost, "issue")
+	}
 	if err != nil {
 		return err
 	}
@@ -290,6 +292,9 @@ func mintHosts(ctx context.Context, dir string, m *model.Mesh, users []string, f
 	enc := json.NewEncoder(f)
 	for _, u := range users {
 		mb := host.NewMembership(bus.Target{URL: url}, u, secrets[u])
+		if m.Bus.Nkeys() {
+			mb.Password, mb.Seed = "", secrets[u]
+		}
 		if err := enc.Encode(mb); err != nil {
 			f.Close()
 			return err

@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	instances := fs.Int("instances", 5000, "with -gen: module instances (nodes and seats scale with them)")
 	waitSizes := fs.String("wait-sizes", "5000", "module instances to measure what a user waits for at (whole meshctl processes; any size); none to skip")
 	externalSizes := fs.String("external-sizes", "5000", "module instances to measure the converged apply and one change on an external nats-server at, the store on the bus (whole meshctl processes; any size); none to skip")
+	convergedSizes := fs.String("converged-sizes", "20000", "module instances to measure only the converged diff, apply and one change at, watch serving (whole meshctl processes; any size; its first apply is setup, not measured); none to skip")
 	connectedSizes := fs.String("connected-sizes", "2000,5000", "module instances to measure with every host connected at, one connection per instance (whole meshctl processes; any size); none to skip")
 	connectedAuth := fs.String("connected-auth", "password,nkey", "the kinds of principal (bus.auth) the connected rows measure")
 	loadFile := fs.String("load", "", "internal: be the connected rows' hosts, one connection per membership in this file")
@@ -96,6 +97,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if plan.external, err = parseInts(*externalSizes); err != nil {
 		return fmt.Errorf("-external-sizes: %w", err)
+	}
+	if plan.converged, err = parseInts(*convergedSizes); err != nil {
+		return fmt.Errorf("-converged-sizes: %w", err)
 	}
 	if plan.connected, err = parseInts(*connectedSizes); err != nil {
 		return fmt.Errorf("-connected-sizes: %w", err)

@@ -32,6 +32,7 @@ type runPlan struct {
 	sizes, live, restart []int
 	wait                 []int // what a user waits for: whole meshctl processes
 	external             []int // the same on an external server, the store on the bus
+	converged            []int // the converged rows alone, watch serving
 	connected            []int // with every host connected
 	auths                []string
 	runs                 int // of each user-wait row
@@ -137,12 +138,12 @@ func measure(ctx context.Context, p runPlan, tmp string, log io.Writer) (*report
 	rep.machine = describeMachine()
 	rep.loadBefore = loadAverage()
 	rep.commit = gitCommit()
-	for _, n := range append(append(append(slices.Clone(meshgen.Sizes), p.wait...), p.external...), p.connected...) {
+	for _, n := range append(append(append(append(slices.Clone(meshgen.Sizes), p.wait...), p.external...), p.converged...), p.connected...) {
 		rep.meshes[n] = factsOf(meshgen.Scaled(n))
 	}
 	rep.bcrypt = timeBcrypt()
 
-	if len(p.wait)+len(p.external)+len(p.connected) > 0 {
+	if len(p.wait)+len(p.external)+len(p.converged)+len(p.connected) > 0 {
 		meshctl, err := buildMeshctl(ctx, tmp, log)
 		if err != nil {
 			return nil, err
@@ -151,6 +152,9 @@ func measure(ctx context.Context, p runPlan, tmp string, log io.Writer) (*report
 			return nil, err
 		}
 		if err := measureExternal(ctx, p.external, p.runs, meshctl, tmp, log, &rep.waits); err != nil {
+			return nil, err
+		}
+		if err := measureConverged(ctx, p.converged, p.runs, meshctl, tmp, log, &rep.waits); err != nil {
 			return nil, err
 		}
 		printWaits(log, rep.waits)

@@ -168,7 +168,7 @@ func (r *waitRunner) spend(path string) error {
 		return err
 	}
 	r.nspent++
-	return os.Rename(path, filepath.Join(r.spent, fmt.Sprintf("%d-%d-%s", r.res.size, r.nspent, filepath.Base(path))))
+	return os.Rename(path, filepath.Join(r.spent, fmt.Sprintf("%s-%d-%s", filepath.Base(r.dir), r.nspent, filepath.Base(path))))
 }
 
 func (r *waitRunner) run(n int) error {
@@ -325,6 +325,56 @@ func (r *waitRunner) run(n int) error {
 		}
 	}
 	return nil
+}
+
+// measureConverged runs only the converged rows with watch serving — diff, apply, one change,
+// each beside the paged-list floor — at each size, runs times each, into waits: the rows a mesh
+// in production pays at every change, without the first applies that set a size up (minutes
+// each at 20,000 instances).
+func measureConverged(ctx context.Context, sizes []int, runs int, meshctl, tmp string, log io.Writer, waits *[]*waitResult) error {
+	for _, n := range sizes {
+		r, err := newWaitRunner(ctx, meshctl, tmp, fmt.Sprintf("converged-%d", n), runs, log, waitAt(waits, n))
+		if err != nil {
+			return err
+		}
+		if err := r.runConverged(n); err != nil {
+			return fmt.Errorf("the converged rows at %d instances: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func (r *waitRunner) runConverged(n int) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	g := meshgen.Scaled(n)
+	g.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+	desc := filepath.Join(r.dir, "mesh")
+	if err := g.Write(desc); err != nil {
+		return err
+	}
+	m, err := model.Parse(g.Files())
+	if err != nil {
+		return err
+	}
+	d := render.Derive(m)
+	fmt.Fprintf(r.log, "the converged rows at %s instances, watch serving (its first apply is the setup), %d runs each\n", num(n), r.runs)
+	state := filepath.Join(r.dir, "state")
+	w, err := r.startWatch(desc, state)
+	if err != nil {
+		return err
+	}
+	defer func() { w.kill() }()
+	syscall.Sync()
+	if err := r.convergedDiffs(wDiff, wFloorList, desc, state, bus.Target{URL: "nats://" + g.Listen}, len(d.Streams)+len(d.Consumers)); err != nil {
+		return err
+	}
+	if err := r.convergedApplies(wApply, desc, state, nil); err != nil {
+		return err
+	}
+	return r.oneChanges(wOneChange, g, desc, state, nil)
 }
 
 // runCheck, called before a run, returns what must hold after it.

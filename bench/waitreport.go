@@ -112,7 +112,43 @@ func (r *report) writeWaits(p *printer) {
 			writeWaitTable(p, w, externalRows)
 		}
 	}
+	r.writeLargeChecks(p)
 	p.f("%s", waitHow)
+}
+
+// The bounds at the largest size: memory proportional to what changes, not to the mesh.
+const (
+	largeSize     = 20000
+	largeRSSBound = 120 << 20 // peak RSS of a converged diff or apply
+)
+
+// writeLargeChecks holds the converged rows at largeSize to their bounds, when measured.
+func (r *report) writeLargeChecks(p *printer) {
+	var w *waitResult
+	for _, x := range r.waits {
+		if x.size == largeSize {
+			w = x
+		}
+	}
+	if w == nil || w.rows[wDiff] == nil || w.rows[wApply] == nil || w.rows[wFloorList] == nil {
+		return
+	}
+	diff, apply, floor, one := w.rows[wDiff], w.rows[wApply], w.rows[wFloorList], w.rows[wOneChange]
+	p.f("**At %s instances**, the converged rows against their bounds:\n\n| check | measured | |\n|---|---|---|\n", num(largeSize))
+	for _, c := range []struct {
+		name string
+		s    *series
+	}{{"converged diff", diff}, {"converged apply", apply}} {
+		p.f("| %s: peak RSS ≤ %s | %s | %s |\n", c.name, megabytes(largeRSSBound), megabytes(c.s.peak()), verdict(c.s.peak() <= largeRSSBound))
+		ratio := float64(c.s.median()) / float64(floor.median())
+		p.f("| %s ≤ %.1f× the paged-list floor | %s against %s (%.2f×) | %s |\n", c.name, convergedBound, duration(float64(c.s.median())),
+			duration(float64(floor.median())), ratio, verdict(ratio <= convergedBound))
+	}
+	if one != nil {
+		p.f("| one change ≤ converged apply + %s | %s against %s (+%s) | %s |\n", oneChangeSlack, duration(float64(one.median())),
+			duration(float64(apply.median())), duration(float64(one.median()-apply.median())), verdict(one.median() <= apply.median()+oneChangeSlack))
+	}
+	p.f("\n")
 }
 
 // writeWaitTable writes the measured rows of w among rows as one table.
