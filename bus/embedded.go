@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,6 +65,10 @@ type EmbeddedOptions struct {
 	// server error is returned by StartEmbedded instead, because the usual Fatalf exits the
 	// process.
 	Logger server.Logger
+	// Entries, when set, splits an accounts config into its users' entries, as whoever writes
+	// the config lays it out; ok is false for a config it does not know. A reload then parses
+	// only the entries that changed (entries.go).
+	Entries func(accounts []byte) (layout AccountsLayout, ok bool)
 }
 
 // Embedded is a running in-process bus.
@@ -73,6 +78,10 @@ type Embedded struct {
 	url      string
 	conf     serverConfig
 	reloadMu sync.Mutex // one reload at a time, so the last to finish read the latest file
+	entries  func([]byte) (AccountsLayout, bool)
+	// served is the accounts config the server serves, split, with its users as parsed (nil
+	// where it does not split): what a parse of the next reuses.
+	served atomic.Pointer[servedAccounts]
 	// authenticates is whether the config in force names users (every connection then shows
 	// its user once through its CONNECT); held under reloadMu.
 	authenticates bool
@@ -193,7 +202,7 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		return nil, fmt.Errorf("starting the embedded bus: %w", err)
 	}
 
-	opts, err := conf.options(accounts)
+	opts, served, err := conf.parse(accounts, o.Entries, nil)
 	if err != nil {
 		return nil, fmt.Errorf("starting the embedded bus: reading %s and its include %s: %w", confPath, accPath, err)
 	}
@@ -222,7 +231,8 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		return nil, fmt.Errorf("starting the embedded bus on %s: not ready for connections after 10s", listenOf(o))
 	}
 	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL(), conf: conf, halfWritten: halfWritten, stopped: make(chan struct{}),
-		authenticates: len(opts.Users) > 0}
+		authenticates: len(opts.Users) > 0, entries: o.Entries}
+	e.served.Store(served)
 	rec, err := json.Marshal(busRecord{URL: e.url, PID: os.Getpid(), Started: time.Now().UTC()})
 	if err == nil {
 		err = atomicfile.Write(filepath.Join(dir, busRecordName), rec)
@@ -384,11 +394,12 @@ func (e *Embedded) reloadFile(parsed *CheckedAccounts) error {
 		return fmt.Errorf("reloading the embedded bus: %w", err)
 	}
 	var opts *server.Options
+	var served *servedAccounts
 	if parsed != nil && bytes.Equal(parsed.accounts, accounts) {
-		opts, parsed.opts = parsed.opts, nil
+		opts, served, parsed.opts = parsed.opts, parsed.served, nil
 	}
 	if opts == nil {
-		if opts, err = e.conf.options(accounts); err != nil {
+		if opts, served, err = e.conf.parse(accounts, e.entries, e.served.Load()); err != nil {
 			return fmt.Errorf("reloading the embedded bus: %s: %w", e.AccountsFile(), err)
 		}
 	}
@@ -399,6 +410,7 @@ func (e *Embedded) reloadFile(parsed *CheckedAccounts) error {
 		return fmt.Errorf("reloading the embedded bus from %s: %w", e.AccountsFile(), err)
 	}
 	e.authenticates = len(opts.Users) > 0
+	e.served.Store(served)
 	return nil
 }
 
@@ -443,6 +455,7 @@ type CheckedAccounts struct {
 	e        *Embedded
 	accounts []byte
 	opts     *server.Options // nil once used: the server keeps the options it is given
+	served   *servedAccounts // what the parse after the reload reuses
 }
 
 // CheckAccounts parses accounts as this bus will read it from accounts.conf, with the server's
@@ -450,11 +463,11 @@ type CheckedAccounts struct {
 // parse is kept: once accounts.conf holds exactly these bytes, the returned value's Reload
 // makes the change live without parsing it again, so a change costs the server one parse.
 func (e *Embedded) CheckAccounts(accounts []byte) (*CheckedAccounts, error) {
-	opts, err := e.conf.options(accounts)
+	opts, served, err := e.conf.parse(accounts, e.entries, e.served.Load())
 	if err != nil {
 		return nil, refusedByParser(err)
 	}
-	return &CheckedAccounts{e: e, accounts: accounts, opts: opts}, nil
+	return &CheckedAccounts{e: e, accounts: accounts, opts: opts, served: served}, nil
 }
 
 // Reload is the bus's Reload, from the parse CheckAccounts made when accounts.conf holds the

@@ -615,7 +615,7 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 	}
 	sctx, cancel := l.storeCtx(ctx)
 	password, err := l.cfg.Store.EnrolNode(sctx, state.NodeEnrolment{Node: node, EnrolPrincipal: render.EnrolUser(node),
-		NodePrincipal: render.NodeUser(node), PublicKey: ask.Key}, l.cfg.Cost)
+		NodePrincipal: render.NodeUser(node), PublicKey: ask.Key, Nkey: l.mesh.Bus.Nkeys()}, l.cfg.Cost)
 	cancel()
 	err = l.kept(ctx, err)
 	if errors.Is(err, state.ErrNoEnrolmentCredential) {
@@ -629,7 +629,7 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 	}
 	l.window.After(nil, published(m), time.Now())
 	answer := EnrolAnswer{Node: node}
-	membership, _ := json.Marshal(host.NewMembership(l.cfg.Target, render.NodeUser(node), password))
+	membership, _ := json.Marshal(l.membershipOf(render.NodeUser(node), password))
 	if answer.Membership, err = Seal(ask.Key, membership); err != nil {
 		return Settle{Verb: Term, Reason: err.Error()}
 	}
@@ -824,7 +824,12 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 	if digest == prev.Digest && len(mint) == 0 && len(departed) == 0 {
 		return false, nil
 	}
-	passwords, err := l.cfg.Store.Mint(ctx, mint, l.cfg.Cost, "declare")
+	var passwords map[string]string
+	if l.mesh.Bus.Nkeys() {
+		passwords, err = l.cfg.Store.MintNkeys(ctx, mint, "declare")
+	} else {
+		passwords, err = l.cfg.Store.Mint(ctx, mint, l.cfg.Cost, "declare")
+	}
 	if err = l.kept(ctx, err); err != nil {
 		return false, err
 	}
@@ -845,7 +850,7 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 		if slices.Contains(keep, in.User) {
 			in.Membership = prev.Credentials[in.User].Sealed
 		} else {
-			membership, _ := json.Marshal(host.NewMembership(l.cfg.Target, in.User, passwords[in.User]))
+			membership, _ := json.Marshal(l.membershipOf(in.User, passwords[in.User]))
 			if in.Membership, err = Seal(e.PublicKey, membership); err != nil {
 				return false, err
 			}
@@ -875,4 +880,16 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 	l.log.Info("controller: declared to a node what it runs", "node", e.Node, "generation", d.Generation,
 		"instances", len(d.Instances), "minted", len(mint), "kept", len(keep), "departed", len(departed))
 	return true, nil
+}
+
+// membershipOf is user's membership with its freshly minted secret: a password, or where the
+// mesh's hosts log in with nkeys (bus.auth: nkey) the seed of its nkey, sealed to the node
+// like a password, and like it never logged or kept.
+func (l *loop) membershipOf(user, secret string) host.Membership {
+	if !l.mesh.Bus.Nkeys() {
+		return host.NewMembership(l.cfg.Target, user, secret)
+	}
+	m := host.NewMembership(l.cfg.Target, user, "")
+	m.Seed = secret
+	return m
 }

@@ -38,6 +38,9 @@
 //   - Sealing (Seal, Open, GenerateKey): NaCl anonymous boxes (X25519, XSalsa20-Poly1305) from
 //     golang.org/x/crypto/nacl/box. A membership crosses the bus only sealed to the key of the
 //     node it is for; the store keeps its hash and the sealed copy, never the plaintext.
+//   - What a membership carries: a password, or where the mesh's hosts log in with nkeys
+//     (bus.auth: nkey) an nkey seed, minted with its public key in the store (membershipOf),
+//     for the node's own principal at enrolment as for its instances at a declaration.
 //
 // It joins the bus as the `controller` principal, with its derived grants and nothing more:
 // deliveries on `_DELIVER.controller` and their acks, heartbeats on `mesh.control.>`, the
@@ -47,5 +50,6 @@
 //
 // What it must not do: create or change streams, consumers or the accounts file (reconcile
 // does, through the watch loop, which Sync asks), act on a report of a superseded declaration,
-// or log, return or store a password: a minted password exists only in the sealed answer.
+// or log, return or store a password or a seed: a minted secret exists only in the sealed
+// answer.
 package controller

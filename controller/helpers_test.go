@@ -59,7 +59,7 @@ type fixture struct {
 	store     *state.Store
 	bus       *bus.Embedded
 	ctrl      *Controller
-	passwords map[string]string // what the test may join as: every derived principal but instances
+	passwords map[string]string // what the test may join as: every derived principal but instances (seeds, with bus.auth: nkey)
 
 	logs   *lockedbuf.Buffer
 	mu     sync.Mutex
@@ -99,7 +99,12 @@ func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixt
 			users = append(users, p.User)
 		}
 	}
-	if f.passwords, err = f.store.Mint(ctx, users, bcrypt.MinCost, "test"); err != nil {
+	if f.mesh.Bus.Nkeys() {
+		f.passwords, err = f.store.MintNkeys(ctx, users, "test")
+	} else {
+		f.passwords, err = f.store.Mint(ctx, users, bcrypt.MinCost, "test")
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	hashes, _ := f.store.Hashes(ctx)
@@ -218,6 +223,9 @@ func settled(v Verb) func(Event) bool { return func(e Event) bool { return e.Set
 // join joins the bus as user with the password minted at the start.
 func (f *fixture) join(user string) *host.Host {
 	f.t.Helper()
+	if f.mesh.Bus.Nkeys() {
+		return f.joinAs(host.Membership{Address: f.bus.URL(), User: user, Seed: f.passwords[user]})
+	}
 	return f.joinAs(host.Membership{Address: f.bus.URL(), User: user, Password: f.passwords[user]})
 }
 

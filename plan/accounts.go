@@ -13,7 +13,7 @@ import (
 // diffAccounts plans the accounts config: a change when the bytes in use differ from the
 // rendering, described user by user and subject by subject, never by hash or password.
 func diffAccounts(target Target, live Live) (Change, bool) {
-	same := live.AccountsKnown && bytes.Equal(live.Accounts, target.Accounts)
+	same := live.AccountsKnown && (live.AccountsRendered || target.rendersAs(live.Accounts))
 	if same && live.AccountsNotServed == "" {
 		return Change{}, false
 	}
@@ -25,21 +25,17 @@ func diffAccounts(target Target, live Live) (Change, bool) {
 		c.Reason, c.Risk = live.AccountsNotServed, RiskDisruptive
 		return c, true
 	}
-	before := map[string]*server.User{}
+	before, after := map[string]*server.User{}, map[string]*server.User(nil)
 	if !live.AccountsKnown {
 		c.Action = Create
 		c.Reason = "no accounts config is in use yet"
+	} else if inUse, compared, err := usersInUse(live.Accounts, target.Rendering(), target); err != nil {
+		c.Reason = fmt.Sprintf("the config in use does not parse (%v); it is rewritten whole", err)
+	} else {
+		before, after = inUse, compared
 	}
-	after := map[string]*server.User{}
-	for _, p := range target.Bus.Principals {
-		after[p.User] = principalUser(p, target.Hashes)
-	}
-	if live.AccountsKnown {
-		if users, err := usersInUse(live.Accounts, target.Accounts, after); err != nil {
-			c.Reason = fmt.Sprintf("the config in use does not parse (%v); it is rewritten whole", err)
-		} else {
-			before = users
-		}
+	if after == nil {
+		after = targetUsers(target)
 	}
 	for _, name := range sortedKeys(after) {
 		a := after[name]
@@ -70,7 +66,7 @@ func diffAccounts(target Target, live Live) (Change, bool) {
 		case locked(b.Password):
 			u.Credential = "issued"
 		case locked(a.Password):
-			u.Credential = "revoked"
+			u.Credential = lockedHow(target, name)
 		default:
 			u.Credential = "rotated"
 		}
@@ -104,7 +100,8 @@ func diffAccounts(target Target, live Live) (Change, bool) {
 }
 
 // ParseUsers reads an accounts config with the server's own parser, so what is compared
-// is what the server would enforce.
+// is what the server would enforce. An nkey user is keyed by the principal its entry's
+// comment names, its credential being its public key (addNkeyUsers).
 func ParseUsers(conf []byte) (map[string]*server.User, error) {
 	opts := &server.Options{}
 	if err := opts.ProcessConfigString(string(conf)); err != nil {
@@ -114,114 +111,155 @@ func ParseUsers(conf []byte) (map[string]*server.User, error) {
 	for _, u := range opts.Users {
 		out[u.Username] = u
 	}
+	addNkeyUsers(out, conf, opts.Nkeys)
 	return out, nil
 }
 
-// usersInUse reads the users of the config in use, as the server would hold them. A config
-// laid out exactly as meshctl renders one — the same header and footer, one block per
-// user — is read block by block: a user whose block is byte for byte the one the target
-// renders is the target's user (after), and only the other blocks go through the server's
-// parser. A 5,000-instance mesh's config is 7,000 users, and parsing all of them for a
-// merge that changes ten took most of the plan. Anything else is parsed whole.
-func usersInUse(conf, rendered []byte, after map[string]*server.User) (map[string]*server.User, error) {
-	have, ok := splitUsers(conf)
-	want, wantOK := splitUsers(rendered)
-	if !ok || !wantOK || !bytes.Equal(have.header, want.header) {
-		return ParseUsers(conf)
+// usersInUse reads the users of the config in use as the server would hold them (before),
+// beside the target's users they are compared with (after). A config laid out exactly as
+// meshctl renders one — the same header and footer, one block per user — is read block by
+// block: a user whose block is byte for byte the one the target renders is in neither map,
+// since nothing of it changes, and only the other blocks go through the server's parser. A
+// 20,000-instance mesh's config is 28,000 users, and parsing all of them, or holding each as
+// the server would, for a merge that changes ten took most of the plan. Anything else is
+// parsed whole, and compared with every user of the target.
+func usersInUse(conf, rendered []byte, target Target) (before, after map[string]*server.User, err error) {
+	have, ok := render.SplitAccountsConfig(conf)
+	want, wantOK := render.SplitAccountsConfig(rendered)
+	if !ok || !wantOK || !bytes.Equal(have.Head, want.Head) {
+		before, err = ParseUsers(conf)
+		return before, targetUsers(target), err
 	}
-	var changed []byte
-	var changedNames []string
-	users := make(map[string]*server.User, len(have.blocks)+1)
-	for name, u := range after {
-		// A user the target writes in the header (meshctl's system user) is the target's
-		// own: the headers are the same bytes.
-		if _, inList := want.blocks[name]; !inList {
-			users[name] = u
+	changed, compared := changedEntries(have.Entries, want.Entries)
+	after = map[string]*server.User{}
+	for _, p := range target.Principals() {
+		// A user the target writes in the header (meshctl's system user) is unchanged too,
+		// unless the config in use has it among the entries: the headers are the same bytes.
+		if compared[p.User] {
+			after[p.User] = principalUser(p, target.Hashes)
 		}
 	}
-	for name, block := range have.blocks {
-		if u, same := after[name]; same && bytes.Equal(block, want.blocks[name]) {
-			users[name] = u
-			continue
-		}
-		changed = append(changed, block...)
-		changedNames = append(changedNames, name)
+	before = make(map[string]*server.User, len(changed))
+	if len(changed) == 0 {
+		return before, after, nil
 	}
-	if changed == nil {
-		return users, nil
+	// The header goes with the changed entries so that they parse as they stand in the file;
+	// of what that parse finds, only the changed entries' users are taken.
+	text := slices.Clone(have.Head)
+	for _, e := range changed {
+		text = append(text, e.Text...)
 	}
-	// The header goes with the changed blocks so that they parse as they stand in the file;
-	// of what that parse finds, only the changed blocks' users are taken.
-	parsed, err := ParseUsers(slices.Concat(have.header, changed, []byte(usersFooter)))
+	parsed, err := ParseUsers(append(text, have.Tail...))
 	if err != nil {
 		// Reported as the whole file's error, with the whole file's positions.
-		return ParseUsers(conf)
+		before, err = ParseUsers(conf)
+		return before, targetUsers(target), err
 	}
-	for _, name := range changedNames {
-		u, ok := parsed[name]
+	for _, e := range changed {
+		u, ok := parsed[e.User]
 		if !ok {
-			return ParseUsers(conf)
+			before, err = ParseUsers(conf)
+			return before, targetUsers(target), err
 		}
-		users[name] = u
+		before[e.User] = u
 	}
-	return users, nil
+	return before, after, nil
 }
 
-// usersFooter closes the users list, the account and the accounts block of a rendering.
-const usersFooter = "    ]\n  }\n}\n"
+// changedEntries compares the entries of the config in use (have) with the target's (want):
+// changed are those in use whose text the target does not write, compared the users whose
+// entries differ, by name, on either side. Both are in the order render writes them, by user,
+// and are walked side by side; a config in another order is compared by name.
+func changedEntries(have, want []render.AccountsEntry) (changed []render.AccountsEntry, compared map[string]bool) {
+	compared = map[string]bool{}
+	if !byUser(have) || !byUser(want) {
+		wanted := make(map[string][]byte, len(want))
+		for _, e := range want {
+			wanted[e.User] = e.Text
+		}
+		inUse := make(map[string]bool, len(have))
+		for _, e := range have {
+			inUse[e.User] = true
+			if text, ok := wanted[e.User]; !ok || !bytes.Equal(text, e.Text) {
+				changed = append(changed, e)
+				compared[e.User] = true
+			}
+		}
+		for _, e := range want {
+			if !inUse[e.User] {
+				compared[e.User] = true
+			}
+		}
+		return changed, compared
+	}
+	for i, j := 0, 0; i < len(have) || j < len(want); {
+		switch {
+		case i < len(have) && j < len(want) && have[i].User == want[j].User:
+			if !bytes.Equal(have[i].Text, want[j].Text) {
+				changed = append(changed, have[i])
+				compared[have[i].User] = true
+			}
+			i, j = i+1, j+1
+		case j == len(want) || i < len(have) && have[i].User < want[j].User:
+			changed = append(changed, have[i])
+			compared[have[i].User] = true
+			i++
+		default:
+			compared[want[j].User] = true
+			j++
+		}
+	}
+	return changed, compared
+}
+
+// byUser reports whether entries are in order of their users, each once.
+func byUser(entries []render.AccountsEntry) bool {
+	for i := 1; i < len(entries); i++ {
+		if entries[i-1].User >= entries[i].User {
+			return false
+		}
+	}
+	return true
+}
+
+// targetUsers is every user of the target, as the server would hold it.
+func targetUsers(target Target) map[string]*server.User {
+	principals := target.Principals()
+	users := make(map[string]*server.User, len(principals))
+	for _, p := range principals {
+		users[p.User] = principalUser(p, target.Hashes)
+	}
+	return users
+}
 
 // renderedUsers is an accounts config split as render.AccountsConfig writes it.
 type renderedUsers struct {
 	header []byte            // everything before the first user
 	blocks map[string][]byte // each user's lines, by user
+	footer []byte            // everything after the last
 }
 
 // splitUsers splits a config written by render.AccountsConfig into its header and one
-// block per user. ok is false for anything else: another layout, a user twice, a name that
-// needs escaping.
+// block per user (render.SplitAccountsConfig). ok is false for anything else: another
+// layout, a user twice, a name that needs escaping.
 func splitUsers(conf []byte) (renderedUsers, bool) {
-	const (
-		listStart  = "    users = [\n"
-		blockStart = "      { user: \""
-		blockEnd   = "\n      } }\n"
-	)
-	i := bytes.Index(conf, []byte(listStart))
-	if i < 0 || !bytes.HasSuffix(conf, []byte(usersFooter)) {
+	s, ok := render.SplitAccountsConfig(conf)
+	if !ok {
 		return renderedUsers{}, false
 	}
-	r := renderedUsers{header: conf[:i+len(listStart)], blocks: map[string][]byte{}}
-	body := conf[i+len(listStart) : len(conf)-len(usersFooter)]
-	for len(body) > 0 {
-		if !bytes.HasPrefix(body, []byte(blockStart)) {
-			return renderedUsers{}, false
-		}
-		end := bytes.Index(body, []byte(blockEnd))
-		if end < 0 {
-			return renderedUsers{}, false
-		}
-		block := body[:end+len(blockEnd)]
-		name, _, found := bytes.Cut(block[len(blockStart):], []byte(`"`))
-		if !found || bytes.ContainsAny(name, `\{}`) {
-			return renderedUsers{}, false
-		}
-		if _, dup := r.blocks[string(name)]; dup {
-			return renderedUsers{}, false
-		}
-		r.blocks[string(name)] = block
-		body = body[len(block):]
+	r := renderedUsers{header: s.Head, blocks: make(map[string][]byte, len(s.Entries)), footer: s.Tail}
+	for _, e := range s.Entries {
+		r.blocks[e.User] = e.Text
 	}
 	return r, true
 }
 
 // principalUser is a principal as the server would hold it, without parsing its rendering.
 func principalUser(p render.Principal, hashes map[string]string) *server.User {
-	u := &server.User{Username: p.User, Password: hashes[p.User], Permissions: &server.Permissions{
+	u := &server.User{Username: p.User, Password: entryCredential(render.CredentialOf(p, hashes)), Permissions: &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: grantStrings(p.Publish)},
 		Subscribe: &server.SubjectPermission{Allow: grantStrings(p.Subscribe)},
 	}}
-	if u.Password == "" {
-		u.Password = render.LockedHash
-	}
 	if p.AllowResponses {
 		u.Permissions.Response = &server.ResponsePermission{MaxMsgs: 1}
 	}

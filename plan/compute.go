@@ -24,10 +24,12 @@ func Compute(target Target, live Live, o Options) *Plan {
 	for i := range live.Streams {
 		liveStreams[live.Streams[i].Config.Name] = &live.Streams[i]
 	}
-	liveConsumers := make(map[string]*LiveConsumer, len(live.Consumers))
+	// Consumers are keyed by stream and name as they stand: a key joined into one string
+	// would be made for each of tens of thousands of consumers, on either side.
+	liveConsumers := make(map[consumerKey]*LiveConsumer, len(live.Consumers))
 	for i := range live.Consumers {
 		c := &live.Consumers[i]
-		liveConsumers[c.Stream+"/"+c.Config.Durable] = c
+		liveConsumers[consumerKey{c.Stream, c.Config.Durable}] = c
 	}
 
 	var conflicts, streamChanges, consumerChanges, consumerDeletes, streamDeletes []Change
@@ -77,10 +79,10 @@ func Compute(target Target, live Live, o Options) *Plan {
 		}
 	}
 
-	desiredConsumers := map[string]bool{}
+	desiredConsumers := make(map[consumerKey]bool, len(target.Bus.Consumers))
 	for i := range target.Bus.Consumers {
 		want := &target.Bus.Consumers[i]
-		key := want.Stream + "/" + want.Name()
+		key := consumerKey{want.Stream, want.Name()}
 		desiredConsumers[key] = true
 		if blocked[want.Stream] {
 			continue
@@ -120,7 +122,7 @@ func Compute(target Target, live Live, o Options) *Plan {
 
 	for i := range live.Consumers {
 		have := &live.Consumers[i]
-		key := have.Stream + "/" + have.Config.Durable
+		key := consumerKey{have.Stream, have.Config.Durable}
 		if desiredConsumers[key] || !target.owns(have.Config.Metadata) {
 			continue
 		}
@@ -159,6 +161,13 @@ func Compute(target Target, live Live, o Options) *Plan {
 
 	var accounts []Change
 	if c, ok := diffAccounts(target, live); ok {
+		// A change is shown and written whole: the rendering is made now, and a config in use
+		// known to be that rendering (AccountsRendered) is its text.
+		target.Accounts = target.Rendering()
+		if live.AccountsRendered {
+			live.Accounts = target.Accounts
+		}
+		authChange(&c, target, live, o)
 		accounts = append(accounts, c)
 		p.Accounts = target.Accounts
 	}
@@ -178,6 +187,9 @@ func Compute(target Target, live Live, o Options) *Plan {
 	p.MassDelete = massDelete(p, target, live, o)
 	return p
 }
+
+// consumerKey names a consumer: its stream and its durable name.
+type consumerKey struct{ stream, name string }
 
 // grade sets the risk of a replacement or deletion, and refuses it when it would lose
 // messages or unacknowledged work and the operator has not allowed that.

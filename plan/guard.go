@@ -82,7 +82,7 @@ func massDelete(p *Plan, target Target, live Live, o Options) *MassDelete {
 		}
 		// Every user the target keeps or changes was in use, and so was every one it
 		// deletes; the others are new.
-		m.OwnedPrincipals = len(target.Bus.Principals) - creates + m.Principals
+		m.OwnedPrincipals = len(target.Principals()) - creates + m.Principals
 	}
 	m.LockedOutUsers, m.LockedOut = lockedOut(p, target)
 	if m.LockedOut > 0 {

@@ -1,7 +1,10 @@
 package plan
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -73,8 +76,9 @@ type UserChange struct {
 	SubscribeRemoved []string `json:"subscribe_removed,omitempty"`
 	// AllowResponses is "granted" or "revoked" when it changes.
 	AllowResponses string `json:"allow_responses,omitempty"`
-	// Credential says what happened to the user's password: "issued" (it had none and now
-	// may log in), "rotated", "revoked" (locked again), or "" for no change.
+	// Credential says what happened to the user's password or nkey: "issued" (it had none
+	// and now may log in), "rotated", "revoked" (locked again), CredentialReissue (locked
+	// because bus.auth changed: a new membership is needed), or "" for no change.
 	Credential string `json:"credential,omitempty"`
 }
 
@@ -209,7 +213,12 @@ func (p *Plan) Conflicts() []Change {
 // Target is the bus that should be: the derivation and the accounts config rendered with
 // the stored hashes.
 type Target struct {
-	Bus      *render.Desired
+	// Bus is the derivation. In a target made by TargetOfMesh its principals are derived when
+	// a plan needs them (Principals): until then Bus.Principals is nil, and what reads them
+	// reads them through Principals.
+	Bus *render.Desired
+	// Accounts is the accounts config rendered with Hashes; nil in a target made by
+	// TargetOfMesh, which renders it only when it is needed whole (Rendering).
 	Accounts []byte
 	Hashes   map[string]string
 	// Known are the principals whose entry on the server the planning store may change: it
@@ -219,6 +228,17 @@ type Target struct {
 	// Mesh is the identity of the store the target is planned for, which every stream and
 	// consumer it derives names (render.MeshKey); "" for a target without a store.
 	Mesh string
+
+	// lazy, in a target made by TargetOfMesh, derives its principals and renders its accounts
+	// config once each is needed, for every copy of the target.
+	lazy *lazyTarget
+}
+
+type lazyTarget struct {
+	mu     sync.Mutex
+	mesh   *model.Mesh // what the principals are derived from
+	text   []byte      // the accounts config, once rendered
+	digest string      // its digest, once computed
 }
 
 // TargetOf is the target of a derivation, its accounts config rendered with hashes (nil
@@ -226,6 +246,91 @@ type Target struct {
 // credential plays a part).
 func TargetOf(d *render.Desired, hashes map[string]string) Target {
 	return Target{Bus: d, Accounts: render.AccountsConfig(d.Principals, hashes), Hashes: hashes}
+}
+
+// TargetOfMesh is the target of m's derivation, with its accounts config rendered with hashes
+// once needed whole (Rendering) — to show and write a change — and its principals derived once
+// needed (Principals). A plan of a mesh whose accounts config in use is the rendering compares
+// the two by digest, and holds neither the config, megabytes at scale, nor the principals, a
+// 20,000-instance mesh's largest part (plan.Live.AccountsRendered).
+func TargetOfMesh(m *model.Mesh, hashes map[string]string) Target {
+	return Target{Bus: render.DeriveObjects(m), Hashes: hashes, lazy: &lazyTarget{mesh: m}}
+}
+
+// Principals are the target's principals (Bus.Principals), derived on the first call in a
+// target made by TargetOfMesh, and kept in Bus for every reader after it.
+func (t Target) Principals() []render.Principal {
+	if t.lazy == nil {
+		return t.Bus.Principals
+	}
+	t.lazy.mu.Lock()
+	defer t.lazy.mu.Unlock()
+	return t.principalsLocked()
+}
+
+// principal is the target's principal of that user (Principals).
+func (t Target) principal(user string) (render.Principal, bool) {
+	t.Principals()
+	return t.Bus.Principal(user)
+}
+
+func (t Target) principalsLocked() []render.Principal {
+	if t.Bus.Principals == nil {
+		t.Bus.Principals = render.DerivePrincipals(t.lazy.mesh)
+	}
+	return t.Bus.Principals
+}
+
+// Rendering is the target's accounts config: Accounts, or for a target made by TargetOfMesh
+// its rendering, made once.
+func (t Target) Rendering() []byte {
+	if t.Accounts != nil || t.lazy == nil {
+		return t.Accounts
+	}
+	t.lazy.mu.Lock()
+	defer t.lazy.mu.Unlock()
+	if t.lazy.text == nil {
+		t.lazy.text = render.AccountsConfig(t.principalsLocked(), t.Hashes)
+	}
+	return t.lazy.text
+}
+
+// RenderingDigest is the SHA-256, in hex, of the target's accounts config (Rendering),
+// computed without rendering it whole, or deriving the principals to keep them, when that
+// has not been done.
+func (t Target) RenderingDigest() string {
+	if t.Accounts != nil || t.lazy == nil {
+		return render.Digest(t.Accounts)
+	}
+	l := t.lazy
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.digest != "":
+	case l.text != nil:
+		l.digest = render.Digest(l.text)
+	case t.Bus.Principals != nil:
+		l.digest = render.AccountsDigest(t.Bus.Principals, t.Hashes)
+	default:
+		l.digest = render.AccountsDigestOf(l.mesh, t.Hashes)
+	}
+	return l.digest
+}
+
+// rendersAs reports whether conf is the target's accounts config, byte for byte, without
+// rendering the config whole when it has not been: by its digest where that is known, and
+// otherwise a user at a time.
+func (t Target) rendersAs(conf []byte) bool {
+	if t.Accounts != nil || t.lazy == nil {
+		return bytes.Equal(conf, t.Accounts)
+	}
+	t.lazy.mu.Lock()
+	digest := t.lazy.digest
+	t.lazy.mu.Unlock()
+	if digest != "" {
+		return render.Digest(conf) == digest
+	}
+	return render.IsAccountsConfig(conf, t.Principals(), t.Hashes)
 }
 
 // Live is the bus that is, as read: every stream and consumer on it (owned or not), the
@@ -245,6 +350,11 @@ type Live struct {
 	// reload it refused, one left to the operator, a file edited by hand): the accounts
 	// config is then planned even when Accounts equals the rendering.
 	AccountsNotServed string
+	// AccountsRendered says that the accounts config in use was found, as it was read, to
+	// be the target's rendering byte for byte (by digest: Target.RenderingDigest), and was
+	// not kept: Accounts is nil and stands for that rendering. A converged bus then holds
+	// neither text of a config of megabytes.
+	AccountsRendered bool
 }
 
 // LiveStream is a stream as the server reports it.
@@ -269,6 +379,10 @@ type Options struct {
 	// AllowMassDelete lets an apply delete more than half of what meshctl owns. Without it
 	// such a plan is refused whole.
 	AllowMassDelete bool
+	// AllowReissue lets an apply change bus.auth while hosts log in with credentials of
+	// the old kind, each of which then needs a new membership. Without it such a plan is
+	// refused whole.
+	AllowReissue bool
 }
 
 // Owned reports whether an object's metadata carries meshctl's ownership marker.
@@ -277,13 +391,17 @@ func Owned(metadata map[string]string) bool { return metadata[render.OwnerKey] =
 // ForMesh is the target for the mesh of store id: every stream and consumer it derives names
 // id in its metadata (render.MeshKey), and it changes no object that names another.
 func (t Target) ForMesh(id string) Target {
+	// The objects of a derivation carry the same metadata, so each run of equal metadata gets
+	// one map, shared and never written, rather than a copy for every consumer.
+	var from, to map[string]string
 	withMesh := func(metadata map[string]string) map[string]string {
-		out := make(map[string]string, len(metadata)+1)
-		for k, v := range metadata {
-			out[k] = v
+		if to != nil && maps.Equal(from, metadata) {
+			return to
 		}
-		out[render.MeshKey] = id
-		return out
+		from, to = metadata, make(map[string]string, len(metadata)+1)
+		maps.Copy(to, metadata)
+		to[render.MeshKey] = id
+		return to
 	}
 	for i := range t.Bus.Streams {
 		t.Bus.Streams[i].Metadata = withMesh(t.Bus.Streams[i].Metadata)
@@ -319,7 +437,7 @@ func (t Target) notOwned(what string, metadata map[string]string) string {
 // nothing had happened since: `meshctl diff --from OLD` plans from it, without a bus. Nothing
 // is at stake in it, since no bus says how much is queued.
 func LiveOf(t Target) Live {
-	l := Live{Accounts: t.Accounts, AccountsKnown: true, Holding: t.Bus.Holding, Baseline: BaselineDescription}
+	l := Live{Accounts: t.Rendering(), AccountsKnown: true, Holding: t.Bus.Holding, Baseline: BaselineDescription}
 	for _, s := range t.Bus.Streams {
 		l.Streams = append(l.Streams, LiveStream{Config: s})
 	}

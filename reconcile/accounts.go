@@ -90,12 +90,11 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 	}
 	prevGen, prevKnown := loadGeneration(a.StateDir, a.Server)
 	prevKnown = prevKnown && existed && prevGen.describes(a.Path, previous)
-	if prevKnown {
-		if rendered, _ := unstamp(previous); bytes.Equal(rendered, data) {
-			return nil, a.reloadAgain(ctx, prevGen)
-		}
+	rendered := digest(data)
+	if prevKnown && sameRendering(prevGen, previous, data, rendered) {
+		return nil, a.reloadAgain(ctx, prevGen)
 	}
-	stamped, gen, err := stamp(data, a.Path, a.Manager)
+	stamped, gen, err := stampDigested(data, rendered, a.Path, a.Manager)
 	if err != nil {
 		return nil, fmt.Errorf("writing the accounts config: %w", err)
 	}
@@ -160,6 +159,17 @@ func listening(t bus.Target) bool {
 	return true
 }
 
+// sameRendering reports whether previous, the file g records, was stamped from data, whose
+// digest is dataDigest: by the digest g keeps of its rendering where it keeps one, rather than
+// by a copy of the file without its stamp.
+func sameRendering(g generation, previous, data []byte, dataDigest string) bool {
+	if g.Rendered != "" {
+		return g.Rendered == dataDigest
+	}
+	rendered, _ := unstamp(previous)
+	return bytes.Equal(rendered, data)
+}
+
 // check parses stamped, the file about to be written, with the server's own parser, and
 // returns the reload that makes it live. The stamped text is what the server will read: the
 // generation principal goes in ahead of the last lines, so a line the parser names is still the
@@ -216,9 +226,10 @@ func (a Accounts) controllerKept(ctx context.Context, previous, data []byte, pre
 	if a.Server != "" {
 		return false
 	}
-	rendered, _ := unstamp(previous)
+	// Read in the file as it stands: its stamp adds a line before the users and an entry after
+	// them, and changes none.
 	entry := render.EntryOf(data, render.ControllerUser)
-	return entry != nil && bytes.Equal(entry, render.EntryOf(rendered, render.ControllerUser)) &&
+	return entry != nil && bytes.Equal(entry, render.EntryOf(previous, render.ControllerUser)) &&
 		proveOnce(ctx, a.Target, prevGen) == nil
 }
 
@@ -327,15 +338,49 @@ func (a Accounts) servedServer(ctx context.Context, conf []byte) ([]byte, string
 		return rendered, fmt.Sprintf("the accounts config at %s is not the one meshctl last wrote (edited by hand?); "+
 			"it is written and reloaded again", a.Path), nil
 	}
-	err := proveOnce(ctx, a.Target, g)
+	notServed, err := a.serving(ctx, g)
+	if err != nil {
+		return nil, "", err
+	}
+	return rendered, notServed, nil
+}
+
+// servedAsRendered is served for a plan whose target's rendering has the digest want gives,
+// reading the file only through its digest. When the file is the one meshctl last wrote (its
+// digest is the generation record's) and was stamped from that very rendering (the record's
+// Rendered), the plan needs nothing of it — it is the rendering — and only whether the server
+// serves it is found out, as served finds it. ok is false where that is not known so: a
+// cluster, whose servers each serve a file of their own; no record of this file, or one kept
+// before records named their rendering; a file of another rendering. The caller then reads
+// the file whole. Only when the target is the rendering is want asked.
+func (a Accounts) servedAsRendered(ctx context.Context, want func() string) (notServed string, ok bool, err error) {
+	if len(a.Others) > 0 || want == nil {
+		return "", false, nil
+	}
+	g, known := loadGeneration(a.StateDir, a.Server)
+	if !known || g.Rendered == "" {
+		return "", false, nil
+	}
+	sum, exists, err := fileDigest(a.Path)
+	if err != nil || !exists || !g.describesDigest(a.Path, sum) || want() != g.Rendered {
+		return "", false, nil
+	}
+	notServed, err = a.serving(ctx, g)
+	return notServed, true, err
+}
+
+// serving proves, with one login as g's generation principal, that the server serves the file
+// g records; notServed says why it is not seen to ("" when it is).
+func (a Accounts) serving(ctx context.Context, g generation) (notServed string, err error) {
+	err = proveOnce(ctx, a.Target, g)
 	switch {
 	case err == nil:
-		return rendered, "", nil
+		return "", nil
 	case errors.Is(err, errNotServed):
-		return rendered, fmt.Sprintf("the server does not serve the accounts config at %s: meshctl wrote it, and the server "+
+		return fmt.Sprintf("the server does not serve the accounts config at %s: meshctl wrote it, and the server "+
 			"has not loaded it (a reload it refused, or one left to the operator)", a.Path), nil
 	default:
-		return nil, "", fmt.Errorf("seeing which accounts config the server serves: %w", err)
+		return "", fmt.Errorf("seeing which accounts config the server serves: %w", err)
 	}
 }
 

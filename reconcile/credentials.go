@@ -66,7 +66,7 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 		return "", err
 	}
 	removeStaleChecks(a.Path, func(string, ...any) {})
-	err = a.write(ctx, target.Accounts)
+	err = a.write(ctx, target.Rendering())
 	switch {
 	case errors.Is(err, errAtNextStart):
 		return "the embedded bus is not running; it loads the new accounts config when it next starts", nil

@@ -7,7 +7,9 @@
 // any call), in the plan's order, sending whole configs; it writes the accounts config
 // atomically, checks it with the server's own parser first, reloads, verifies, and puts
 // the previous file back when the server refuses the new one. A converged bus costs the
-// read and nothing else: no mutating call, no write, no reload.
+// read and nothing else: no mutating call, no write, no reload. An apply that changes
+// bus.auth, allowed by the operator, first revokes every credential of the old kind
+// (nkey.go), and what rewrites the accounts config without a plan never carries that change.
 //
 // It also owns the two answers to "whose bus is this" (manager.go): every accounts file it
 // writes names the store that wrote it, and a store that does not manage the bus installs

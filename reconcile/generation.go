@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,16 +79,41 @@ type generation struct {
 	Password string `json:"password"`
 	// Controller is the controller's hash the file carries (login.go), "" when it carries none.
 	Controller string `json:"controller,omitempty"`
+	// Rendered is the SHA-256 of the rendering the file was stamped from — the file without
+	// its manager line and generation principal, what a plan compares — so that a plan of a
+	// converged bus compares digests, and holds neither the file nor the rendering
+	// (Accounts.servedAsRendered). "" in a record written before it was kept.
+	Rendered string `json:"rendered,omitempty"`
 }
 
 // describes reports whether g is the record of exactly conf, written at path.
 func (g generation) describes(path string, conf []byte) bool {
-	return g.Password != "" && g.File == absPath(path) && g.SHA256 == digest(conf)
+	return g.describesDigest(path, digest(conf))
 }
 
-func digest(conf []byte) string {
-	sum := sha256.Sum256(conf)
-	return hex.EncodeToString(sum[:])
+// describesDigest is describes for the file at path whose digest is sum.
+func (g generation) describesDigest(path, sum string) bool {
+	return g.Password != "" && g.File == absPath(path) && g.SHA256 == sum
+}
+
+func digest(conf []byte) string { return render.Digest(conf) }
+
+// fileDigest is the digest of the file at path, read through SHA-256 rather than whole; ok
+// is false when there is no such file.
+func fileDigest(path string) (sum string, ok bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", false, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), true, nil
 }
 
 func absPath(path string) string {
@@ -182,6 +209,11 @@ func commonPrefix(a, b []byte) int {
 // stamp returns a rendering with a fresh generation principal added, and manager's line
 // (managerLine) ahead of it, and the record of it for the file at path.
 func stamp(rendered []byte, path, manager string) ([]byte, generation, error) {
+	return stampDigested(rendered, digest(rendered), path, manager)
+}
+
+// stampDigested is stamp of a rendering whose digest is known: renderedDigest.
+func stampDigested(rendered []byte, renderedDigest, path, manager string) ([]byte, generation, error) {
 	l, err := generationBlock()
 	if err != nil {
 		return nil, generation{}, err
@@ -206,8 +238,13 @@ func stamp(rendered []byte, path, manager string) ([]byte, generation, error) {
 	out = append(out, hash...)
 	out = append(out, l.after...)
 	out = append(out, l.tail...)
-	return out, generation{File: absPath(path), SHA256: digest(out), Password: password, Controller: controllerHashIn(rendered)}, nil
+	return out, generation{File: absPath(path), SHA256: digest(out), Password: password, Controller: controllerHashIn(rendered),
+		Rendered: renderedDigest}, nil
 }
+
+// maxStampedHash bounds what unstamp takes for the generation principal's hash: a bcrypt
+// hash is 60 bytes.
+const maxStampedHash = 1024
 
 // unstamp returns conf without its generation principal and its manager line — the rendering
 // it was stamped from — and whether it carried a generation principal.
@@ -219,10 +256,14 @@ func unstamp(conf []byte) ([]byte, bool) {
 	if err != nil || !bytes.HasSuffix(conf, l.tail) {
 		return conf, false
 	}
-	i := bytes.LastIndex(conf, l.before)
+	// The generation principal's entry is the last before the tail, and its hash a bcrypt
+	// hash: it is looked for there, not back through the whole file, megabytes at scale.
+	end := conf[max(0, len(conf)-len(l.tail)-len(l.after)-len(l.before)-maxStampedHash):]
+	i := bytes.LastIndex(end, l.before)
 	if i < 0 {
 		return conf, false
 	}
+	i += len(conf) - len(end)
 	rest := conf[i+len(l.before) : len(conf)-len(l.tail)]
 	hash, found := bytes.CutSuffix(rest, l.after)
 	if !found || bytes.ContainsAny(hash, "\"\\\n") {
@@ -231,6 +272,27 @@ func unstamp(conf []byte) ([]byte, bool) {
 	out := make([]byte, 0, i+len(l.tail))
 	out = append(out, conf[:i]...)
 	return append(out, l.tail...), true
+}
+
+// accountsEntries splits an accounts file meshctl wrote into its users' entries, as render
+// lays them out (render.SplitAccountsConfig), for the embedded bus's reload to parse only the
+// entries that changed (bus.EmbeddedOptions.Entries). The manager line, a comment that names
+// the time of each write, is left out of the text the entries stand in: it parses to nothing,
+// and the text around the entries is the same from one write to the next without it. The
+// generation principal is an entry like any other, new in each file.
+func accountsEntries(conf []byte) (bus.AccountsLayout, bool) {
+	if _, rest, ok := cutManagerLine(conf); ok {
+		conf = rest
+	}
+	s, ok := render.SplitAccountsConfig(conf)
+	if !ok {
+		return bus.AccountsLayout{}, false
+	}
+	l := bus.AccountsLayout{Head: s.Head, Tail: s.Tail, Entries: make([]bus.AccountsEntry, len(s.Entries))}
+	for i, e := range s.Entries {
+		l.Entries[i] = bus.AccountsEntry{Text: e.Text, User: e.User, Nkey: e.Nkey}
+	}
+	return l, true
 }
 
 // errNotServed is a proof that failed: the server answered, and the generation principal's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,6 +61,7 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 		stream   string
 		names    []string                           // nil: the whole list
 		answered map[string]*jetstream.ConsumerInfo // not nil: by name, these consumers as answered
+		expect   int                                // a whole list: as many as the stream list says
 	}
 	var reads []read
 	for _, s := range streams {
@@ -70,12 +72,25 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 		case scope != nil && scope.named[name] != nil:
 			reads = append(reads, read{stream: name, answered: scope.named[name]})
 		case scope == nil || scope.lists[name]:
-			reads = append(reads, read{stream: name})
+			reads = append(reads, read{stream: name, expect: s.State.Consumers})
 		case len(scope.consumers[name]) > 0:
 			reads = append(reads, read{stream: name, names: scope.consumers[name]})
 		}
 	}
+	// The consumers go into one list, each stream's into the part its count in the stream list
+	// reserves, so the list is made once: a large mesh's is ten megabytes, and the lists of
+	// the streams joined after they are read are that once more. Where a stream's count moved
+	// while it was read, the lists are joined.
+	total := 0
+	for _, r := range reads {
+		total += r.expect
+	}
+	all := make([]plan.LiveConsumer, total)
 	consumers := make([][]plan.LiveConsumer, len(reads))
+	for i, off := 0, 0; i < len(reads); i++ {
+		consumers[i] = all[off : off : off+reads[i].expect]
+		off += reads[i].expect
+	}
 	errs := make([]error, len(reads))
 	sem := make(chan struct{}, listConcurrency)
 	var wg sync.WaitGroup
@@ -85,25 +100,54 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			infos, err := readConsumers(ctx, api, r.stream, r.names, r.answered)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			for _, c := range infos {
-				consumers[i] = append(consumers[i], plan.LiveConsumer{Stream: r.stream, Config: c.Config,
-					Pending: c.NumPending, AckPending: uint64(c.NumAckPending)})
-			}
+			consumers[i], errs[i] = liveConsumers(ctx, api, r.stream, r.names, r.answered, consumers[i])
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return live, err
 	}
-	for _, cs := range consumers {
-		live.Consumers = append(live.Consumers, cs...)
+	for i, off := 0, 0; i < len(reads); i++ {
+		if len(consumers[i]) != reads[i].expect || len(consumers[i]) > 0 && &consumers[i][0] != &all[off] {
+			live.Consumers = slices.Concat(consumers...)
+			return live, nil
+		}
+		off += reads[i].expect
+	}
+	if total > 0 {
+		live.Consumers = all
 	}
 	return live, nil
+}
+
+// liveConsumers reads the consumers of stream as readConsumers does, as the plan compares
+// them, appended to into. The whole list is kept a page at a time as the API hands it over
+// (consumerPages), its infos let go page by page; and sized once, from the length the server
+// gives where into has no room for it: EVENTS of a large mesh has a consumer per module
+// instance, and a list grown by appending copies itself over and over.
+func liveConsumers(ctx context.Context, api API, stream string, names []string, answered map[string]*jetstream.ConsumerInfo, into []plan.LiveConsumer) ([]plan.LiveConsumer, error) {
+	out := into
+	keep := func(total int, infos []*jetstream.ConsumerInfo) {
+		if len(out) == 0 && cap(out) < total {
+			out = make([]plan.LiveConsumer, 0, total)
+		}
+		for _, c := range infos {
+			out = append(out, plan.LiveConsumer{Stream: stream, Config: c.Config,
+				Pending: c.NumPending, AckPending: uint64(c.NumAckPending)})
+		}
+	}
+	if names == nil && answered == nil {
+		if err := eachConsumerPage(ctx, api, stream, keep); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	infos, err := readConsumers(ctx, api, stream, names, answered)
+	if err != nil {
+		return nil, err
+	}
+	keep(len(infos), infos)
+	return out, nil
 }
 
 // readConsumers reads the consumers of stream named, each on its own (a consumer that is gone

@@ -46,12 +46,18 @@ func controllerHashIn(rendered []byte) string {
 // there and carries the controller hash the store holds now. False means "not known", never
 // "refused".
 func (s *Session) knownToLetControllerIn(path string, conf []byte) bool {
+	return s.knownDigestLetsControllerIn(path, digest(conf))
+}
+
+// knownDigestLetsControllerIn is knownToLetControllerIn for the file at path whose digest
+// is sum.
+func (s *Session) knownDigestLetsControllerIn(path, sum string) bool {
 	server := "" // the embedded bus's, and a single bus.url's
 	if path == s.Accounts.Path {
 		server = s.Accounts.Server
 	}
 	g, ok := loadGeneration(s.Store.Dir(), server)
-	if !ok || g.Controller == "" || !g.describes(path, conf) {
+	if !ok || g.Controller == "" || !g.describesDigest(path, sum) {
 		return false
 	}
 	// No context reaches here: a read of the local store, never a wait on the bus.

@@ -206,7 +206,7 @@ func mayRewrite(ctx context.Context, store *state.Store, a Accounts, target plan
 		return fmt.Errorf("%w: rewriting the accounts config at %s would lock out %d user(s) that log in today (%s) "+
 			"with credentials this state store neither minted nor revoked; %s", ErrNotManager, a.Path, n, strings.Join(names, ", "), wayOut)
 	}
-	return nil
+	return authUnchanged(a.Path, live, target)
 }
 
 // CheckManager returns ErrNotManager (wrapped) where store may not rewrite the accounts config

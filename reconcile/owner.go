@@ -181,6 +181,11 @@ func guarded(api API, owned func() error) API {
 	return ownedAPI{API: api, owned: owned}
 }
 
+// ConsumerPages passes the paged list of the API it guards on: a read asks nothing.
+func (a ownedAPI) ConsumerPages(ctx context.Context, stream string, each func(total int, infos []*jetstream.ConsumerInfo)) error {
+	return eachConsumerPage(ctx, a.API, stream, each)
+}
+
 func (a ownedAPI) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
 	if err := a.owned(); err != nil {
 		return err

@@ -8,7 +8,6 @@ import (
 
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
-	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -18,7 +17,10 @@ type RunOptions struct {
 	AllowDataLoss bool
 	// AllowMassDelete lets an apply delete more than half of what meshctl owns.
 	AllowMassDelete bool
-	Progress        Progress
+	// AllowReissue lets an apply change bus.auth while hosts log in with credentials of the
+	// old kind: those are revoked, and each host needs a new membership.
+	AllowReissue bool
+	Progress     Progress
 	// Dir is the description's directory, for the git commit recorded in the history.
 	Dir string
 	// WaitForLock waits for another applier to finish instead of refusing at once.
@@ -68,7 +70,7 @@ func desired(ctx context.Context, store *state.Store, m *model.Mesh) (plan.Targe
 	if err != nil {
 		return plan.Target{}, err
 	}
-	t := plan.TargetOf(render.Derive(m), hashes).ForMesh(id)
+	t := plan.TargetOfMesh(m, hashes).ForMesh(id)
 	t.Known = known
 	return t, nil
 }
@@ -84,7 +86,7 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	if err := s.ensureConn(ctx); err != nil {
 		return nil, plan.Target{}, err
 	}
-	inv, err := s.Store.Inventory(ctx)
+	holders, err := s.Store.Holders(ctx)
 	if err != nil {
 		return nil, plan.Target{}, err
 	}
@@ -97,7 +99,10 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 		defer close(derived)
 		t, terr = s.Desired(ctx, m)
 	}()
-	live, err := s.readLive(ctx, holdingOf(inv), nil)
+	live, err := s.readLive(ctx, holdingOf(holders), nil, func() (plan.Target, bool) {
+		<-derived
+		return t, terr == nil
+	})
 	<-derived
 	if terr != nil {
 		return nil, t, terr
@@ -112,15 +117,29 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 // the accounts config in use, and proves which accounts config the server serves: a file
 // written and never loaded is no file in force. The proof, a login of its own, is made while
 // the streams and consumers are listed; a session's first full read is the one its predial
-// listed, where there is one.
-func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope *readScope) (plan.Live, error) {
+// listed, where there is one. target gives the target the plan is for, once it is derived (ok
+// false where there is none): a config in use known to be its rendering is not read whole
+// (plan.Live.AccountsRendered), and otherwise the rendering is made while the bus is read.
+func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope *readScope, target func() (t plan.Target, ok bool)) (plan.Live, error) {
 	var accounts []byte
-	var known bool
+	var known, rendered bool
 	var notServed string
 	var aerr error
 	proved := make(chan struct{})
 	go func() {
 		defer close(proved)
+		t, ok := target()
+		if ok && s.Accounts.Path != "" {
+			notServed, rendered, aerr = s.Accounts.servedAsRendered(ctx, t.RenderingDigest)
+			if known = rendered; rendered {
+				return
+			}
+		}
+		if ok {
+			// The plan shows the change user by user, and an apply writes the rendering:
+			// made here, while the bus is still being listed, rather than after.
+			t.Rendering()
+		}
 		accounts, known, aerr = readAccounts(s.Accounts.Path)
 		if aerr == nil && known {
 			accounts, notServed, aerr = s.Accounts.served(ctx, accounts)
@@ -139,6 +158,7 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 		return live, err
 	}
 	live.Accounts, live.AccountsKnown, live.AccountsNotServed = accounts, known, notServed
+	live.AccountsRendered = rendered
 	return live, aerr
 }
 
@@ -149,7 +169,7 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 // plan applied; an error wrapping ErrConflict when everything but the conflicts (and what
 // depends on them) was.
 func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (Result, error) {
-	opts := plan.Options{AllowDataLoss: o.AllowDataLoss, AllowMassDelete: o.AllowMassDelete}
+	opts := plan.Options{AllowDataLoss: o.AllowDataLoss, AllowMassDelete: o.AllowMassDelete, AllowReissue: o.AllowReissue}
 	if o.DryRun {
 		if o.Lock != nil {
 			defer o.Lock.Unlock()
@@ -209,7 +229,9 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		created = &answers{}
 	}
 	gate := watchBus(s.Conn.Conn, s.Target.Address())
-	res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate, created, s.halting)
+	if err = s.revokeReissued(ctx, p, t); err == nil {
+		res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate, created, s.halting)
+	}
 	gate.stop()
 	if err == nil || errors.Is(err, ErrConflict) {
 		// Claimed only once seen: a call the server acknowledged is not yet a bus that
@@ -269,9 +291,9 @@ func (s *Session) recordApply(ctx context.Context, dir string, started time.Time
 	})
 }
 
-func holdingOf(inv state.Inventory) []model.Holding {
-	out := make([]model.Holding, 0, len(inv.Holders))
-	for _, h := range inv.Holders {
+func holdingOf(holders []state.Holder) []model.Holding {
+	out := make([]model.Holding, 0, len(holders))
+	for _, h := range holders {
 		out = append(out, model.Holding{Seat: h.Seat, Holder: model.Instance{Node: h.Node, Module: h.Module}})
 	}
 	return out

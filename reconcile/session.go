@@ -286,14 +286,17 @@ func systemCredential(ctx context.Context, store *state.Store, m *model.Mesh, co
 }
 
 // controllerCanLogIn reports whether the accounts config at path lets the controller in
-// with its password: known without bcrypt when it is the file meshctl wrote (login.go).
+// with its password: known without bcrypt when it is the file meshctl wrote (login.go), and
+// then read only through its digest, not held whole.
 func (s *Session) controllerCanLogIn(path string) bool {
+	if sum, ok, err := fileDigest(path); err != nil || !ok {
+		return false
+	} else if s.knownDigestLetsControllerIn(path, sum) {
+		return true
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return false
-	}
-	if s.knownToLetControllerIn(path, data) {
-		return true
 	}
 	return admitsController(data, s.password)
 }
@@ -372,7 +375,8 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 		}
 	}
 	started := time.Now()
-	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen, Logger: s.opts.BusLog})
+	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen, Logger: s.opts.BusLog,
+		Entries: accountsEntries})
 	if err != nil {
 		return err
 	}

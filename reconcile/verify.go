@@ -113,11 +113,11 @@ const readOnItsOwn = 32
 // streams they allow); nil reads every list.
 func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Plan, o plan.Options, created *answers) (*plan.Plan, []plan.Change, error) {
 	ids, scope := touched(p, created)
-	live, err := s.readLive(ctx, nil, scope)
+	live, err := s.readLive(ctx, nil, scope, func() (plan.Target, bool) { return t, true })
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the bus at %s again to verify the apply: %w", s.Target.Address(), err)
 	}
-	again := plan.Compute(t, live, o)
+	again := plan.Compute(cutTo(t, ids, scope), live, o)
 	var left []plan.Change
 	kept := again.Changes[:0:0]
 	for _, c := range again.Changes {
@@ -129,6 +129,22 @@ func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Pla
 	// What was not read (the consumers it did not change) is not planned again either.
 	again.Changes, again.Holders, again.MassDelete = kept, nil, nil
 	return again, left, nil
+}
+
+// cutTo is t with only the consumers a verification compares: those p touched (ids), and
+// every one of a stream whose consumers are read whole or by name. The consumers not read are
+// not on the bus as read, and planning each of a large mesh's tens of thousands of them as a
+// creation, only for the creations to be dropped, was most of a small change's verification.
+func cutTo(t plan.Target, ids map[string]bool, scope *readScope) plan.Target {
+	bus := *t.Bus
+	bus.Consumers = nil
+	for _, c := range t.Bus.Consumers {
+		if scope.lists[c.Stream] || scope.named[c.Stream] != nil || ids[plan.Change{Kind: plan.KindConsumer, Stream: c.Stream, Name: c.Name()}.ID()] {
+			bus.Consumers = append(bus.Consumers, c)
+		}
+	}
+	t.Bus = &bus
+	return t
 }
 
 // verify proves an apply of p: what it touched is read again and must show no change left.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,6 +54,9 @@ type Principal struct {
 	Publish        []Grant `json:"publish"`
 	Subscribe      []Grant `json:"subscribe"`
 	AllowResponses bool    `json:"allow_responses"`
+	// Nkey is set for a host principal of a mesh whose hosts log in with nkeys (bus.auth:
+	// nkey): its entry in the accounts config holds a public key, not a bcrypt hash.
+	Nkey bool `json:"nkey,omitempty"`
 }
 
 // Consumer is a consumer and the stream it reads.
@@ -96,14 +100,19 @@ func (d *Desired) Users() []string {
 // Derive computes the desired bus of a validated mesh. It is deterministic: principals
 // sorted by user, grants by subject, streams by name, consumers by stream and name.
 func Derive(m *model.Mesh) *Desired {
-	modules := make(map[string]*model.Module, len(m.Modules))
-	for i := range m.Modules {
-		modules[m.Modules[i].Name] = &m.Modules[i]
-	}
-	seats := make(map[string]model.Seat, len(m.Seats))
-	for _, s := range m.Seats {
-		seats[s.Name] = s
-	}
+	// The streams and consumers are derived beside the principals: neither needs the other,
+	// and a large mesh's are each a tenth of a second or more of a plan's work.
+	var d *Desired
+	var objects sync.WaitGroup
+	objects.Go(func() { d = DeriveObjects(m) })
+	principals := DerivePrincipals(m)
+	objects.Wait()
+	d.Principals = principals
+	return d
+}
+
+// DeriveObjects is Derive without the principals: the streams, consumers and holders of m.
+func DeriveObjects(m *model.Mesh) *Desired {
 	d := &Desired{Holding: m.Holding}
 	for _, s := range m.Seats {
 		for _, old := range s.Formerly {
@@ -113,35 +122,102 @@ func Derive(m *model.Mesh) *Desired {
 			d.Formerly[old] = s.Name
 		}
 	}
+	d.Streams, d.Consumers = streamsAndConsumers(m, modulesOf(m), m.Instances())
+	return d
+}
+
+// DerivePrincipals is Derive's principals of m, sorted by user.
+func DerivePrincipals(m *model.Mesh) []Principal {
+	src := newPrincipalSource(m)
+	principals := make([]Principal, 0, len(src.order))
+	for _, r := range src.order {
+		principals = append(principals, src.derive(r))
+	}
+	markNkeys(m, principals)
+	return principals
+}
+
+func modulesOf(m *model.Mesh) map[string]*model.Module {
+	modules := make(map[string]*model.Module, len(m.Modules))
+	for i := range m.Modules {
+		modules[m.Modules[i].Name] = &m.Modules[i]
+	}
+	return modules
+}
+
+// principalSource derives a mesh's principals one at a time, in the order of their users:
+// what DerivePrincipals keeps, and what AccountsDigestOf writes and lets go.
+type principalSource struct {
+	m       *model.Mesh
+	modules map[string]*model.Module
+	holds   map[model.Instance][]model.Seat
+	shared  map[string]*moduleGrants // each module's grants, made for its first instance
+	pull    bool
+	order   []principalRef // by user
+}
+
+// principalRef is a principal not yet derived.
+type principalRef struct {
+	user string
+	kind Kind
+	node string         // of a node or enrolment identity
+	inst model.Instance // of a module instance
+}
+
+func newPrincipalSource(m *model.Mesh) *principalSource {
+	seats := make(map[string]model.Seat, len(m.Seats))
+	for _, s := range m.Seats {
+		seats[s.Name] = s
+	}
 	holds := map[model.Instance][]model.Seat{}
 	for _, h := range m.Holding {
 		holds[h.Holder] = append(holds[h.Holder], seats[h.Seat])
 	}
-
 	instances := m.Instances()
-	d.Principals = make([]Principal, 0, 1+2*len(m.Nodes)+len(instances))
-	pull := m.Bus.Consumers != model.ConsumersPush
-	d.Principals = append(d.Principals, controllerPrincipal(m))
+	src := &principalSource{m: m, modules: modulesOf(m), holds: holds, shared: make(map[string]*moduleGrants, len(m.Modules)),
+		pull: m.Bus.Consumers != model.ConsumersPush, order: make([]principalRef, 0, 2+2*len(m.Nodes)+len(instances))}
+	src.order = append(src.order, principalRef{user: ControllerUser, kind: KindController})
 	if m.Bus.ReloadsBySystem() {
-		d.Principals = append(d.Principals, systemPrincipal())
+		src.order = append(src.order, principalRef{user: SystemUser, kind: KindSystem})
 	}
 	for _, n := range m.Nodes {
-		d.Principals = append(d.Principals, nodePrincipal(n.Name, pull), enrolPrincipal(n.Name))
+		src.order = append(src.order, principalRef{user: NodeUser(n.Name), kind: KindNode, node: n.Name},
+			principalRef{user: EnrolUser(n.Name), kind: KindEnrol, node: n.Name})
 	}
 	for _, inst := range instances {
-		d.Principals = append(d.Principals, instancePrincipal(inst, modules[inst.Module], holds[inst], pull))
+		src.order = append(src.order, principalRef{user: InstanceUser(inst), kind: KindModule, inst: inst})
 	}
-	slices.SortFunc(d.Principals, func(a, b Principal) int { return strings.Compare(a.User, b.User) })
+	slices.SortFunc(src.order, func(a, b principalRef) int { return strings.Compare(a.user, b.user) })
+	return src
+}
 
-	d.Streams, d.Consumers = streamsAndConsumers(m, modules, instances)
-	return d
+// derive is the principal r names.
+func (s *principalSource) derive(r principalRef) Principal {
+	switch r.kind {
+	case KindController:
+		return controllerPrincipal(s.m)
+	case KindSystem:
+		return systemPrincipal()
+	case KindNode:
+		return nodePrincipal(r.node, s.pull)
+	case KindEnrol:
+		return enrolPrincipal(r.node)
+	}
+	mod := s.modules[r.inst.Module]
+	own := s.shared[mod.Name]
+	if own == nil {
+		own = grantsOfModule(mod)
+		s.shared[mod.Name] = own
+	}
+	return instancePrincipal(r.inst, mod, own, s.holds[r.inst], s.pull)
 }
 
 // grants collects a principal's grants, once per subject (the first job to need a subject
-// names it), and sorts them as the accounts config lists them.
+// names it), and sorts them as the accounts config lists them. A principal has a handful of
+// grants and a large mesh tens of thousands of principals, so the repeats are dropped once
+// the grants are sorted (sorted), not looked up in a set of each principal's own.
 type grants struct {
 	list []Grant
-	seen map[string]bool
 }
 
 func (g *grants) add(job string, subjects ...string) {
@@ -150,16 +226,7 @@ func (g *grants) add(job string, subjects ...string) {
 	}
 }
 
-func (g *grants) addGrant(gr Grant) {
-	if g.seen == nil {
-		g.seen = map[string]bool{}
-	}
-	if g.seen[gr.String()] {
-		return
-	}
-	g.seen[gr.String()] = true
-	g.list = append(g.list, gr)
-}
+func (g *grants) addGrant(gr Grant) { g.list = append(g.list, gr) }
 
 // take grants what taking a consumer's messages needs, by the mesh's kind of consumer. A push
 // consumer delivers on its deliver subject, which the client subscribes (in queue group queue
@@ -174,10 +241,27 @@ func take(pub, sub *grants, pull bool, job, stream, consumer, queue string) {
 	sub.addGrant(Grant{Subject: DeliverSubject(consumer), Queue: queue, Job: job})
 }
 
+// sorted is the grants in the order of their text, each once: the sort is stable, so of the
+// grants of one subject the first added comes first, and is the one kept.
 func (g *grants) sorted() []Grant {
-	out := append([]Grant{}, g.list...)
-	slices.SortFunc(out, func(a, b Grant) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortStableFunc(g.list, compareGrants)
+	out := make([]Grant, 0, len(g.list))
+	for _, gr := range g.list {
+		if n := len(out); n > 0 && compareGrants(out[n-1], gr) == 0 {
+			continue
+		}
+		out = append(out, gr)
+	}
 	return out
+}
+
+// compareGrants orders grants by their text (Grant.String), building it only for a grant
+// with a queue: almost none has one.
+func compareGrants(a, b Grant) int {
+	if a.Queue == "" && b.Queue == "" {
+		return strings.Compare(a.Subject, b.Subject)
+	}
+	return strings.Compare(a.String(), b.String())
 }
 
 // The JetStream advisories watch listens to, as the server names them
@@ -315,7 +399,33 @@ func enrolPrincipal(node string) Principal {
 	return Principal{User: user, Kind: KindEnrol, Node: node, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
 
-func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Seat, pull bool) Principal {
+// moduleGrants are the grants every instance of a module has alike — the events it follows
+// and emits, the tools it serves, the work it sends, the tools it calls — made once for the
+// module: a fleet module runs on every node, and its instances share the subjects and jobs
+// rather than each building its own.
+type moduleGrants struct{ pub, sub []Grant }
+
+func grantsOfModule(mod *model.Module) *moduleGrants {
+	var pub, sub grants
+	for _, f := range mod.Follows {
+		sub.add("follow "+f.String(), EventSubject(f))
+	}
+	for _, e := range mod.Emits {
+		pub.add("emit its event "+e, ModuleEvent(mod.Name, e))
+	}
+	for _, t := range mod.Serves {
+		sub.add("serve its tool "+t, ModuleTool(mod.Name, t))
+	}
+	for _, s := range mod.Sends {
+		pub.add("send work to "+s.String(), AcceptSubject(s.Seat, s.Accept))
+	}
+	for _, t := range mod.Calls {
+		pub.add("call "+t.String(), ToolSubject(t))
+	}
+	return &moduleGrants{pub: pub.list, sub: sub.list}
+}
+
+func instancePrincipal(inst model.Instance, mod *model.Module, own *moduleGrants, holds []model.Seat, pull bool) Principal {
 	var pub, sub grants
 	user := InstanceUser(inst)
 	consumer := InstanceConsumer(inst)
@@ -332,21 +442,8 @@ func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Sea
 		// grant: seed 002's reference grants every module its consumer's acks, but a
 		// subject for a consumer that does not exist is a grant no job needs.
 	}
-	for _, f := range mod.Follows {
-		sub.add("follow "+f.String(), EventSubject(f))
-	}
-	for _, e := range mod.Emits {
-		pub.add("emit its event "+e, ModuleEvent(mod.Name, e))
-	}
-	for _, t := range mod.Serves {
-		sub.add("serve its tool "+t, ModuleTool(mod.Name, t))
-	}
-	for _, s := range mod.Sends {
-		pub.add("send work to "+s.String(), AcceptSubject(s.Seat, s.Accept))
-	}
-	for _, t := range mod.Calls {
-		pub.add("call "+t.String(), ToolSubject(t))
-	}
+	pub.list = append(pub.list, own.pub...)
+	sub.list = append(sub.list, own.sub...)
 	serves := len(mod.Serves) > 0
 	for _, s := range holds {
 		// Taking work from the role's queue: the worker consumer it binds (asked about,
@@ -386,10 +483,6 @@ func instancePrincipal(inst model.Instance, mod *model.Module, holds []model.Sea
 // least 1,000 spare, so adding a module rarely changes the stream.
 func maxConsumersFor(n int) int { return (n/1000 + 2) * 1000 }
 
-func owned(description string) (string, map[string]string) {
-	return description, map[string]string{OwnerKey: OwnerValue}
-}
-
 // ControlPerSubject is how many messages CONTROL keeps on one subject — one node's reports, or
 // its enrolment requests — before the oldest is dropped.
 const ControlPerSubject = 16
@@ -398,9 +491,12 @@ const ControlPerSubject = 16
 // so a mesh of thousands of instances is derived in one pass rather than a search each.
 func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instances []model.Instance) ([]jetstream.StreamConfig, []Consumer) {
 	replicas := m.Bus.Replicas
-	var eventConsumers []Consumer
 	ackWait := 30 * time.Second
 	pull := m.Bus.Consumers != model.ConsumersPush
+	// Every object carries the same marker: one map, shared and never written, rather than a
+	// copy for each of a large mesh's tens of thousands of consumers.
+	marker := map[string]string{OwnerKey: OwnerValue}
+	owned := func(description string) (string, map[string]string) { return description, marker }
 
 	// consumer is a durable with explicit acks in either kind; a pull consumer has no deliver
 	// subject (the server refuses to turn one kind into the other, so a change of
@@ -425,25 +521,41 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 		return Consumer{Stream: stream, Config: cfg}
 	}
 
-	var consumers []Consumer
+	// Sized once: a consumer per module instance that follows anything, and one per node.
+	events := 0
+	if len(m.Controller.Follows) > 0 {
+		events++
+	}
+	for _, inst := range instances {
+		if len(modules[inst.Module].Follows) > 0 {
+			events++
+		}
+	}
+	consumers := make([]Consumer, 0, 1+events+len(m.Nodes)+len(m.Seats))
 	// No max-deliver on CONTROL: the controller's own window bounds redelivery, and a
 	// server that dead-lettered first would discard the report the stream exists to keep.
 	consumers = append(consumers, consumer(StreamControl, ControllerUser, DeliverSubject(ControllerUser),
 		"meshctl: the controller takes nodes' reports and enrolment requests", nil))
 	if f := m.Controller.Follows; len(f) > 0 {
-		eventConsumers = append(eventConsumers, consumer(StreamEvents, ControllerUser, controllerEventsDeliver,
+		consumers = append(consumers, consumer(StreamEvents, ControllerUser, controllerEventsDeliver,
 			"meshctl: the events the controller follows", eventSubjects(f)))
 	}
+	followed := make(map[string][]string, len(m.Modules))
 	for _, inst := range instances {
 		mod := modules[inst.Module]
 		if len(mod.Follows) == 0 {
 			continue
 		}
+		// The subjects are the module's, made once and shared by its instances' filters.
+		filters, ok := followed[mod.Name]
+		if !ok {
+			filters = eventSubjects(mod.Follows)
+			followed[mod.Name] = filters
+		}
 		name := InstanceConsumer(inst)
-		eventConsumers = append(eventConsumers, consumer(StreamEvents, name, DeliverSubject(name),
-			"meshctl: the events "+InstanceUser(inst)+" follows", eventSubjects(mod.Follows)))
+		consumers = append(consumers, consumer(StreamEvents, name, DeliverSubject(name),
+			"meshctl: the events "+InstanceUser(inst)+" follows", slices.Clone(filters)))
 	}
-	consumers = append(consumers, eventConsumers...)
 	for _, n := range m.Nodes {
 		consumers = append(consumers, consumer(StreamNodes, n.Name, DeliverSubject(n.Name),
 			"meshctl: declarations to node "+n.Name, []string{DeclareSubject(n.Name)}))
@@ -469,7 +581,7 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 		Name: StreamEvents, Description: desc, Metadata: meta,
 		Subjects:  []string{"mesh.mod.*.event.>", "mesh.seat.*.event.>"},
 		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
-		MaxAge: m.Bus.EventsMaxAge, MaxConsumers: maxConsumersFor(len(eventConsumers)),
+		MaxAge: m.Bus.EventsMaxAge, MaxConsumers: maxConsumersFor(events),
 	})
 	desc, meta = owned("meshctl: the controller's declarations, the latest per node")
 	streams = append(streams, jetstream.StreamConfig{
@@ -501,13 +613,29 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 		consumers = append(consumers, c)
 	}
 	slices.SortFunc(streams, func(a, b jetstream.StreamConfig) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(consumers, func(a, b Consumer) int {
+	return streams, sortedConsumers(consumers)
+}
+
+// sortedConsumers is consumers by stream and name. The order is found on their indices and
+// the consumers moved once: a consumer's config is hundreds of bytes, and a sort that swaps
+// them moves each many times over.
+func sortedConsumers(consumers []Consumer) []Consumer {
+	order := make([]int32, len(consumers))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(i, j int32) int {
+		a, b := &consumers[i], &consumers[j]
 		if c := strings.Compare(a.Stream, b.Stream); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Config.Durable, b.Config.Durable)
 	})
-	return streams, consumers
+	out := make([]Consumer, len(consumers))
+	for i, j := range order {
+		out[i] = consumers[j]
+	}
+	return out
 }
 
 func eventSubjects(refs []model.EventRef) []string {

@@ -2,9 +2,11 @@
 // exact permissions, the streams, the consumers, and the accounts config text the server
 // loads.
 //
-// It is a pure function of the model and the stored password hashes. It does no I/O, and
-// it never sees a password: only bcrypt hashes, which it writes double-quoted (an unquoted
-// `$…` is a variable reference to the nats-server config parser). Every naming rule of the
+// It is a pure function of the model and the stored credentials. It does no I/O, and it
+// never sees a password or a seed: only bcrypt hashes, which it writes double-quoted (an
+// unquoted `$…` is a variable reference to the nats-server config parser), and, with
+// bus.auth: nkey, the host principals' public keys (nkey.go: which principals, and what a
+// principal without a key of its kind is given). Every naming rule of the
 // bus lives here, beside the permission that has to match it: the seeds' lesson is that a
 // consumer name and the ack subject granted for it drift apart when they are spelled in
 // two places.

@@ -513,4 +513,3 @@ func TestShutdownLeavesNoGoroutineBehind(t *testing.T) {
 	h.write("audit.yaml", auditModule)
 	h.stop()
 }
-

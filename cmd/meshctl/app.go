@@ -22,7 +22,7 @@ type command struct {
 	// stopGrace.
 	stopsCleanly bool
 	// runsLong marks a command that runs until it is stopped (watch, agent): it keeps the
-	// garbage collector's default pace, which a one-shot command trades for time (gc.go).
+	// garbage collector's default pace, which a one-shot command sets for itself (gc.go).
 	runsLong bool
 }
 

@@ -16,7 +16,7 @@ func init() {
 }
 
 const applyHelp = `
-Usage: meshctl apply [-f DIR] [--state DIR] [--dry-run] [--allow-data-loss] [--allow-mass-delete] [--wait] [-o text|json]
+Usage: meshctl apply [-f DIR] [--state DIR] [--dry-run] [--allow-data-loss] [--allow-mass-delete] [--allow-reissue] [--wait] [-o text|json]
 
 Plans as 'meshctl diff' does, prints the plan, applies it and prints what was done:
 streams, then consumers, then the accounts config (written atomically, checked with
@@ -28,6 +28,10 @@ naming it. A plan that would replace or delete anything holding messages or
 unacknowledged work is refused whole unless --allow-data-loss is given; one that deletes
 more than half of the streams and consumers or of the users meshctl owns (an emptied
 description, a wrong directory) is refused whole unless --allow-mass-delete is given.
+A change of bus.auth (password or nkey) while hosts log in with credentials of the old
+kind is refused whole unless --allow-reissue is given: those credentials are revoked, and
+each host needs a new membership ('meshctl credentials issue'; an enrolled node enrols
+again with a fresh enrol.<node>, and the controller then declares its instances theirs).
 A converged bus makes no change and no reload. Every apply is recorded in the state
 store's history.
 
@@ -54,6 +58,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	dryRun := f.Bool("dry-run", false, "plan and print, change nothing")
 	allowLoss := f.Bool("allow-data-loss", false, "allow replacing or deleting objects that hold messages or unacknowledged work")
 	allowMass := f.Bool("allow-mass-delete", false, "allow a plan that deletes more than half of the objects or users meshctl owns")
+	allowReissue := f.Bool("allow-reissue", false, "allow a change of bus.auth that locks out the hosts logging in with credentials of the old kind, until each is issued a new membership")
 	wait := f.Bool("wait", false, "wait for another apply to finish instead of refusing")
 	sf.wait = wait
 	out := f.outputFlag("text", "json")
@@ -65,7 +70,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	}
 	if *dryRun {
 		// A dry run is a diff: it writes nothing, the state directory included.
-		p, code := planBus(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass})
+		p, code := planBus(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue})
 		if p == nil {
 			return code
 		}
@@ -101,7 +106,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	started := time.Now()
 	total := 0
 	res, err := sess.Reconcile(ctx, m, reconcile.RunOptions{
-		AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
+		AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
 		LockNotice: lockNotice,
 		OnPlan: func(p *plan.Plan) {
 			total = len(p.Changes)

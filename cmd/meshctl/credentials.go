@@ -31,7 +31,9 @@ Usage:
 
 Every principal the mesh derives (node.<n>, enrol.<n>, <node>.<module>) has its own
 password. The store keeps only its bcrypt hash; a principal never issued one has a
-locked entry that no password opens.
+locked entry that no password opens. With bus.auth: nkey each has an nkey instead: the
+store keeps its public key, and the membership carries its seed ("seed": "SU…") where
+it would carry a password; what follows says password for either.
 
 issue   mints a new password (replacing any previous one) and prints the membership
         once, on stdout, as one JSON line — address (never with credentials in it),
@@ -203,6 +205,12 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		e.errorf("%v", err)
 		return exitError
 	}
+	// Nor may a credential issued or revoked here carry a change of bus.auth onto the bus:
+	// that is an apply's, with --allow-reissue.
+	if err := reconcile.CheckAuth(ctx, m, st); err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
 	// Every change is kept on the bus too, before the command returns (restore.go). A store
 	// that never applied has no controller to join as, and no copy on any bus yet.
 	stop, err := reconcile.KeepOnBus(ctx, m, st)
@@ -213,7 +221,9 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	if stop != nil {
 		defer stop()
 	}
+	// password is the new credential's secret: a password, or with nkey an nkey seed.
 	var password string
+	var nkey bool
 	var file *membershipFile
 	// behind is a change the store took and its copy on the bus did not: the credential is
 	// what it says, and the command exits 2 all the same, since the bus could not rebuild it.
@@ -252,7 +262,15 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 				return exitError
 			}
 		}
-		minted, err := st.Mint(ctx, []string{principal}, *cost, operation)
+		p, _ := desired.Principal(principal)
+		nkey = p.Nkey
+		var minted map[string]string
+		var err error
+		if nkey {
+			minted, err = st.MintNkeys(ctx, []string{principal}, operation)
+		} else {
+			minted, err = st.Mint(ctx, []string{principal}, *cost, operation)
+		}
 		if errors.Is(err, state.ErrReplicaBehind) {
 			behind, err = err, nil
 		}
@@ -296,8 +314,12 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "%s is revoked: it can no longer log in\n", principal)
 		return replicaBehind(e, behind)
 	}
+	secret := "password"
+	if nkey {
+		secret = "seed"
+	}
 	fields := map[string]any{
-		"address": busAddress(m, st.Dir()), "fingerprint": m.Bus.Fingerprint, "user": principal, "password": password,
+		"address": busAddress(m, st.Dir()), "fingerprint": m.Bus.Fingerprint, "user": principal, secret: password,
 	}
 	if len(m.Bus.Servers) > 1 {
 		// Every server, so a host reaches the bus through any of them; address stays the
@@ -306,7 +328,7 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		for _, s := range m.Bus.Servers {
 			servers = append(servers, bus.Target{URL: s.URL, Fingerprint: s.Fingerprint})
 		}
-		t := host.NewMembership(bus.Cluster(servers), principal, password)
+		t := host.NewMembership(bus.Cluster(servers), principal, "")
 		fields["servers"], fields["fingerprint"] = t.Servers, t.Fingerprint
 	}
 	membership, _ := json.Marshal(fields)
@@ -316,9 +338,9 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 			e.errorf("%s's credential is minted, but its membership could not be written to %s: %v; issue it again", principal, *out, werr)
 			return exitError
 		}
-		fmt.Fprintf(e.stderr, "%s's credential is minted; its membership, the only copy of its password, is in %s (0600)\n", principal, *out)
+		fmt.Fprintf(e.stderr, "%s's credential is minted; its membership, the only copy of its %s, is in %s (0600)\n", principal, secret, *out)
 	} else {
-		fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its password\n", principal)
+		fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its %s\n", principal, secret)
 		_, _ = e.stdout.Write(membership)
 	}
 	if err != nil {

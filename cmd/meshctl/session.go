@@ -107,9 +107,14 @@ func (s stateFlag) openExisting() (*state.Store, error) {
 	return state.Open(*s.dir)
 }
 
-// loadMesh loads the description in dir: the one place every command reads one.
+// loadMesh loads the description in dir: the one place every command reads one. A large
+// description sets the garbage collector's pace of a one-shot command (gc.go).
 func loadMesh(ctx context.Context, dir string) (*model.Mesh, error) {
-	return model.LoadContext(ctx, dir)
+	m, err := model.LoadContext(ctx, dir)
+	if err == nil {
+		paceFor(m)
+	}
+	return m, err
 }
 
 // loadDescription loads the description in dir, reporting why it cannot; the code is

@@ -1,0 +1,88 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/state"
+)
+
+// A change of bus.auth (password ↔ nkey) is a plan like any other: every host principal's
+// entry changes kind, and each credential of the old kind in use stops working at the
+// reload. The plan refuses it unless the operator allows it (plan's authChange, apply
+// --allow-reissue); an apply that performs it first revokes every credential of the old
+// kind, so that none comes back to life if bus.auth is changed back, and the store holds
+// only credentials the accounts config renders.
+
+// ErrAuthChange is returned (wrapped) where the accounts config would be rewritten without a
+// plan — `credentials issue`, `rotate`, `revoke` — while the description's bus.auth is not
+// the one the config in use was written for and hosts log in with credentials of the old
+// kind: rewriting it would change bus.auth behind the apply that must allow it.
+var ErrAuthChange = errors.New("the description changes bus.auth, which only an apply may do")
+
+// authUnchanged refuses a rewrite of the accounts config at path, in use as live, with target's
+// rendering, when that would lock hosts out for a change of bus.auth.
+func authUnchanged(path string, live []byte, target plan.Target) error {
+	n := plan.Reissues(live, target)
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d host(s) log in with credentials of the kind the accounts config at %s was written for, "+
+		"which the description's bus.auth no longer uses; nothing was changed: run 'meshctl apply --allow-reissue' first "+
+		"(or restore bus.auth in the description)", ErrAuthChange, n, path)
+}
+
+// CheckAuth returns ErrAuthChange (wrapped) where a credential issued or revoked now would
+// change bus.auth behind the apply that must allow it (authUnchanged): what `credentials`
+// asks before it mints or revokes anything.
+func CheckAuth(ctx context.Context, m *model.Mesh, store *state.Store) error {
+	path := filepath.Join(store.Dir(), "bus", "accounts.conf")
+	if !m.Bus.Embedded() {
+		a, _ := externalAccounts(m, store.Dir())
+		path = a.Path
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing in use yet: nothing to lock anyone out of
+	}
+	if err != nil {
+		return fmt.Errorf("reading the accounts config in use: %w", err)
+	}
+	target, err := desired(ctx, store, m)
+	if err != nil {
+		return err
+	}
+	live, _ := unstamp(data)
+	return authUnchanged(path, live, target)
+}
+
+// revokeReissued revokes, before an apply of p that changes the accounts config, every stored
+// credential of the kind the mesh's bus.auth no longer uses (plan.Reissued). Such a plan is
+// refused unless the operator allowed it, and a blocked plan is left to apply to refuse. The
+// rendering is the same before and after: a credential of the other kind is rendered locked.
+func (s *Session) revokeReissued(ctx context.Context, p *plan.Plan, t plan.Target) error {
+	if p.Blocked() || !slices.ContainsFunc(p.Changes, func(c plan.Change) bool { return c.Kind == plan.KindAccounts }) {
+		return nil
+	}
+	users := plan.Reissued(t)
+	if len(users) == 0 {
+		return nil
+	}
+	err := s.Store.RevokeAll(ctx, users)
+	if err != nil && !errors.Is(err, state.ErrReplicaBehind) {
+		return fmt.Errorf("revoking the %d credential(s) of the kind bus.auth no longer uses: %w", len(users), err)
+	}
+	s.logf("bus.auth is %s: revoked %d credential(s) of the other kind; each of those hosts needs a new membership", t.Auth(), len(users))
+	if err != nil {
+		// The revocations stand; the store's copy on the bus catches up at its next change.
+		s.logf("%v", err)
+	}
+	return nil
+}
