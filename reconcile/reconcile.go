@@ -32,6 +32,10 @@ type RunOptions struct {
 	LockNotice func(string)
 	// OnPlan is shown the plan before it is applied, under the lock.
 	OnPlan func(*plan.Plan)
+	// Expect, when set, is asked about the plan and its target before anything is applied,
+	// under the lock: an error stops the apply with nothing changed (a saved plan the bus
+	// no longer matches, `apply --plan`).
+	Expect func(*plan.Plan, plan.Target) error
 	// Lock is the apply lock, already taken by the caller; Reconcile releases it when it
 	// returns. A caller that waits for the lock before it loads the description (`watch`)
 	// reconciles what the description says once the other applier is done, and does not load
@@ -79,6 +83,12 @@ func desired(ctx context.Context, store *state.Store, m *model.Mesh) (plan.Targe
 func (s *Session) Plan(ctx context.Context, m *model.Mesh, o plan.Options) (*plan.Plan, error) {
 	p, _, err := s.plan(ctx, m, o)
 	return p, err
+}
+
+// PlanWithTarget is Plan, returning the target it planned for too: what a saved plan
+// records (plan.Save).
+func (s *Session) PlanWithTarget(ctx context.Context, m *model.Mesh, o plan.Options) (*plan.Plan, plan.Target, error) {
+	return s.plan(ctx, m, o)
 }
 
 // plan is Plan, returning the target it planned for too.
@@ -205,6 +215,9 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 	var t plan.Target
 	if err == nil {
 		p, t, err = s.plan(ctx, m, opts)
+	}
+	if err == nil && o.Expect != nil {
+		err = o.Expect(p, t)
 	}
 	if err != nil {
 		s.recordFailure(ctx, o.Dir, started, nil, err)

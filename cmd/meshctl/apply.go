@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
+	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/state"
@@ -17,6 +19,7 @@ func init() {
 
 const applyHelp = `
 Usage: meshctl apply [-f DIR] [--state DIR] [--dry-run] [--allow-data-loss] [--allow-mass-delete] [--allow-reissue] [--wait] [-o text|json]
+       meshctl apply --plan FILE [--state DIR] [--allow-…] [--wait] [-o text|json]
 
 Plans as 'meshctl diff' does, prints the plan, applies it and prints what was done:
 streams, then consumers, then the accounts config (written atomically, checked with
@@ -42,12 +45,21 @@ seconds apply exits 2 with one line saying how many changes were made.
 
 Two applies never run at once: a second one refuses (or with --wait, waits).
 
+With --plan it applies a saved plan, the one 'meshctl diff --out FILE' wrote and a
+review approved, from the description saved in it — not the tree, which may have moved
+on since. Under the lock it plans that description against the bus again and applies
+only if the plan is the saved one, change for change, for the same store and with the
+accounts config rendering as it did; otherwise (a consumer deleted by hand, another
+apply meanwhile, a credential issued) it exits 2 naming what differs and changes
+nothing. Messages at stake are counted again, and refused, as in any apply.
+
 With no bus.url in the description, apply uses the embedded bus: the one a running
 'meshctl watch' serves, or one it starts for the apply and stops afterwards.
 
 Example:
   meshctl apply -f mesh/ --dry-run
   meshctl apply -f mesh/
+  meshctl diff -f mesh/ --out plan.json && meshctl apply --plan plan.json
 `
 
 func runApply(ctx context.Context, e *env, args []string) int {
@@ -60,6 +72,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	allowMass := f.Bool("allow-mass-delete", false, "allow a plan that deletes more than half of the objects or users meshctl owns")
 	allowReissue := f.Bool("allow-reissue", false, "allow a change of bus.auth that locks out the hosts logging in with credentials of the old kind, until each is issued a new membership")
 	wait := f.Bool("wait", false, "wait for another apply to finish instead of refusing")
+	planFile := f.String("plan", "", "apply exactly this saved plan ('meshctl diff --out'), from the description it carries, refused with nothing changed if the bus has changed since")
 	sf.wait = wait
 	out := f.outputFlag("text", "json")
 	if done, code := f.parseNoArgs(args, "the description", "-f"); done {
@@ -67,6 +80,20 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	}
 	if !checkFormat(e, *out, "text", "json") {
 		return exitError
+	}
+	var saved *plan.Saved
+	var savedMesh *model.Mesh
+	if *planFile != "" {
+		given := false
+		f.Visit(func(fl *flag.Flag) { given = given || fl.Name == "f" || fl.Name == "dry-run" })
+		if given {
+			e.errorf("--plan applies the description the saved plan carries: give neither -f nor --dry-run with it ('meshctl diff --out' made it)")
+			return exitError
+		}
+		var code int
+		if saved, savedMesh, code = readSavedPlan(e, *planFile); code != exitOK {
+			return code
+		}
 	}
 	if *dryRun {
 		// A dry run is a diff: it writes nothing, the state directory included.
@@ -87,7 +114,14 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	if lock != nil {
 		defer lock.Unlock()
 	}
-	m, st, code := sf.loadAndOpen(ctx, e, *dir)
+	var m *model.Mesh
+	var st *state.Store
+	var code int
+	if saved != nil {
+		m, st, code = sf.openFor(ctx, e, savedMesh)
+	} else {
+		m, st, code = sf.loadAndOpen(ctx, e, *dir)
+	}
 	if code != exitOK {
 		return code
 	}
@@ -105,7 +139,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 
 	started := time.Now()
 	total := 0
-	res, err := sess.Reconcile(ctx, m, reconcile.RunOptions{
+	run := reconcile.RunOptions{
 		AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
 		LockNotice: lockNotice,
 		OnPlan: func(p *plan.Plan) {
@@ -115,7 +149,11 @@ func runApply(ctx context.Context, e *env, args []string) int {
 			}
 		},
 		Progress: progressPrinter(e),
-	})
+	}
+	if saved != nil {
+		run.Expect, run.Dir = expectSaved(e, saved), ""
+	}
+	res, err := sess.Reconcile(ctx, m, run)
 	if *out == "json" && res.Plan != nil {
 		_ = res.Plan.JSON(e.stdout)
 	}
@@ -135,6 +173,9 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		return exitError
 	case errors.Is(err, state.ErrLocked):
 		e.errorf("%v (pass --wait to wait for it)", err)
+		return exitError
+	case isStale(err):
+		e.errorf("%v; nothing was changed: make a new plan with 'meshctl diff --out' and review it again", err)
 		return exitError
 	case errors.Is(err, reconcile.ErrBusLost), errors.Is(err, reconcile.ErrConflict), errors.Is(err, reconcile.ErrStopped):
 		// The error says what was and was not done, in one line.

@@ -17,7 +17,7 @@ func init() {
 }
 
 const diffHelp = `
-Usage: meshctl diff [-f DIR] [--state DIR] [-o text|json|markdown]
+Usage: meshctl diff [-f DIR] [--state DIR] [--out FILE] [-o text|json|markdown]
        meshctl diff --from OLD_DIR -f NEW_DIR [-o text|json|markdown]
 
 Reads the live bus, derives what the description in DIR asks for, and shows the
@@ -35,6 +35,10 @@ bus and no state directory (passwords and their hashes play no part), so it runs
 with nothing but the two checkouts. Without a bus nothing queued can be counted: every
 replacement or deletion is marked disruptive, none is refused, and 'meshctl diff'
 against the live bus counts the messages at stake before an apply.
+
+With --out FILE it also saves the plan, made against the bus, with the description it
+was made from (schema meshctl.saved-plan/v1; no password or hash in it): 'meshctl apply
+--plan FILE' applies exactly it after review, or refuses if the bus has changed since.
 
 As kubectl diff, it exits 1 when anything would change: a pipeline tells "the merge
 changes the bus" from "meshctl could not tell" by the exit codes below.
@@ -61,6 +65,7 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "diff", diffHelp)
 	dir := f.dirFlag()
 	from := f.String("from", "", "compare with the description in this directory instead of the live bus: no bus, no state")
+	save := f.String("out", "", "also save the plan, made against the bus, to this file, for 'meshctl apply --plan' to apply exactly")
 	sf := f.restorableStateFlag()
 	out := f.outputFlag(planFormats...)
 	// `diff --from base/mesh mesh` (no -f) would otherwise compare with the current
@@ -73,9 +78,15 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 	}
 	var p *plan.Plan
 	var code int
-	if *from != "" {
+	switch {
+	case *from != "" && *save != "":
+		e.errorf("--out saves a plan made against the bus; with --from no bus is read: give one or the other")
+		return exitError
+	case *save != "":
+		p, code = savePlan(ctx, e, sf, *dir, *save)
+	case *from != "":
 		p, code = planDescriptions(ctx, e, *from, *dir)
-	} else {
+	default:
 		p, code = planBus(ctx, e, sf, *dir, plan.Options{})
 	}
 	if p == nil {
@@ -96,6 +107,14 @@ func runDiff(ctx context.Context, e *env, args []string) int {
 // credential minted, no accounts config installed (a fresh state directory is planned
 // against the empty bus it stands for).
 func planBus(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Options) (*plan.Plan, int) {
+	return planBusWith(ctx, e, sf, dir, o, func(ctx context.Context, sess *reconcile.Session, m *model.Mesh) (*plan.Plan, error) {
+		return sess.Plan(ctx, m, o)
+	})
+}
+
+// planBusWith is planBus, planning with do once the bus is reached.
+func planBusWith(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Options,
+	do func(context.Context, *reconcile.Session, *model.Mesh) (*plan.Plan, error)) (*plan.Plan, int) {
 	pre := reconcile.StartPredialAndList(ctx, *sf.dir)
 	defer pre.Close()
 	m, code := loadDescription(ctx, e, dir)
@@ -128,7 +147,7 @@ func planBus(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Optio
 		return nil, exitError
 	}
 	defer sess.Close()
-	p, err := sess.Plan(ctx, m, o)
+	p, err := do(ctx, sess, m)
 	if err != nil {
 		e.errorf("%v", err)
 		return nil, exitError

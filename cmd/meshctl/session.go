@@ -127,6 +127,16 @@ func loadDescription(ctx context.Context, e *env, dir string) (*model.Mesh, int)
 	return m, exitOK
 }
 
+// openFor opens the state store for m, a description already loaded (a saved plan's), as
+// loadAndOpen does for a tree's.
+func (s stateFlag) openFor(ctx context.Context, e *env, m *model.Mesh) (*model.Mesh, *state.Store, int) {
+	if code := s.restoreIfEmpty(ctx, e, m); code != exitOK {
+		return nil, nil, code
+	}
+	st, code := s.open(e)
+	return m, st, code
+}
+
 // loadAndOpen loads the description in dir and opens the state store: what every command
 // that works on a mesh and its credentials starts with. On failure it has reported why.
 func (s stateFlag) loadAndOpen(ctx context.Context, e *env, dir string) (*model.Mesh, *state.Store, int) {
