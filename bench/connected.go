@@ -86,20 +86,11 @@ func measureConnected(ctx context.Context, sizes []int, auths []string, runs int
 }
 
 func (r *waitRunner) runConnected(n int, auth string, res *connectedResult) error {
-	port, err := freePort()
+	x, err := r.onFreePort(n, func(g *meshgen.Mesh) { g.Auth = auth })
 	if err != nil {
 		return err
 	}
-	g := meshgen.Scaled(n)
-	g.Listen, g.Auth = fmt.Sprintf("127.0.0.1:%d", port), auth
-	desc := filepath.Join(r.dir, "mesh")
-	if err := g.Write(desc); err != nil {
-		return err
-	}
-	m, err := model.Parse(g.Files())
-	if err != nil {
-		return err
-	}
+	g, desc, m := x.g, x.desc, x.m
 	if len(m.Nodes) < 3 {
 		return fmt.Errorf("a mesh of %d nodes: the connected rows hold two aside", len(m.Nodes))
 	}

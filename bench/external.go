@@ -14,7 +14,6 @@ import (
 
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
-	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -65,17 +64,13 @@ func (r *waitRunner) runExternal(n int) error {
 		return fmt.Errorf("starting nats-server: %w", err)
 	}
 	defer stop()
-	g := meshgen.Scaled(n)
-	g.Server = meshgen.Server{URL: x.URL, Fingerprint: x.Fingerprint, AccountsFile: x.AccountsFile, PIDFile: x.PIDFile}
-	desc := filepath.Join(r.dir, "mesh")
-	if err := g.Write(desc); err != nil {
-		return err
-	}
-	m, err := model.Parse(g.Files())
+	gen, err := r.generate(n, func(g *meshgen.Mesh) {
+		g.Server = meshgen.Server{URL: x.URL, Fingerprint: x.Fingerprint, AccountsFile: x.AccountsFile, PIDFile: x.PIDFile}
+	})
 	if err != nil {
 		return err
 	}
-	d := render.Derive(m)
+	g, desc, d := gen.g, gen.desc, gen.d
 	fmt.Fprintf(r.log, "what a user waits for on an external server, the store on the bus, at %s instances, %d runs each\n", num(n), r.runs)
 
 	// The first apply, from an empty state directory, is the setup of the rows, as the

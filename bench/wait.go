@@ -171,22 +171,53 @@ func (r *waitRunner) spend(path string) error {
 	return os.Rename(path, filepath.Join(r.spent, fmt.Sprintf("%s-%d-%s", filepath.Base(r.dir), r.nspent, filepath.Base(path))))
 }
 
-func (r *waitRunner) run(n int) error {
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
+// generated is a mesh written for a run of rows: what it was generated from, its directory,
+// the description and its derivation.
+type generated struct {
+	g    meshgen.Mesh
+	desc string
+	m    *model.Mesh
+	d    *render.Desired
+}
+
+// generate writes the mesh of n instances that configure (if any) sets up into r.dir/mesh.
+func (r *waitRunner) generate(n int, configure func(*meshgen.Mesh)) (generated, error) {
 	g := meshgen.Scaled(n)
-	g.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-	desc := filepath.Join(r.dir, "mesh")
-	if err := g.Write(desc); err != nil {
-		return err
+	if configure != nil {
+		configure(&g)
+	}
+	x := generated{g: g, desc: filepath.Join(r.dir, "mesh")}
+	if err := g.Write(x.desc); err != nil {
+		return x, err
 	}
 	m, err := model.Parse(g.Files())
 	if err != nil {
+		return x, err
+	}
+	x.m, x.d = m, render.Derive(m)
+	return x, nil
+}
+
+// onFreePort generates a mesh whose embedded bus listens on a free port.
+func (r *waitRunner) onFreePort(n int, configure func(*meshgen.Mesh)) (generated, error) {
+	port, err := freePort()
+	if err != nil {
+		return generated{}, err
+	}
+	return r.generate(n, func(g *meshgen.Mesh) {
+		g.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+		if configure != nil {
+			configure(g)
+		}
+	})
+}
+
+func (r *waitRunner) run(n int) error {
+	x, err := r.onFreePort(n, nil)
+	if err != nil {
 		return err
 	}
-	d := render.Derive(m)
+	g, desc, m, d := x.g, x.desc, x.m, x.d
 	fmt.Fprintf(r.log, "what a user waits for at %s instances (%d streams, %d consumers, %d principals), %d runs each\n",
 		num(n), len(d.Streams), len(d.Consumers), len(d.Principals), r.runs)
 
@@ -345,21 +376,11 @@ func measureConverged(ctx context.Context, sizes []int, runs int, meshctl, tmp s
 }
 
 func (r *waitRunner) runConverged(n int) error {
-	port, err := freePort()
+	x, err := r.onFreePort(n, nil)
 	if err != nil {
 		return err
 	}
-	g := meshgen.Scaled(n)
-	g.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-	desc := filepath.Join(r.dir, "mesh")
-	if err := g.Write(desc); err != nil {
-		return err
-	}
-	m, err := model.Parse(g.Files())
-	if err != nil {
-		return err
-	}
-	d := render.Derive(m)
+	g, desc, d := x.g, x.desc, x.d
 	fmt.Fprintf(r.log, "the converged rows at %s instances, watch serving (its first apply is the setup), %d runs each\n", num(n), r.runs)
 	state := filepath.Join(r.dir, "state")
 	w, err := r.startWatch(desc, state)
