@@ -25,7 +25,7 @@ func (r *report) writeConnected(p *printer) {
 	p.f("## With the mesh's hosts connected\n\n")
 	p.f("A mesh in production has its hosts connected: one connection per module instance. At each reload nats-server "+
 		"re-checks every connected client against the new config — for a password user a bcrypt comparison, for an nkey "+
-		"user a lookup of its public key — so every change meshctl makes live costs the server in proportion to its hosts. "+
+		"user a check of the signature it connected with — so every change meshctl makes live costs the server in proportion to its hosts. "+
 		"Each mesh below runs with `watch` serving the embedded bus; a load process of its own joins every instance but "+
 		"those of two nodes held aside (one issued and rotated, one enrolled by `meshctl agent`), each with its own "+
 		"membership through the `host` package and holding one subscription. Every row runs %d times with the hosts "+

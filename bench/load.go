@@ -40,6 +40,7 @@ const loadInFlight = 32
 
 type loadAnswer struct {
 	Connected   int    `json:"connected"`
+	Joined      int    `json:"joined,omitempty"` // by this up: none when all were up already
 	Disconnects int64  `json:"disconnects"`
 	NS          int64  `json:"ns,omitempty"` // how long up took
 	Error       string `json:"error,omitempty"`
@@ -47,9 +48,15 @@ type loadAnswer struct {
 
 type load struct {
 	members     []host.Membership
-	hosts       []*host.Host
-	closing     atomic.Bool
+	hosts       []*joined
 	disconnects atomic.Int64
+}
+
+// joined is one host's connection, and whether the load process closed it: nats.go calls the
+// disconnect handler of a connection closed on purpose too, later, on its own goroutine.
+type joined struct {
+	*host.Host
+	closed atomic.Bool
 }
 
 // runLoad is the load process: file holds one membership a line.
@@ -74,10 +81,11 @@ func runLoad(ctx context.Context, file string, stdin io.Reader, stdout io.Writer
 		switch cmd := sc.Text(); cmd {
 		case "up":
 			start := time.Now()
-			if err := l.up(ctx); err != nil {
+			joined, err := l.up(ctx)
+			if err != nil {
 				a.Error = err.Error()
 			}
-			a.NS = time.Since(start).Nanoseconds()
+			a.NS, a.Joined = time.Since(start).Nanoseconds(), joined
 		case "down":
 			l.down()
 		case "stats":
@@ -92,10 +100,13 @@ func runLoad(ctx context.Context, file string, stdin io.Reader, stdout io.Writer
 	return sc.Err()
 }
 
-func (l *load) up(ctx context.Context) error {
+// up connects every host, and says how many it joined: none when all were up already.
+func (l *load) up(ctx context.Context) (int, error) {
+	if l.hosts != nil && l.connected() == len(l.members) {
+		return 0, nil
+	}
 	l.down()
-	l.closing.Store(false)
-	l.hosts = make([]*host.Host, len(l.members))
+	l.hosts = make([]*joined, len(l.members))
 	errs := make([]error, len(l.members))
 	sem := make(chan struct{}, loadInFlight)
 	var wg sync.WaitGroup
@@ -110,34 +121,40 @@ func (l *load) up(ctx context.Context) error {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return len(l.members), nil
 }
 
-func (l *load) join(ctx context.Context, m host.Membership) (*host.Host, error) {
+func (l *load) join(ctx context.Context, m host.Membership) (*joined, error) {
+	j := &joined{}
 	h, err := host.Join(ctx, m, nats.Name("bench-load"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) {
-			if !l.closing.Load() {
+			if !j.closed.Load() {
 				l.disconnects.Add(1)
 			}
 		}))
 	if err != nil {
 		return nil, err
 	}
+	j.Host = h
 	if _, err := h.Subscribe(ctx, render.Inbox(m.User)+".load", func(*nats.Msg) {}); err != nil {
-		h.Close()
+		j.close()
 		return nil, fmt.Errorf("%s subscribing in its inbox: %w", m.User, err)
 	}
-	return h, nil
+	return j, nil
+}
+
+func (j *joined) close() {
+	j.closed.Store(true)
+	j.Close()
 }
 
 func (l *load) down() {
-	l.closing.Store(true)
 	for i, h := range l.hosts {
 		if h != nil {
-			h.Close()
+			h.close()
 			l.hosts[i] = nil
 		}
 	}

@@ -119,7 +119,7 @@ func (r *report) writeWaits(p *printer) {
 // The bounds at the largest size: memory proportional to what changes, not to the mesh.
 const (
 	largeSize     = 20000
-	largeRSSBound = 120 << 20 // peak RSS of a converged diff or apply
+	largeRSSBound = 120_000_000 // peak RSS of a converged diff or apply: 120 MB, as megabytes prints it
 )
 
 // writeLargeChecks holds the converged rows at largeSize to their bounds, when measured.
