@@ -222,6 +222,15 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 				return fmt.Errorf("writing %s to the store's bucket %s: no acknowledgement within %s", strings.TrimPrefix(f.Msg().Subject, prefix), render.StateBucket, ackWait)
 			case <-f.Ok():
 			case err := <-f.Err():
+				if errors.Is(err, jetstream.ErrNoStreamResponse) {
+					// A stream between leaders answers nobody for a moment (its leader's
+					// server killed): the message is sent again, as it was, until one
+					// answers. A put of a key is the same put twice, and the fence it
+					// expects is a key this write does not change.
+					if err = k.republish(ctx, f.Msg(), timeout.C); err == nil {
+						continue
+					}
+				}
 				if wrongRevision(err) {
 					err = fmt.Errorf("%w: another meshctl fenced the bucket since this one did (%w)", state.ErrFenced, err)
 				}
@@ -259,6 +268,26 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 		}
 	}
 	return settle()
+}
+
+// republish sends msg again, its headers as they were, until the stream answers, the window's
+// wait ends (done) or ctx does.
+func (k *KV) republish(ctx context.Context, msg *nats.Msg, done <-chan time.Time) error {
+	for {
+		select {
+		case <-done:
+			return fmt.Errorf("no acknowledgement within %s: %w", ackWait, jetstream.ErrNoStreamResponse)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := k.js.PublishMsg(actx, msg)
+		cancel()
+		if err == nil || !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
 }
 
 // ackWait bounds the wait for one window of Write's acknowledgements.
