@@ -18,11 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // Defaults for the zero values of Config.
@@ -54,7 +54,7 @@ type Config struct {
 // Applied is one declaration as the agent applied it: what it reported.
 type Applied struct {
 	Node   string
-	Report controller.Report
+	Report wire.Report
 	// Removed are the membership files of instances no longer declared, deleted.
 	Removed []string
 }
@@ -120,7 +120,7 @@ func loadOrMakeKey(dir string) (key, error) {
 	path := filepath.Join(dir, keyFileName)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		pub, priv, err := controller.GenerateKey()
+		pub, priv, err := wire.GenerateKey()
 		if err != nil {
 			return key{}, err
 		}
@@ -135,7 +135,7 @@ func loadOrMakeKey(dir string) (key, error) {
 		return key{}, fmt.Errorf("reading the node's key: %w", err)
 	}
 	var k key
-	if err := json.Unmarshal(data, &k); err != nil || len(k.Public) != controller.KeySize || len(k.Private) != controller.KeySize {
+	if err := json.Unmarshal(data, &k); err != nil || len(k.Public) != wire.KeySize || len(k.Private) != wire.KeySize {
 		return key{}, fmt.Errorf("the node's key in %s is not a key pair; move it aside to enrol anew with a fresh enrolment credential", path)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
@@ -222,14 +222,14 @@ func enrol(ctx context.Context, c Config, node string, em host.Membership, k key
 	if err != nil {
 		return host.Membership{}, err
 	}
-	var a controller.EnrolAnswer
+	var a wire.EnrolAnswer
 	if err := json.Unmarshal(msg.Data, &a); err != nil {
 		return host.Membership{}, fmt.Errorf("enrolling node %s: the answer is not JSON: %w", node, err)
 	}
 	if a.Refused != "" {
 		return host.Membership{}, fmt.Errorf("%w: the controller refused: %s", ErrEnrolment, a.Refused)
 	}
-	opened, err := controller.Open(k.Public, k.Private, a.Membership)
+	opened, err := wire.Open(k.Public, k.Private, a.Membership)
 	if err != nil {
 		return host.Membership{}, fmt.Errorf("enrolling node %s: %w", node, err)
 	}
@@ -356,7 +356,7 @@ func (a *agent) serve(ctx context.Context, m host.Membership, refused context.Ca
 // reloadGrace is how long after enrolling a refused login is the expected wait for the
 // controller's reload rather than a problem: the controller waits that long for the reload,
 // and past it the refusal is a warning again.
-const reloadGrace = controller.DefaultSyncTimeout
+const reloadGrace = wire.DefaultSyncTimeout
 
 // bind binds the node's declaration consumer, trying again until it can or ctx ends (nil), and
 // says whether it is a push consumer.
@@ -520,7 +520,7 @@ func (c *stoppingConn) Close() error {
 }
 
 func (a *agent) heartbeat(ctx context.Context) {
-	data, _ := json.Marshal(controller.Heartbeat{At: time.Now(), Generation: a.generation})
+	data, _ := json.Marshal(wire.Heartbeat{At: time.Now(), Generation: a.generation})
 	hctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	if err := a.h.Heartbeat(hctx, a.node, data); err != nil && ctx.Err() == nil {
@@ -532,13 +532,13 @@ func (a *agent) heartbeat(ctx context.Context) {
 // then acknowledges: a declaration whose report did not reach the controller is delivered again
 // and applied again, which changes nothing on disk.
 func (a *agent) apply(ctx context.Context, msg jetstream.Msg) {
-	var d controller.Declaration
+	var d wire.Declaration
 	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.Node != a.node {
 		a.log.Error("agent: a declaration that is not this node's, let go", "subject", msg.Subject())
 		_ = a.h.Term(ctx, msg)
 		return
 	}
-	r := controller.Report{Generation: d.Generation, Failed: map[string]string{}}
+	r := wire.Report{Generation: d.Generation, Failed: map[string]string{}}
 	declared := map[string]bool{}
 	for _, in := range d.Instances {
 		if err := a.write(in); err != nil {
@@ -550,7 +550,7 @@ func (a *agent) apply(ctx context.Context, msg jetstream.Msg) {
 	}
 	removed, err := a.removeUndeclared(declared)
 	if err != nil {
-		r.Failed[controller.ReportRemoval] = err.Error()
+		r.Failed[wire.ReportRemoval] = err.Error()
 	}
 	data, _ := json.Marshal(r)
 	rctx, cancel := context.WithTimeout(ctx, attemptTimeout)
@@ -570,12 +570,12 @@ func (a *agent) apply(ctx context.Context, msg jetstream.Msg) {
 }
 
 // write opens an instance's sealed membership and writes it to <user>.json, atomically, 0600.
-func (a *agent) write(in controller.Instance) error {
+func (a *agent) write(in wire.Instance) error {
 	inst, ok := host.InstanceOf(in.User)
 	if !ok || inst.Node != a.node {
 		return fmt.Errorf("%q is not an instance of node %s", in.User, a.node)
 	}
-	opened, err := controller.Open(a.key.Public, a.key.Private, in.Membership)
+	opened, err := wire.Open(a.key.Public, a.key.Private, in.Membership)
 	if err != nil {
 		return err
 	}

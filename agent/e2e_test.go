@@ -31,6 +31,7 @@ import (
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 	"github.com/meshbus/meshctl/watch"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // waitLimit is a failsafe, not a measurement: every wait ends as soon as its condition holds.
@@ -474,7 +475,7 @@ func (w *world) declarationsKept(nodes ...string) []byte {
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		var d controller.Declaration
+		var d wire.Declaration
 		if err := json.Unmarshal(m.Data, &d); err != nil || d.Node != n {
 			w.t.Fatalf("NODES keeps %q for node %s (%v)", m.Data, n, err)
 		}

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // An nkey principal's membership carries a seed in place of the password. The agent writes an
@@ -19,7 +19,7 @@ import (
 func TestAnAgentPassesSeedMembershipsThrough(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	pub, priv, err := controller.GenerateKey()
+	pub, priv, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,11 +29,11 @@ func TestAnAgentPassesSeedMembershipsThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealed, err := controller.Seal(pub, instance)
+	sealed, err := wire.Seal(pub, instance)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.write(controller.Instance{User: "one.shop", Module: "shop", Membership: sealed}); err != nil {
+	if err := a.write(wire.Instance{User: "one.shop", Module: "shop", Membership: sealed}); err != nil {
 		t.Fatalf("writing a seed membership: %v", err)
 	}
 	path := filepath.Join(dir, "one.shop.json")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -285,7 +286,7 @@ func mintHosts(ctx context.Context, dir string, m *model.Mesh, users []string, f
 	}
 	enc := json.NewEncoder(f)
 	for _, u := range users {
-		mb := host.NewMembership(bus.Target{URL: url}, u, secrets[u])
+		mb := host.NewMembership(busclient.Target{URL: url}, u, secrets[u])
 		if m.Bus.Nkeys() {
 			mb.Password, mb.Seed = "", secrets[u]
 		}

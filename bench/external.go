@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -83,7 +84,7 @@ func (r *waitRunner) runExternal(n int) error {
 	}
 	fmt.Fprintf(r.log, "  %-19s setup: %s, peak RSS %s\n", "first apply", p.wall.Round(time.Millisecond), megabytes(p.peak))
 
-	target := bus.Target{URL: x.URL, Fingerprint: x.Fingerprint}
+	target := busclient.Target{URL: x.URL, Fingerprint: x.Fingerprint}
 	nc, err := dialController(r.ctx, target, filepath.Join(state, "controller.password"))
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
@@ -145,7 +146,7 @@ func floorServe(ctx context.Context, a floorArgs, stdin io.Reader, stdout io.Wri
 // as the controller: what a bare client with meshctl's own permissions does to read the
 // bus a diff reads.
 func floorList(ctx context.Context, a floorArgs) (floorResult, error) {
-	nc, err := dialController(ctx, bus.Target{URL: a.url, Fingerprint: a.fingerprint}, a.passwordFile)
+	nc, err := dialController(ctx, busclient.Target{URL: a.url, Fingerprint: a.fingerprint}, a.passwordFile)
 	if err != nil {
 		return floorResult{}, err
 	}
@@ -188,15 +189,15 @@ func floorList(ctx context.Context, a floorArgs) (floorResult, error) {
 	return floorResult{NS: time.Since(start).Nanoseconds(), Objects: len(names) + int(listed.Load())}, err
 }
 
-// dialController connects to the bus at t as meshctl's controller does (bus.Dial: the inbox
+// dialController connects to the bus at t as meshctl's controller does (busclient.Dial: the inbox
 // it is granted, an external server's certificate pinned), with the password its state
 // directory holds.
-func dialController(ctx context.Context, t bus.Target, passwordFile string) (*nats.Conn, error) {
+func dialController(ctx context.Context, t busclient.Target, passwordFile string) (*nats.Conn, error) {
 	pw, err := os.ReadFile(passwordFile)
 	if err != nil {
 		return nil, err
 	}
-	c, err := bus.Dial(ctx, t, bus.Credential{User: render.ControllerUser, Password: strings.TrimSpace(string(pw))},
+	c, err := busclient.Dial(ctx, t, busclient.Credential{User: render.ControllerUser, Password: strings.TrimSpace(string(pw))},
 		nats.Timeout(30*time.Second))
 	if err != nil {
 		return nil, err

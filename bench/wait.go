@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bench/meshgen"
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -305,7 +305,7 @@ func (r *waitRunner) run(n int) error {
 	syscall.Sync()
 
 	controller := filepath.Join(state, "controller.password")
-	if err := r.convergedDiffs(wDiff, wFloorList, watched, state, bus.Target{URL: "nats://" + g.Listen}, len(d.Streams)+len(d.Consumers)); err != nil {
+	if err := r.convergedDiffs(wDiff, wFloorList, watched, state, busclient.Target{URL: "nats://" + g.Listen}, len(d.Streams)+len(d.Consumers)); err != nil {
 		return err
 	}
 	// A converged apply must not make watch reconcile: it wrote no accounts config.
@@ -324,7 +324,7 @@ func (r *waitRunner) run(n int) error {
 		return err
 	}
 	// A consumer deleted by hand, recreated by the running watch: a different one each run.
-	nc, err := dialController(r.ctx, bus.Target{URL: "nats://" + g.Listen}, controller)
+	nc, err := dialController(r.ctx, busclient.Target{URL: "nats://" + g.Listen}, controller)
 	if err != nil {
 		return err
 	}
@@ -389,7 +389,7 @@ func (r *waitRunner) runConverged(n int) error {
 	}
 	defer func() { w.kill() }()
 	syscall.Sync()
-	if err := r.convergedDiffs(wDiff, wFloorList, desc, state, bus.Target{URL: "nats://" + g.Listen}, len(d.Streams)+len(d.Consumers)); err != nil {
+	if err := r.convergedDiffs(wDiff, wFloorList, desc, state, busclient.Target{URL: "nats://" + g.Listen}, len(d.Streams)+len(d.Consumers)); err != nil {
 		return err
 	}
 	if err := r.convergedApplies(wApply, desc, state, nil); err != nil {
@@ -404,7 +404,7 @@ type runCheck func() (after func() error, err error)
 // convergedDiffs times the converged diff of desc runs times into row id, each run followed
 // by the bare client's paged list of the same bus, as the controller, into row floor: the
 // list must find every one of the mesh's objects.
-func (r *waitRunner) convergedDiffs(id, floor, desc, state string, t bus.Target, objects int) error {
+func (r *waitRunner) convergedDiffs(id, floor, desc, state string, t busclient.Target, objects int) error {
 	for i := range r.runs {
 		p, err := r.meshctlRun("diff", "-f", desc, "--state", state)
 		if err != nil {

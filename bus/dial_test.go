@@ -3,11 +3,11 @@ package bus
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -87,7 +87,7 @@ func TestAPublishDenialIsReportedWithItsSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := PermissionError{User: "two.audit", Op: OpPublish, Subject: "mesh.forbidden"}
+	want := busclient.PermissionError{User: "two.audit", Op: busclient.OpPublish, Subject: "mesh.forbidden"}
 	if *v != want {
 		t.Fatalf("got %+v, want %+v", *v, want)
 	}
@@ -127,7 +127,7 @@ func TestASubscribeDenialIsReportedWithItsSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (PermissionError{User: "node.one", Op: OpSubscribe, Subject: "mesh.node.two.declare"}); *v != want {
+	if want := (busclient.PermissionError{User: "node.one", Op: busclient.OpSubscribe, Subject: "mesh.node.two.declare"}); *v != want {
 		t.Fatalf("got %+v, want %+v", *v, want)
 	}
 
@@ -138,7 +138,7 @@ func TestASubscribeDenialIsReportedWithItsSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := PermissionError{User: "node.one", Op: OpSubscribe, Subject: "_DELIVER.SEAT_X_worker", Queue: "SEAT_X_worker"}
+	want := busclient.PermissionError{User: "node.one", Op: busclient.OpSubscribe, Subject: "_DELIVER.SEAT_X_worker", Queue: "SEAT_X_worker"}
 	if *v != want {
 		t.Fatalf("got %+v, want %+v", *v, want)
 	}
@@ -175,7 +175,7 @@ func TestAWrongPasswordNamesTheAddressNotThePassword(t *testing.T) {
 	e := StartTestBus(t, accountsFor(t, u))
 
 	const wrong = "Wr0ng-Pa55word-xyzzy"
-	_, err := Dial(context.Background(), Target{URL: e.URL()}, Credential{User: "controller", Password: wrong})
+	_, err := busclient.Dial(context.Background(), busclient.Target{URL: e.URL()}, busclient.Credential{User: "controller", Password: wrong})
 	if err == nil {
 		t.Fatal("a wrong password was accepted")
 	}
@@ -187,39 +187,6 @@ func TestAWrongPasswordNamesTheAddressNotThePassword(t *testing.T) {
 	}
 	if !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("the cause is not wrapped: %v", err)
-	}
-}
-
-// A URL carrying a password is refused before anything is dialled, naming the address without
-// the userinfo; Address strips it even from URLs that do not parse.
-func TestAURLWithAPasswordIsRefusedWithoutEchoingIt(t *testing.T) {
-	t.Parallel()
-	const secret = "s3cret-Pa55"
-	for _, tc := range []struct{ url, address string }{
-		{"nats://controller:" + secret + "@127.0.0.1:4222", "nats://127.0.0.1:4222"},
-		{"tls://controller:" + secret + "@bus.example:4443", "tls://bus.example:4443"},
-		{"nats://controller:" + secret + "@127.0.0.1:bad%", "nats://…"},
-		{"nats://u:" + secret + " x@host:4222/", "nats://…"},
-		{"nats://admin:p@" + secret + "@127.0.0.1:4222", "nats://127.0.0.1:4222"},
-		{`nats://admin:"` + secret + "@127.0.0.1:4222", "nats://…"},
-		// A '/' ends the authority: the parser then fails on the port, the rest of the
-		// password in hand.
-		{"nats://admin:" + secret[:4] + "/" + secret[4:] + "@127.0.0.1:4222", "nats://…"},
-	} {
-		tgt := Target{URL: tc.url}
-		if got := tgt.Address(); got != tc.address {
-			t.Errorf("Address(%q) = %q, want %q", tc.url, got, tc.address)
-		}
-		_, err := Dial(context.Background(), tgt, Credential{User: "controller", Password: "other"})
-		if err == nil {
-			t.Fatalf("%s was accepted", tc.address)
-		}
-		if strings.Contains(err.Error(), secret) {
-			t.Fatalf("the error echoes the password: %v", err)
-		}
-		if !strings.Contains(err.Error(), tc.address) {
-			t.Errorf("the error does not name %s: %v", tc.address, err)
-		}
 	}
 }
 
@@ -241,7 +208,7 @@ func TestTLSIsPinnedByFingerprint(t *testing.T) {
 	if !strings.HasPrefix(e.URL(), "tls://") {
 		t.Fatalf("a TLS bus advertises %s", e.URL())
 	}
-	cred := Credential{User: u.name, Password: u.password}
+	cred := busclient.Credential{User: u.name, Password: u.password}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
@@ -251,7 +218,7 @@ func TestTLSIsPinnedByFingerprint(t *testing.T) {
 		pasted = append(pasted, strings.ToUpper(fingerprint[i:i+2]))
 	}
 	for _, fp := range []string{fingerprint, strings.Join(pasted, ":")} {
-		c, err := Dial(ctx, Target{URL: e.URL(), Fingerprint: fp}, cred)
+		c, err := busclient.Dial(ctx, busclient.Target{URL: e.URL(), Fingerprint: fp}, cred)
 		if err != nil {
 			t.Fatalf("dialling with fingerprint %s: %v", fp, err)
 		}
@@ -259,7 +226,7 @@ func TestTLSIsPinnedByFingerprint(t *testing.T) {
 	}
 
 	wrong := strings.Repeat("ab", 32)
-	_, err = Dial(ctx, Target{URL: e.URL(), Fingerprint: wrong}, cred)
+	_, err = busclient.Dial(ctx, busclient.Target{URL: e.URL(), Fingerprint: wrong}, cred)
 	if err == nil {
 		t.Fatal("a wrong fingerprint was accepted")
 	}
@@ -267,70 +234,17 @@ func TestTLSIsPinnedByFingerprint(t *testing.T) {
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("got %v, want it to say %q", err, want)
 	}
-	var mismatch *FingerprintMismatchError
+	var mismatch *busclient.FingerprintMismatchError
 	if !errors.As(err, &mismatch) || mismatch.Got != fingerprint {
 		t.Fatalf("the mismatch is not a *FingerprintMismatchError in the chain: %v", err)
 	}
 
 	// A plain nats:// URL with a pin still insists on TLS, so the pin cannot be skipped.
 	plain := strings.Replace(e.URL(), "tls://", "nats://", 1)
-	if _, err := Dial(ctx, Target{URL: plain, Fingerprint: wrong}, cred); !errors.As(err, &mismatch) {
+	if _, err := busclient.Dial(ctx, busclient.Target{URL: plain, Fingerprint: wrong}, cred); !errors.As(err, &mismatch) {
 		t.Fatalf("nats:// with a pin: got %v, want the mismatch", err)
 	}
-	if _, err := Dial(ctx, Target{URL: e.URL(), Fingerprint: "not-hex"}, cred); err == nil {
+	if _, err := busclient.Dial(ctx, busclient.Target{URL: e.URL(), Fingerprint: "not-hex"}, cred); err == nil {
 		t.Fatal("a malformed fingerprint was accepted")
-	}
-}
-
-// The server's wordings, including the one a reload uses when it drops a subscription the new
-// config no longer allows.
-func TestParseViolation(t *testing.T) {
-	t.Parallel()
-	wrap := func(s string) error { return errors.Join(nats.ErrPermissionViolation, errors.New(s)) }
-	for _, tc := range []struct {
-		msg  string
-		want *PermissionError
-	}{
-		{`Permissions Violation for Publish to "a.b"`, &PermissionError{User: "u", Op: OpPublish, Subject: "a.b"}},
-		{`Permissions Violation for Subscription to "a.>"`, &PermissionError{User: "u", Op: OpSubscribe, Subject: "a.>"}},
-		{`Permissions Violation for Subscription to "a.*" using queue "q"`, &PermissionError{User: "u", Op: OpSubscribe, Subject: "a.*", Queue: "q"}},
-		{`Permissions Violation for Subscription to "a" using queue "q" (sid "7")`, &PermissionError{User: "u", Op: OpSubscribe, Subject: "a", Queue: "q"}},
-		{`Permissions Violation for Subscription to "a" (sid "7")`, &PermissionError{User: "u", Op: OpSubscribe, Subject: "a"}},
-		{`Permissions Violation for Publish with Reply of "_R_.x"`, &PermissionError{User: "u", Op: OpReply, Subject: "_R_.x"}},
-	} {
-		got := parseViolation("u", wrap(tc.msg))
-		if got == nil || *got != *tc.want {
-			t.Errorf("%s: got %+v, want %+v", tc.msg, got, tc.want)
-		}
-	}
-	if got := parseViolation("u", nats.ErrMaxSubscriptionsExceeded); got != nil {
-		t.Errorf("not a violation, parsed as %+v", got)
-	}
-}
-
-// A Credential printed by mistake shows the user, not the password.
-func TestACredentialDoesNotPrintItsPassword(t *testing.T) {
-	t.Parallel()
-	c := Credential{User: "controller", Password: "hunter2-secret"}
-	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
-		if got := fmt.Sprintf(verb, c); strings.Contains(got, "hunter2") {
-			t.Errorf("%s prints the password: %s", verb, got)
-		}
-	}
-}
-
-// A cluster's Target dials every server and pins every fingerprint its servers present.
-func TestAClusterTargetListsEveryServerAndPin(t *testing.T) {
-	a, b := strings.Repeat("ab", 32), strings.Repeat("CD", 32)
-	c := Cluster([]Target{{URL: "tls://10.0.0.1:4222", Fingerprint: a}, {URL: "tls://10.0.0.2:4222", Fingerprint: b}, {URL: "tls://10.0.0.3:4222", Fingerprint: a}})
-	if got := c.urls(); got != "tls://10.0.0.1:4222,tls://10.0.0.2:4222,tls://10.0.0.3:4222" {
-		t.Fatalf("urls %q", got)
-	}
-	pins, err := c.pins()
-	if err != nil || len(pins) != 2 || pins[0] != a || pins[1] != strings.ToLower(b) {
-		t.Fatalf("pins %v, %v", pins, err)
-	}
-	if len(c.servers()) != 3 {
-		t.Fatalf("servers %v", c.servers())
 	}
 }

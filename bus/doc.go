@@ -1,18 +1,9 @@
-// Package bus owns meshctl's two edges onto NATS: the connection to the bus, and the bus meshctl
-// runs in-process when the mesh names none.
+// Package bus owns the server side of meshctl's edge onto NATS: the bus meshctl runs
+// in-process when the mesh names none, the checks of an accounts config by the server's own
+// parser, and the reloads that make one live. The connection to a bus is busclient's.
 //
 // What it owns:
 //
-//   - Dialling (Dial, Target, Credential). Every principal dials the same way: its user and
-//     password beside the address, never inside it, an inbox prefix of its own (the only inbox it
-//     is granted — seed 000), and, when the mesh pins one, the bus's certificate by fingerprint.
-//     A connection error names the address alone: errors are written on the assumption they are
-//     logged, and a URL with a password in it is a password in a log.
-//   - Reporting refusals (Conn.Violations, Conn.WaitViolation). A missing grant surfaces on the
-//     client as a timeout or "no responders" (NATS-FACTS.md, "Permissions a restricted user
-//     needs"); the server says what it refused only through the async error handler, so Dial
-//     always installs one and turns each refusal into a *PermissionError naming user, operation
-//     and subject.
 //   - The embedded bus (StartEmbedded, RunningEmbedded): nats-server in-process, configured by
 //     files under StateDir/bus that an operator can read, whose accounts file a reload re-reads
 //     and parses in memory with the server's own settings (serverConfig), and
@@ -25,6 +16,8 @@
 //     makes it live on whichever server runs it.
 //   - Test support (StartTestBus): one real server per test, on a random port in the test's own
 //     directory, never a shared bus (seed 003).
+//   - Reading a server's log (ServerLog, ParseServerViolation): its refusals, named by
+//     principal, and the logins it refused.
 //
 // What it must not do: decide what the accounts file says (render does), decide when to reload
 // (reconcile does), or ever put a password into an error, a log line or a file other than the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -102,7 +103,7 @@ func TestReloadPicksUpAChangedAccountsFile(t *testing.T) {
 	b := testUser{name: "one.b", password: "pw-b", pub: []string{"mesh.b"}, sub: []string{"_INBOX.one.b.>"}}
 	e := StartTestBus(t, accountsFor(t, a))
 	dialAs(t, e.URL(), a)
-	if _, err := Dial(context.Background(), Target{URL: e.URL()}, Credential{User: b.name, Password: b.password}); err == nil {
+	if _, err := busclient.Dial(context.Background(), busclient.Target{URL: e.URL()}, busclient.Credential{User: b.name, Password: b.password}); err == nil {
 		t.Fatal("a user not yet in the accounts file logged in")
 	}
 
@@ -255,7 +256,7 @@ func TestARevokedSubscriptionIsReportedAfterReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Op != OpSubscribe {
+	if v.Op != busclient.OpSubscribe {
 		t.Fatalf("got %+v", v)
 	}
 	if c.Status() != nats.CONNECTED {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 )
 
@@ -110,7 +111,7 @@ func TestAReloadParsesOnlyWhatChanged(t *testing.T) {
 	if _, err := bc.WaitViolation(ctx, b.pub[0]); err != nil {
 		t.Errorf("b still publishes to %s after the reload took its grant away: %v", b.pub[0], err)
 	}
-	if _, err := Dial(context.Background(), Target{URL: e.URL()}, Credential{User: c.name, Password: c.password}); err == nil {
+	if _, err := busclient.Dial(context.Background(), busclient.Target{URL: e.URL()}, busclient.Credential{User: c.name, Password: c.password}); err == nil {
 		t.Error("the removed user still logs in")
 	}
 }

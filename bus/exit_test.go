@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -93,7 +94,7 @@ func TestStopForExitHelper(t *testing.T) {
 		}
 	}
 	// A login the server refused did nothing on the bus.
-	if c, err := Dial(ctx, Target{URL: e.URL()}, Credential{User: exitOther.name, Password: "wrong"}); err == nil {
+	if c, err := busclient.Dial(ctx, busclient.Target{URL: e.URL()}, busclient.Credential{User: exitOther.name, Password: "wrong"}); err == nil {
 		c.Close()
 		t.Fatal("a wrong password logged in")
 	}
@@ -212,7 +213,7 @@ func BenchmarkStop(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				c, err := Dial(ctx, Target{URL: e.URL()}, Credential{User: own.name, Password: own.password})
+				c, err := busclient.Dial(ctx, busclient.Target{URL: e.URL()}, busclient.Credential{User: own.name, Password: own.password})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 )
 
@@ -51,11 +52,11 @@ func confList(subjects []string) string {
 }
 
 // dialAs dials url as u and closes the connection when the test ends.
-func dialAs(t *testing.T, url string, u testUser) *Conn {
+func dialAs(t *testing.T, url string, u testUser) *busclient.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, Target{URL: url}, Credential{User: u.name, Password: u.password})
+	c, err := busclient.Dial(ctx, busclient.Target{URL: url}, busclient.Credential{User: u.name, Password: u.password})
 	if err != nil {
 		t.Fatalf("dialling as %s: %v", u.name, err)
 	}

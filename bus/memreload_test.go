@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 )
 
@@ -213,7 +214,7 @@ func refused(t *testing.T, e *Embedded, u testUser) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, Target{URL: e.URL()}, Credential{User: u.name, Password: u.password})
+	c, err := busclient.Dial(ctx, busclient.Target{URL: e.URL()}, busclient.Credential{User: u.name, Password: u.password})
 	if err == nil {
 		c.Close()
 		t.Fatalf("%s logged in, and the config in force does not have it", u.name)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
@@ -27,7 +28,7 @@ func TestParseServerViolationNamesAnNkeyUsersPrincipal(t *testing.T) {
 		{nil, "nkey:" + key},
 	} {
 		got, ok := ParseServerViolation(line, c.principals)
-		if want := (PermissionError{User: c.want, Op: OpPublish, Subject: "mesh.mod.telegram.tool.status"}); !ok || got != want {
+		if want := (busclient.PermissionError{User: c.want, Op: busclient.OpPublish, Subject: "mesh.mod.telegram.tool.status"}); !ok || got != want {
 			t.Errorf("ParseServerViolation = %+v, %v; want %+v", got, ok, want)
 		}
 	}
@@ -44,10 +45,10 @@ func TestTheEmbeddedServerNamesARefusedNkeyUserByItsPrincipal(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub, _ := kp.PublicKey()
-	refused := make(chan PermissionError, 10)
+	refused := make(chan busclient.PermissionError, 10)
 	log := &ServerLog{
 		Log:        slog.New(slog.DiscardHandler),
-		OnRefusal:  func(r PermissionError) { refused <- r },
+		OnRefusal:  func(r busclient.PermissionError) { refused <- r },
 		Principals: func(k string) (string, bool) { return "two.shop", k == pub },
 	}
 	accounts := fmt.Sprintf("accounts {\n  MESH {\n    users = [\n      # user \"two.shop\"\n      { nkey: %q, permissions: {\n"+
@@ -68,7 +69,7 @@ func TestTheEmbeddedServerNamesARefusedNkeyUserByItsPrincipal(t *testing.T) {
 	}
 	select {
 	case r := <-refused:
-		if want := (PermissionError{User: "two.shop", Op: OpPublish, Subject: "mesh.mod.telegram.tool.status"}); r != want {
+		if want := (busclient.PermissionError{User: "two.shop", Op: busclient.OpPublish, Subject: "mesh.mod.telegram.tool.status"}); r != want {
 			t.Errorf("refusal %+v, want %+v", r, want)
 		}
 	case <-time.After(10 * time.Second):

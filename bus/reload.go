@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/nats-io/nats.go"
 )
 
@@ -139,13 +141,13 @@ func (r embeddedReloader) Describe() string { return "reload the embedded bus in
 // current password — the first time reload: system is asked for, or after the user was revoked
 // and minted anew, the file is written and nothing has made the server read it yet — so that
 // answer is ErrReloadByOperator: written, not live, for the operator to reload once by hand.
-func SystemReloader(t Target, credential func() (Credential, error), inbox string) Reloader {
+func SystemReloader(t busclient.Target, credential func() (busclient.Credential, error), inbox string) Reloader {
 	return systemReloader{t: t, credential: credential, inbox: inbox}
 }
 
 type systemReloader struct {
-	t          Target
-	credential func() (Credential, error)
+	t          busclient.Target
+	credential func() (busclient.Credential, error)
 	inbox      string
 }
 
@@ -169,7 +171,7 @@ func (r systemReloader) Reload(ctx context.Context) error {
 		"config carrying its current password (the first such file, or the first after the user was revoked): reload "+
 		"that server once by hand (nats-server --signal reload=PID), and meshctl reloads it by request from then on",
 		ErrReloadByOperator, cred.User)
-	c, err := DialAlone(ctx, r.t, cred, nats.CustomInboxPrefix(r.inbox))
+	c, err := busclient.DialAlone(ctx, r.t, cred, nats.CustomInboxPrefix(r.inbox))
 	if errors.Is(err, nats.ErrAuthorization) {
 		return notYet
 	}
@@ -206,4 +208,39 @@ func (r systemReloader) Reload(ctx context.Context) error {
 		return fmt.Errorf("reloading %s: the server refused: %s", r.t.Address(), answer.Error.Description)
 	}
 	return nil
+}
+
+// CopyCommand runs argv (no shell) to put an accounts file written on the control host onto
+// the server that includes it — scp, rsync, a configuration tool — with every argument
+// fileArg replaced by the local file's path. It fails when the command exits non-zero.
+func CopyCommand(argv []string, fileArg string) func(ctx context.Context, path string) error {
+	argv = slices.Clone(argv)
+	return func(ctx context.Context, path string) error {
+		if len(argv) == 0 {
+			return errors.New("copying the accounts config: no copy command given")
+		}
+		args := slices.Clone(argv)
+		for i, a := range args {
+			if a == fileArg {
+				args[i] = path
+			}
+		}
+		out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("copying the accounts config: %s: %w%s", strings.Join(argv, " "), err, commandOutput(out))
+		}
+		return nil
+	}
+}
+
+// commandOutput is a failed command's output as an error's tail, bounded.
+func commandOutput(out []byte) string {
+	text := strings.TrimSpace(string(out))
+	if text == "" {
+		return ""
+	}
+	if len(text) > maxReloadOutput {
+		text = text[:maxReloadOutput] + "… (truncated)"
+	}
+	return ": " + text
 }

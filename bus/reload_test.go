@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshbus/meshctl/busclient"
 )
 
 // A nats-server in another process, reloaded the way an operator's bus is: by SIGHUP to the pid
@@ -84,7 +86,7 @@ include "mesh-accounts.conf"
 	}
 	// The signal is asynchronous; the outcome is the proof.
 	waitFor(t, 10*time.Second, "the new user to log in after SIGHUP", func() bool {
-		c, err := Dial(context.Background(), Target{URL: url}, Credential{User: b.name, Password: b.password})
+		c, err := busclient.Dial(context.Background(), busclient.Target{URL: url}, busclient.Credential{User: b.name, Password: b.password})
 		if err != nil {
 			return false
 		}

@@ -6,7 +6,10 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/meshbus/meshctl/busclient"
 )
 
 // ServerLog is the embedded server's logger (EmbeddedOptions.Logger) writing to meshctl's
@@ -25,7 +28,7 @@ import (
 // Principals names the nkey clients in the refusals it hands over (ParseServerViolation).
 type ServerLog struct {
 	Log        *slog.Logger
-	OnRefusal  func(PermissionError)
+	OnRefusal  func(busclient.PermissionError)
 	OwnLogins  []string
 	Principals Principals
 }
@@ -90,24 +93,24 @@ var serverViolationRe = regexp.MustCompile(`("(?:[^"\\]|\\.)*") - (Publish|Subsc
 // the refusal, the advice and the record of it all name the principal. A key principals does
 // not know (or with nil principals) is named as the server labels it, `nkey:U…`: no
 // principal, and no secret either.
-func ParseServerViolation(line string, principals Principals) (r PermissionError, ok bool) {
+func ParseServerViolation(line string, principals Principals) (r busclient.PermissionError, ok bool) {
 	m := serverViolationRe.FindStringSubmatch(line)
 	if m == nil {
-		return PermissionError{}, false
+		return busclient.PermissionError{}, false
 	}
 	user := userOf(unquote(m[1]), principals)
 	if user == "" {
-		return PermissionError{}, false
+		return busclient.PermissionError{}, false
 	}
-	r = PermissionError{User: user, Op: OpPublish, Subject: unquote(m[4])}
+	r = busclient.PermissionError{User: user, Op: busclient.OpPublish, Subject: unquote(m[4])}
 	switch {
 	case m[2] == "Subscription":
-		r.Op = OpSubscribe
+		r.Op = busclient.OpSubscribe
 		if m[5] != "" {
 			r.Queue = unquote(m[5])
 		}
 	case m[3] == "Reply":
-		r.Op = OpReply
+		r.Op = busclient.OpReply
 	}
 	return r, true
 }
@@ -132,4 +135,12 @@ func userOf(label string, principals Principals) string {
 		}
 	}
 	return "nkey:" + key
+}
+
+// unquote reads a quoted name from a server's log line, or returns it as it stands.
+func unquote(s string) string {
+	if u, err := strconv.Unquote(s); err == nil {
+		return u
+	}
+	return s
 }

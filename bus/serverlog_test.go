@@ -8,25 +8,27 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshbus/meshctl/busclient"
 )
 
 func TestParseServerViolation(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		line string
-		want PermissionError
+		want busclient.PermissionError
 		ok   bool
 	}{
 		{`127.0.0.1:40452 - cid:6 - "v1.55.0:go" - "MESH/user:two.shop" - Publish Violation - Subject "mesh.mod.telegram.tool.status"`,
-			PermissionError{User: "two.shop", Op: OpPublish, Subject: "mesh.mod.telegram.tool.status"}, true},
+			busclient.PermissionError{User: "two.shop", Op: busclient.OpPublish, Subject: "mesh.mod.telegram.tool.status"}, true},
 		{`127.0.0.1:40452 - cid:6 - "v1.55.0:go" - "MESH/user:one.telegram" - Subscription Violation - Subject "_DELIVER.SEAT_X_worker", Queue: "elsewhere", SID 1`,
-			PermissionError{User: "one.telegram", Op: OpSubscribe, Subject: "_DELIVER.SEAT_X_worker", Queue: "elsewhere"}, true},
+			busclient.PermissionError{User: "one.telegram", Op: busclient.OpSubscribe, Subject: "_DELIVER.SEAT_X_worker", Queue: "elsewhere"}, true},
 		{`127.0.0.1:1 - cid:2 - "MESH/user:node.one" - Subscription Violation - Subject "mesh.control.>", SID 4`,
-			PermissionError{User: "node.one", Op: OpSubscribe, Subject: "mesh.control.>"}, true},
+			busclient.PermissionError{User: "node.one", Op: busclient.OpSubscribe, Subject: "mesh.control.>"}, true},
 		{`127.0.0.1:1 - cid:2 - "my \"host\"" - "MESH/user:two.audit" - Publish Violation - Reply "_INBOX.x"`,
-			PermissionError{User: "two.audit", Op: OpReply, Subject: "_INBOX.x"}, true},
-		{`127.0.0.1:1 - cid:2 - Publish Violation - Subject "x"`, PermissionError{}, false}, // no user: not logged in
-		{`Server is ready`, PermissionError{}, false},
+			busclient.PermissionError{User: "two.audit", Op: busclient.OpReply, Subject: "_INBOX.x"}, true},
+		{`127.0.0.1:1 - cid:2 - Publish Violation - Subject "x"`, busclient.PermissionError{}, false}, // no user: not logged in
+		{`Server is ready`, busclient.PermissionError{}, false},
 	} {
 		got, ok := ParseServerViolation(c.line, nil)
 		if ok != c.ok || got != c.want {
@@ -58,10 +60,10 @@ func (s *syncBuffer) String() string {
 func TestTheEmbeddedServerLogsIntoMeshctlsLog(t *testing.T) {
 	t.Parallel()
 	var out syncBuffer
-	refused := make(chan PermissionError, 10)
+	refused := make(chan busclient.PermissionError, 10)
 	log := &ServerLog{
 		Log:       slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		OnRefusal: func(r PermissionError) { refused <- r },
+		OnRefusal: func(r busclient.PermissionError) { refused <- r },
 	}
 	shop := testUser{name: "two.shop", password: "pw", pub: []string{"mesh.mod.shop.event.>"}, sub: []string{"_INBOX.two.shop.>"}}
 	e, err := StartEmbedded(context.Background(), EmbeddedOptions{StateDir: t.TempDir(), Listen: "127.0.0.1:-1",
@@ -76,7 +78,7 @@ func TestTheEmbeddedServerLogsIntoMeshctlsLog(t *testing.T) {
 	}
 	select {
 	case r := <-refused:
-		if want := (PermissionError{User: "two.shop", Op: OpPublish, Subject: "mesh.mod.telegram.tool.status"}); r != want {
+		if want := (busclient.PermissionError{User: "two.shop", Op: busclient.OpPublish, Subject: "mesh.mod.telegram.tool.status"}); r != want {
 			t.Errorf("refusal %+v, want %+v", r, want)
 		}
 	case <-time.After(5 * time.Second):

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meshbus/meshctl/busclient"
 )
 
 // TB is the part of testing.TB that StartTestBus needs; an interface so this file does not import
@@ -163,5 +165,5 @@ func SelfSignedCert(t TB, dir string) (certFile, keyFile, fingerprint string) {
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		t.Fatalf("writing a test certificate: %v", err)
 	}
-	return certFile, keyFile, Fingerprint(der)
+	return certFile, keyFile, busclient.Fingerprint(der)
 }

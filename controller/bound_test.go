@@ -9,12 +9,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
-	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // CONTROL is bounded per subject: a node that files more reports than the bound while the
@@ -32,15 +32,15 @@ func TestTheControlQueueKeepsANodesLatestWithinTheBound(t *testing.T) {
 	// go when taken — but taken, not crowded out.
 	enrolAndDeclare(t, f, "one", filed)
 	for g := uint64(1); g <= filed; g++ {
-		f.report(one, "one", Report{Generation: g})
+		f.report(one, "one", wire.Report{Generation: g})
 	}
-	f.report(f.join(render.NodeUser("two")), "two", Report{Generation: 7})
+	f.report(f.join(render.NodeUser("two")), "two", wire.Report{Generation: 7})
 	ident := f.join(render.EnrolUser("two"))
-	pub, _, err := GenerateKey()
+	pub, _, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := json.Marshal(host.EnrolRequest{Reply: render.Inbox(render.EnrolUser("two")) + ".bound", Key: pub})
+	req, _ := json.Marshal(wire.EnrolRequest{Reply: render.Inbox(render.EnrolUser("two")) + ".bound", Key: pub})
 	if _, err := ident.Publish(ctx, render.EnrolSubject("two"), req); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestTheControlQueueKeepsANodesLatestWithinTheBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r Report
+	var r wire.Report
 	if err := json.Unmarshal(first.Data, &r); err != nil || first.Subject != render.ReportSubject("one") || r.Generation != filed-render.ControlPerSubject+1 {
 		t.Errorf("the oldest message queued is %s %+v, want node one's report of generation %d", first.Subject, r, filed-render.ControlPerSubject+1)
 	}
@@ -127,7 +127,7 @@ func TestTheControlBoundIsAnUpdateInPlace(t *testing.T) {
 	one := f.join(render.NodeUser("one"))
 	const filed = render.ControlPerSubject + 3
 	for g := uint64(1); g <= filed; g++ {
-		f.report(one, "one", Report{Generation: g})
+		f.report(one, "one", wire.Report{Generation: g})
 	}
 
 	hashes, err := f.store.Hashes(ctx)
@@ -153,7 +153,7 @@ func TestTheControlBoundIsAnUpdateInPlace(t *testing.T) {
 		t.Fatalf("the plan does not bound CONTROL: %+v", p.Changes)
 	}
 	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
-		Target: bus.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
+		Target: busclient.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.controlMessages(); n != render.ControlPerSubject {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // The seven claims of seed 002, each against a running server and a real SQLite store.
@@ -22,7 +23,7 @@ func TestAReportIsRecordedAndLeavesTheWorkQueue(t *testing.T) {
 	t.Parallel()
 	f := start(t, twoNodes)
 	enrolAndDeclare(t, f, "one", 1)
-	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 1, Applied: []string{"one.shop"}})
+	f.report(f.join(render.NodeUser("one")), "one", wire.Report{Generation: 1, Applied: []string{"one.shop"}})
 	f.waitEvent(0, settled(Ack))
 	r := f.reports()
 	if len(r) != 1 || r[0].Node != "one" || len(r[0].Applied) != 1 {
@@ -38,7 +39,7 @@ func TestAReportTheStoreCannotTakeIsHeldAndRecordedWhenItReturns(t *testing.T) {
 	f := start(t, twoNodes)
 	enrolAndDeclare(t, f, "one", 1)
 	release := f.holdWriteLock()
-	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 1})
+	f.report(f.join(render.NodeUser("one")), "one", wire.Report{Generation: 1})
 	nak, next := f.waitEvent(0, settled(Nak))
 	if nak.Settle.Delay != 100*time.Millisecond {
 		t.Errorf("nak'd with delay %s, want the retry delay 100ms", nak.Settle.Delay)
@@ -66,7 +67,7 @@ func TestAReportAboutASupersededDeclarationIsSettledNotActedOn(t *testing.T) {
 	f := start(t, twoNodes)
 	// Node one was declared generation 2 (enrolled, and declared to, by the store's own methods).
 	enrolAndDeclare(t, f, "one", 2)
-	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 1, Applied: []string{"one.shop"}})
+	f.report(f.join(render.NodeUser("one")), "one", wire.Report{Generation: 1, Applied: []string{"one.shop"}})
 	e, _ := f.waitEvent(0, settled(Ack))
 	if !strings.Contains(e.Settle.Reason, "superseded") {
 		t.Errorf("settled as %q, want superseded", e.Settle.Reason)
@@ -83,7 +84,7 @@ func TestAReportTheStoreNeverTakesIsLetGoAtTheBound(t *testing.T) {
 	f := start(t, twoNodes, func(c *Config) { c.Bound = 600 * time.Millisecond })
 	enrolAndDeclare(t, f, "one", 1)
 	f.holdWriteLock()
-	f.report(f.join(render.NodeUser("one")), "one", Report{Generation: 1})
+	f.report(f.join(render.NodeUser("one")), "one", wire.Report{Generation: 1})
 	_, next := f.waitEvent(0, settled(Nak))
 	e, _ := f.waitEvent(next, settled(Term))
 	if !strings.Contains(e.Settle.Reason, "past the bound") {
@@ -101,7 +102,7 @@ func TestAHeartbeatIsHeardAndNothingPersisted(t *testing.T) {
 	t.Parallel()
 	f := start(t, twoNodes)
 	h := f.join(render.NodeUser("two"))
-	data, _ := json.Marshal(Heartbeat{At: time.Now(), Generation: 4})
+	data, _ := json.Marshal(wire.Heartbeat{At: time.Now(), Generation: 4})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.Heartbeat(ctx, "two", data); err != nil {
@@ -133,7 +134,7 @@ func TestTheEnrolmentAnswerGoesToTheAddressInThePayload(t *testing.T) {
 	f := start(t, twoNodes)
 	f.ctrl.Mesh(f.mesh)
 	ident := f.join(render.EnrolUser("one"))
-	pub, priv, err := GenerateKey()
+	pub, priv, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,11 +152,11 @@ func TestTheEnrolmentAnswerGoesToTheAddressInThePayload(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; the controller logged:\n%s", err, f.logs.String())
 	}
-	var a EnrolAnswer
+	var a wire.EnrolAnswer
 	if err := json.Unmarshal(msg.Data, &a); err != nil || a.Refused != "" {
 		t.Fatalf("the answer is %+v (%v), want a membership", a, err)
 	}
-	opened, err := Open(pub, priv, a.Membership)
+	opened, err := wire.Open(pub, priv, a.Membership)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestTheEnrolmentAnswerGoesToTheAddressInThePayload(t *testing.T) {
 	// acknowledgement of the request comes to the inbox too, and is not an answer).
 	for len(stray) > 0 {
 		s := <-stray
-		var other EnrolAnswer
+		var other wire.EnrolAnswer
 		if json.Unmarshal(s.Data, &other) != nil || other.Node == "" {
 			continue
 		}

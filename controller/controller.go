@@ -15,12 +15,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // Defaults for the zero values of Config.
@@ -28,7 +29,7 @@ const (
 	DefaultBound        = 5 * time.Minute
 	DefaultRetry        = 5 * time.Second
 	DefaultStoreTimeout = 5 * time.Second
-	DefaultSyncTimeout  = time.Minute
+	DefaultSyncTimeout  = wire.DefaultSyncTimeout
 	// DefaultCredentialPoll reads a few thousand hashes every two seconds: milliseconds of a
 	// read that takes no write lock, for a rotation declared within moments.
 	DefaultCredentialPoll = 2 * time.Second
@@ -46,7 +47,7 @@ const heartbeatBuffer = 256
 // Config is what the controller needs.
 type Config struct {
 	// Target is the bus, and the address every membership the controller seals names.
-	Target bus.Target
+	Target busclient.Target
 	// Password is the controller principal's password.
 	Password string
 	// Store is the state store: credentials, enrolments, declarations, reports.
@@ -108,7 +109,7 @@ type Controller struct {
 
 	mu        sync.Mutex
 	beats     map[string]Seen
-	conn      *bus.Conn           // the loop's while it is joined, for Health
+	conn      *busclient.Conn     // the loop's while it is joined, for Health
 	js        jetstream.JetStream // the loop's while it is joined, for SeatWork
 	mesh      *model.Mesh         // the description the loop last took, for SeatWork
 	joined    bool                // it has been on the bus since it started
@@ -224,7 +225,7 @@ func (c *Controller) SeatWork(ctx context.Context) ([]SeatWork, error) {
 // was declared and the backoff of a failing declaration are about the mesh, not the socket.
 type loop struct {
 	*Controller
-	conn     *bus.Conn           // this session's
+	conn     *busclient.Conn     // this session's
 	js       jetstream.JetStream // this session's
 	mesh     *model.Mesh
 	window   Window
@@ -420,11 +421,11 @@ func (c *Controller) bindControl(ctx context.Context, js jetstream.JetStream, de
 // ends. The connection reconnects by itself for as long as it takes, through refusals too: a
 // bus restarting or reloading must not leave the controller deaf. What closes it for good
 // ends the session (Run).
-func (c *Controller) dial(ctx context.Context, opts ...nats.Option) (*bus.Conn, error) {
+func (c *Controller) dial(ctx context.Context, opts ...nats.Option) (*busclient.Conn, error) {
 	again := rejoining()
 	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(), nats.ReconnectWait(250 * time.Millisecond)}, opts...)
 	for {
-		conn, err := bus.Dial(ctx, c.cfg.Target, bus.Credential{User: render.ControllerUser, Password: c.cfg.Password}, opts...)
+		conn, err := busclient.Dial(ctx, c.cfg.Target, busclient.Credential{User: render.ControllerUser, Password: c.cfg.Password}, opts...)
 		if err == nil {
 			return conn, nil
 		}
@@ -605,7 +606,7 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 		return Settle{Verb: Nak, Delay: l.cfg.Retry, Reason: "no description reconciled yet to check the node against"}
 	}
 	ask, err := JudgeEnrolment(l.mesh, m.Subject(), m.Data())
-	if errors.Is(err, host.ErrNotEnrolment) {
+	if errors.Is(err, wire.ErrNotEnrolment) {
 		// No address of the node's own to answer at: nothing can be said to anyone.
 		return Settle{Verb: Term, Reason: err.Error()}
 	}
@@ -628,9 +629,9 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 		return l.window.After(err, published(m), time.Now())
 	}
 	l.window.After(nil, published(m), time.Now())
-	answer := EnrolAnswer{Node: node}
+	answer := wire.EnrolAnswer{Node: node}
 	membership, _ := json.Marshal(l.membershipOf(render.NodeUser(node), password))
-	if answer.Membership, err = Seal(ask.Key, membership); err != nil {
+	if answer.Membership, err = wire.Seal(ask.Key, membership); err != nil {
 		return Settle{Verb: Term, Reason: err.Error()}
 	}
 	// Answered before the credentials change on the bus: the reload that makes the node's
@@ -656,13 +657,13 @@ func (l *loop) refuse(ask EnrolAsk, why error) {
 	if ask.Reply == "" {
 		return
 	}
-	if err := l.answer(ask.Reply, EnrolAnswer{Node: ask.Node, Refused: why.Error()}); err != nil {
+	if err := l.answer(ask.Reply, wire.EnrolAnswer{Node: ask.Node, Refused: why.Error()}); err != nil {
 		l.log.Error("controller: the refusal could not be sent", "node", ask.Node, "error", err)
 	}
 }
 
 // answer sends an enrolment answer on core NATS and waits for the server to have it.
-func (l *loop) answer(reply string, a EnrolAnswer) error {
+func (l *loop) answer(reply string, a wire.EnrolAnswer) error {
 	data, _ := json.Marshal(a)
 	if err := l.conn.Publish(reply, data); err != nil {
 		return err
@@ -817,7 +818,7 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 	digest := d.Digest()
 	var departed []string
 	for u := range prev.Credentials {
-		if !slices.ContainsFunc(d.Instances, func(in Instance) bool { return in.User == u }) {
+		if !slices.ContainsFunc(d.Instances, func(in wire.Instance) bool { return in.User == u }) {
 			departed = append(departed, u)
 		}
 	}
@@ -851,7 +852,7 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 			in.Membership = prev.Credentials[in.User].Sealed
 		} else {
 			membership, _ := json.Marshal(l.membershipOf(in.User, passwords[in.User]))
-			if in.Membership, err = Seal(e.PublicKey, membership); err != nil {
+			if in.Membership, err = wire.Seal(e.PublicKey, membership); err != nil {
 				return false, err
 			}
 		}

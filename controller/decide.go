@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // Kind is what a message on a node's control subjects is.
@@ -145,29 +144,29 @@ const MaxReasonLen = 4096
 // to the last declared. A report about an older
 // generation is superseded, and settled without being acted on; one above it (or of 0, which
 // no declaration carries) says the node applied what it was never told, and is not a report.
-func JudgeReport(node string, payload []byte, declared uint64) (Report, error) {
+func JudgeReport(node string, payload []byte, declared uint64) (wire.Report, error) {
 	if len(payload) > MaxReportSize {
-		return Report{}, fmt.Errorf("%w: %d bytes, above the bound of %d", ErrNotReport, len(payload), MaxReportSize)
+		return wire.Report{}, fmt.Errorf("%w: %d bytes, above the bound of %d", ErrNotReport, len(payload), MaxReportSize)
 	}
-	var r Report
+	var r wire.Report
 	if err := json.Unmarshal(payload, &r); err != nil {
-		return Report{}, fmt.Errorf("%w: %v", ErrNotReport, err)
+		return wire.Report{}, fmt.Errorf("%w: %v", ErrNotReport, err)
 	}
 	for _, u := range r.Applied {
 		if !instanceOf(node, u) {
-			return Report{}, fmt.Errorf("%w: it says it applied %s, not an instance of node %s", ErrNotReport, model.Quote(u), node)
+			return wire.Report{}, fmt.Errorf("%w: it says it applied %s, not an instance of node %s", ErrNotReport, model.Quote(u), node)
 		}
 	}
 	for u, why := range r.Failed {
-		if u != ReportRemoval && !instanceOf(node, u) {
-			return Report{}, fmt.Errorf("%w: it says %s failed, not an instance of node %s", ErrNotReport, model.Quote(u), node)
+		if u != wire.ReportRemoval && !instanceOf(node, u) {
+			return wire.Report{}, fmt.Errorf("%w: it says %s failed, not an instance of node %s", ErrNotReport, model.Quote(u), node)
 		}
 		if len(why) > MaxReasonLen {
-			return Report{}, fmt.Errorf("%w: the reason it gives for %s is %d bytes, above the bound of %d", ErrNotReport, u, len(why), MaxReasonLen)
+			return wire.Report{}, fmt.Errorf("%w: the reason it gives for %s is %d bytes, above the bound of %d", ErrNotReport, u, len(why), MaxReasonLen)
 		}
 	}
 	if r.Generation == 0 || r.Generation > declared {
-		return Report{}, fmt.Errorf("%w: generation %d was never declared to node %s (the last declared is %d)", ErrNotReport, r.Generation, node, declared)
+		return wire.Report{}, fmt.Errorf("%w: generation %d was never declared to node %s (the last declared is %d)", ErrNotReport, r.Generation, node, declared)
 	}
 	if r.Generation < declared {
 		return r, fmt.Errorf("%w: it applied generation %d, and generation %d was declared since", ErrSuperseded, r.Generation, declared)
@@ -192,13 +191,13 @@ const MaxHeartbeatSize = 1024
 // JudgeHeartbeat reads a heartbeat. Its generation is the node's own word about itself, kept in
 // memory and shown as said, so it is not held to what was declared (a node that lies about it
 // misleads only about itself); what is bounded is what reading it costs.
-func JudgeHeartbeat(payload []byte) (Heartbeat, error) {
+func JudgeHeartbeat(payload []byte) (wire.Heartbeat, error) {
 	if len(payload) > MaxHeartbeatSize {
-		return Heartbeat{}, fmt.Errorf("%w: %d bytes, above the bound of %d", ErrNotHeartbeat, len(payload), MaxHeartbeatSize)
+		return wire.Heartbeat{}, fmt.Errorf("%w: %d bytes, above the bound of %d", ErrNotHeartbeat, len(payload), MaxHeartbeatSize)
 	}
-	var hb Heartbeat
+	var hb wire.Heartbeat
 	if err := json.Unmarshal(payload, &hb); err != nil {
-		return Heartbeat{}, fmt.Errorf("%w: %v", ErrNotHeartbeat, err)
+		return wire.Heartbeat{}, fmt.Errorf("%w: %v", ErrNotHeartbeat, err)
 	}
 	return hb, nil
 }
@@ -217,24 +216,24 @@ type EnrolAsk struct {
 
 // JudgeEnrolment reads an enrolment request and checks what can be checked without the store.
 // A request that is not well formed — its answer's address not under the node's own enrolment
-// inbox or out of bounds (host.EnrolReply), its key not an X25519 public key — is
-// host.ErrNotEnrolment, and is let go unanswered: nothing it carries is fit to use. A
+// inbox or out of bounds (wire.EnrolReply), its key not an X25519 public key — is
+// wire.ErrNotEnrolment, and is let go unanswered: nothing it carries is fit to use. A
 // well-formed one from a node not in the description is ErrRefused, answered. Whether the
 // node's enrolment credential is unused is the store's to say, in the same transaction that
 // uses it.
 func JudgeEnrolment(m *model.Mesh, subject string, payload []byte) (EnrolAsk, error) {
-	reply, err := host.EnrolReply(subject, payload)
+	reply, err := wire.EnrolReply(subject, payload)
 	if err != nil {
 		return EnrolAsk{}, err
 	}
 	kind, node := Classify(subject)
 	if kind != KindEnrol {
-		return EnrolAsk{}, fmt.Errorf("%w: subject %s", host.ErrNotEnrolment, model.Quote(subject))
+		return EnrolAsk{}, fmt.Errorf("%w: subject %s", wire.ErrNotEnrolment, model.Quote(subject))
 	}
-	var req host.EnrolRequest
+	var req wire.EnrolRequest
 	_ = json.Unmarshal(payload, &req) // EnrolReply read it already
-	if len(req.Key) != KeySize {
-		return EnrolAsk{}, fmt.Errorf("%w: node %s sent a key of %d bytes, not an X25519 public key of %d", host.ErrNotEnrolment, node, len(req.Key), KeySize)
+	if len(req.Key) != wire.KeySize {
+		return EnrolAsk{}, fmt.Errorf("%w: node %s sent a key of %d bytes, not an X25519 public key of %d", wire.ErrNotEnrolment, node, len(req.Key), wire.KeySize)
 	}
 	ask := EnrolAsk{Node: node, Reply: reply, Key: req.Key}
 	if !slices.ContainsFunc(m.Nodes, func(n model.Node) bool { return n.Name == node }) {
@@ -246,7 +245,7 @@ func JudgeEnrolment(m *model.Mesh, subject string, payload []byte) (EnrolAsk, er
 // DeclarationFor is what node runs in the mesh m, without memberships and without a generation:
 // every instance on it, with the subjects it emits, follows, serves, sends to and calls, the
 // seats it holds and the consumers it binds, all spelled by render.
-func DeclarationFor(m *model.Mesh, node string) Declaration {
+func DeclarationFor(m *model.Mesh, node string) wire.Declaration {
 	modules := make(map[string]*model.Module, len(m.Modules))
 	for i := range m.Modules {
 		modules[m.Modules[i].Name] = &m.Modules[i]
@@ -257,13 +256,13 @@ func DeclarationFor(m *model.Mesh, node string) Declaration {
 			holds[h.Holder.Module] = append(holds[h.Holder.Module], h.Seat)
 		}
 	}
-	d := Declaration{Node: node, Instances: []Instance{}}
+	d := wire.Declaration{Node: node, Instances: []wire.Instance{}}
 	for _, inst := range m.Instances() {
 		if inst.Node != node {
 			continue
 		}
 		mod := modules[inst.Module]
-		in := Instance{User: render.InstanceUser(inst), Module: inst.Module}
+		in := wire.Instance{User: render.InstanceUser(inst), Module: inst.Module}
 		for _, e := range mod.Emits {
 			in.Emits = append(in.Emits, render.ModuleEvent(mod.Name, e))
 		}
@@ -280,13 +279,13 @@ func DeclarationFor(m *model.Mesh, node string) Declaration {
 			in.Calls = append(in.Calls, render.ToolSubject(t))
 		}
 		if len(mod.Follows) > 0 {
-			in.Consumers = append(in.Consumers, Consumer{Stream: render.StreamEvents, Name: render.InstanceConsumer(inst)})
+			in.Consumers = append(in.Consumers, wire.Consumer{Stream: render.StreamEvents, Name: render.InstanceConsumer(inst)})
 		}
 		seats := holds[inst.Module]
 		slices.Sort(seats)
 		for _, name := range seats {
 			in.Holds = append(in.Holds, name)
-			in.Consumers = append(in.Consumers, Consumer{Stream: render.SeatStreamName(name), Name: render.WorkerConsumer(name)})
+			in.Consumers = append(in.Consumers, wire.Consumer{Stream: render.SeatStreamName(name), Name: render.WorkerConsumer(name)})
 			if s, ok := m.Seat(name); ok {
 				for _, e := range s.Emits {
 					in.Emits = append(in.Emits, render.SeatEvent(name, e))
@@ -298,29 +297,15 @@ func DeclarationFor(m *model.Mesh, node string) Declaration {
 		}
 		d.Instances = append(d.Instances, in)
 	}
-	slices.SortFunc(d.Instances, func(a, b Instance) int { return strings.Compare(a.User, b.User) })
+	slices.SortFunc(d.Instances, func(a, b wire.Instance) int { return strings.Compare(a.User, b.User) })
 	return d
-}
-
-// Digest identifies what a declaration says, apart from its generation and its sealed
-// memberships: two declarations with one digest declare the same instances doing the same jobs.
-// The credentials are tracked beside it, by hash (see Changed).
-func (d Declaration) Digest() string {
-	bare := Declaration{Node: d.Node, Instances: make([]Instance, len(d.Instances))}
-	for i, in := range d.Instances {
-		in.Membership = nil
-		bare.Instances[i] = in
-	}
-	data, _ := json.Marshal(bare)
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
 }
 
 // Credentials says, for each instance of a declaration, whether the credential declared last
 // time can be declared again: it can when a sealed copy was kept and the store's hash for the
 // user is still the one that copy was minted with. Every other instance — new on the node,
 // minted again by an operator, or enrolled anew with another key — needs a fresh credential.
-func Credentials(d Declaration, declaredHash, currentHash map[string]string) (keep, mint []string) {
+func Credentials(d wire.Declaration, declaredHash, currentHash map[string]string) (keep, mint []string) {
 	for _, in := range d.Instances {
 		if h, ok := declaredHash[in.User]; ok && h != "" && h == currentHash[in.User] {
 			keep = append(keep, in.User)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/wire"
 )
 
 func TestClassifyReadsOnlyTheSubjectsTheMeshDerives(t *testing.T) {
@@ -125,7 +125,7 @@ func load(t testing.TB, description string) *model.Mesh {
 
 func TestAnEnrolmentIsJudgedByItsNodeAndKey(t *testing.T) {
 	m := load(t, twoNodes)
-	key := make([]byte, KeySize)
+	key := make([]byte, wire.KeySize)
 	ok := []byte(`{"reply":"_INBOX.enrol.one.abc","key":"` + b64(key) + `"}`)
 	if ask, err := JudgeEnrolment(m, "mesh.control.one.enrol", ok); err != nil || ask.Reply != "_INBOX.enrol.one.abc" {
 		t.Fatalf("a good request: %+v, %v", ask, err)
@@ -141,7 +141,7 @@ func TestAnEnrolmentIsJudgedByItsNodeAndKey(t *testing.T) {
 		"a short key":                `{"reply":"_INBOX.enrol.one.abc","key":"AAAA"}`,
 		"no key":                     `{"reply":"_INBOX.enrol.one.abc"}`,
 		"a key that is not base64":   `{"reply":"_INBOX.enrol.one.abc","key":"!!"}`,
-		"an overlong answer address": `{"reply":"_INBOX.enrol.one.` + strings.Repeat("a", host.MaxEnrolReplyLen) + `","key":"` + b64(key) + `"}`,
+		"an overlong answer address": `{"reply":"_INBOX.enrol.one.` + strings.Repeat("a", wire.MaxEnrolReplyLen) + `","key":"` + b64(key) + `"}`,
 		"an empty token":             `{"reply":"_INBOX.enrol.one.a..b","key":"` + b64(key) + `"}`,
 		"a trailing dot":             `{"reply":"_INBOX.enrol.one.a.","key":"` + b64(key) + `"}`,
 		"a wildcard token":           `{"reply":"_INBOX.enrol.one.*","key":"` + b64(key) + `"}`,
@@ -150,17 +150,17 @@ func TestAnEnrolmentIsJudgedByItsNodeAndKey(t *testing.T) {
 		"a control byte":             `{"reply":"_INBOX.enrol.one.a\u001bb","key":"` + b64(key) + `"}`,
 		"a tab":                      `{"reply":"_INBOX.enrol.one.a\tb","key":"` + b64(key) + `"}`,
 		"a non-ASCII byte":           `{"reply":"_INBOX.enrol.one.a\u00e9","key":"` + b64(key) + `"}`,
-		"a payload above the bound":  `{"reply":"_INBOX.enrol.one.abc","key":"` + b64(key) + `","x":"` + strings.Repeat("x", host.MaxEnrolRequestSize) + `"}`,
+		"a payload above the bound":  `{"reply":"_INBOX.enrol.one.abc","key":"` + b64(key) + `","x":"` + strings.Repeat("x", wire.MaxEnrolRequestSize) + `"}`,
 	} {
-		if _, err := JudgeEnrolment(m, "mesh.control.one.enrol", []byte(payload)); !errors.Is(err, host.ErrNotEnrolment) {
+		if _, err := JudgeEnrolment(m, "mesh.control.one.enrol", []byte(payload)); !errors.Is(err, wire.ErrNotEnrolment) {
 			t.Errorf("%s: %v, want ErrNotEnrolment", name, err)
 		}
 	}
-	if _, err := JudgeEnrolment(m, "mesh.control.three.enrol", []byte(`{"reply":"_INBOX.enrol.three.abc"}`)); !errors.Is(err, host.ErrNotEnrolment) {
+	if _, err := JudgeEnrolment(m, "mesh.control.three.enrol", []byte(`{"reply":"_INBOX.enrol.three.abc"}`)); !errors.Is(err, wire.ErrNotEnrolment) {
 		t.Errorf("a request without a key from a node not in the description: %v, want ErrNotEnrolment", err)
 	}
 	// The longest address within the bound is an address.
-	longest := "_INBOX.enrol.one." + strings.Repeat("a", host.MaxEnrolReplyLen-len("_INBOX.enrol.one."))
+	longest := "_INBOX.enrol.one." + strings.Repeat("a", wire.MaxEnrolReplyLen-len("_INBOX.enrol.one."))
 	if ask, err := JudgeEnrolment(m, "mesh.control.one.enrol", []byte(`{"reply":"`+longest+`","key":"`+b64(key)+`"}`)); err != nil || ask.Reply != longest {
 		t.Errorf("an address of %d bytes: %+v, %v", len(longest), ask, err)
 	}
@@ -178,7 +178,7 @@ func TestTheDeclarationOfANode(t *testing.T) {
 	if p.User != "two.postman" || !slices.Equal(p.Holds, []string{"mailer"}) ||
 		!slices.Equal(p.Follows, []string{"mesh.mod.shop.event.order.placed"}) ||
 		!slices.Contains(p.Emits, "mesh.seat.mailer.event.sent") ||
-		!slices.Equal(p.Consumers, []Consumer{{"EVENTS", "two_postman"}, {"SEAT_MAILER", "SEAT_MAILER_worker"}}) {
+		!slices.Equal(p.Consumers, []wire.Consumer{{Stream: "EVENTS", Name: "two_postman"}, {Stream: "SEAT_MAILER", Name: "SEAT_MAILER_worker"}}) {
 		t.Errorf("two.postman is declared %+v", p)
 	}
 	digest := two.Digest()
@@ -199,27 +199,9 @@ func TestTheDeclarationOfANode(t *testing.T) {
 }
 
 func TestOnlyANewOrRemintedCredentialIsMinted(t *testing.T) {
-	d := Declaration{Instances: []Instance{{User: "one.a"}, {User: "one.b"}, {User: "one.c"}}}
+	d := wire.Declaration{Instances: []wire.Instance{{User: "one.a"}, {User: "one.b"}, {User: "one.c"}}}
 	keep, mint := Credentials(d, map[string]string{"one.a": "h1", "one.b": "h2"}, map[string]string{"one.a": "h1", "one.b": "other"})
 	if !slices.Equal(keep, []string{"one.a"}) || !slices.Equal(mint, []string{"one.b", "one.c"}) {
 		t.Errorf("keep %v, mint %v; want one.a kept, one.b (minted again elsewhere) and one.c (new) minted", keep, mint)
-	}
-}
-
-func TestASealedMembershipOpensOnlyWithItsNodesKey(t *testing.T) {
-	pub, priv, err := GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealed, err := Seal(pub, []byte("secret"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := Open(pub, priv, sealed); err != nil || string(got) != "secret" {
-		t.Fatalf("Open = %q, %v", got, err)
-	}
-	otherPub, otherPriv, _ := GenerateKey()
-	if _, err := Open(otherPub, otherPriv, sealed); !errors.Is(err, ErrUnseal) {
-		t.Errorf("another node's key opened it: %v", err)
 	}
 }

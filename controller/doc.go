@@ -14,7 +14,7 @@
 //     nak'd with a delay and stays the server's, in the stream; it is recorded when the store
 //     returns, and let go (term) and logged once the store has been failing for longer than
 //     the bound. What the loop keeps is the time the window opened, not the message.
-//   - The bounds of control traffic (decide.go, with host.EnrolReply): every field of a
+//   - The bounds of control traffic (decide.go, with wire.EnrolReply): every field of a
 //     report, enrolment request and heartbeat is checked before use — payload sizes, answer
 //     addresses under the requester's own enrolment inbox and short enough for the server's
 //     control line, keys of exact size, report generations from 1 to the last declared to
@@ -35,9 +35,8 @@
 //     watch nothing) and declares a fresh credential in a new generation (Redeclared).
 //   - Sync is bounded (SyncTimeout): the loop takes nothing else while it waits for watch's
 //     reconcile, so a reconcile held up must not hold the reports and heartbeats for long.
-//   - Sealing (Seal, Open, GenerateKey): NaCl anonymous boxes (X25519, XSalsa20-Poly1305) from
-//     golang.org/x/crypto/nacl/box. A membership crosses the bus only sealed to the key of the
-//     node it is for; the store keeps its hash and the sealed copy, never the plaintext.
+//   - Sealing: every membership it sends is sealed (wire.Seal) to the key of the node it is
+//     for; the store keeps its hash and the sealed copy, never the plaintext.
 //   - What a membership carries: a password, or where the mesh's hosts log in with nkeys
 //     (bus.auth: nkey) an nkey seed, minted with its public key in the store (membershipOf),
 //     for the node's own principal at enrolment as for its instances at a declaration.

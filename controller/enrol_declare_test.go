@@ -15,13 +15,14 @@ import (
 
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // enrolled enrols node through the controller as its agent would, and returns its key pair and
 // its own membership once the controller has made it live.
 func (f *fixture) enrolled(node string) (pub, priv []byte, m host.Membership, request []byte) {
 	f.t.Helper()
-	pub, priv, err := GenerateKey()
+	pub, priv, err := wire.GenerateKey()
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -35,11 +36,11 @@ func (f *fixture) enrolled(node string) (pub, priv []byte, m host.Membership, re
 	if err != nil {
 		f.t.Fatalf("%v; the controller logged:\n%s", err, f.logs.String())
 	}
-	var a EnrolAnswer
+	var a wire.EnrolAnswer
 	if err := json.Unmarshal(msg.Data, &a); err != nil || a.Refused != "" {
 		f.t.Fatalf("the answer is %+v (%v)", a, err)
 	}
-	opened, err := Open(pub, priv, a.Membership)
+	opened, err := wire.Open(pub, priv, a.Membership)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func (f *fixture) enrolled(node string) (pub, priv []byte, m host.Membership, re
 		f.t.Fatal(err)
 	}
 	f.waitEvent(from, func(e Event) bool { return e.Kind == KindEnrol && e.Node == node && e.Settle.Verb == Ack })
-	request, _ = json.Marshal(host.EnrolRequest{Reply: msg.Subject, Key: pub})
+	request, _ = json.Marshal(wire.EnrolRequest{Reply: msg.Subject, Key: pub})
 	return pub, priv, m, request
 }
 
@@ -61,11 +62,11 @@ func TestAReplayedEnrolmentIsRefusedAndLogged(t *testing.T) {
 	ident := f.join(render.EnrolUser("one"))
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	pub, _, err := GenerateKey()
+	pub, _, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _, err := GenerateKey()
+	other, _, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestAReplayedEnrolmentIsRefusedAndLogged(t *testing.T) {
 	// reload that lands between two round trips would close the connection before the replay.
 	inbox := render.Inbox(render.EnrolUser("one"))
 	var acks []jetstream.PubAckFuture
-	for _, r := range []host.EnrolRequest{{Reply: inbox + ".first", Key: pub}, {Reply: inbox + ".replay", Key: other}} {
+	for _, r := range []wire.EnrolRequest{{Reply: inbox + ".first", Key: pub}, {Reply: inbox + ".replay", Key: other}} {
 		data, _ := json.Marshal(r)
 		ack, err := ident.JetStream().PublishAsync(render.EnrolSubject("one"), data)
 		if err != nil {
@@ -132,18 +133,18 @@ func TestAReplayedEnrolmentIsRefusedAndLogged(t *testing.T) {
 }
 
 // takeDeclaration binds node's declaration consumer as the node and returns the next declaration.
-func takeDeclaration(t *testing.T, h *host.Host, node string, after uint64) Declaration {
+func takeDeclaration(t *testing.T, h *host.Host, node string, after uint64) wire.Declaration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	got := make(chan Declaration, 16)
+	got := make(chan wire.Declaration, 16)
 	// Bound again while refused: a reload the controller asked for can cut a request off, as
 	// the agent also finds, and it binds again too.
 	var cc jetstream.ConsumeContext
 	var err error
 	for {
 		cc, err = h.Declarations(ctx, node, func(m jetstream.Msg) {
-			var d Declaration
+			var d wire.Declaration
 			if json.Unmarshal(m.Data(), &d) == nil {
 				got <- d
 			}
@@ -170,13 +171,13 @@ func takeDeclaration(t *testing.T, h *host.Host, node string, after uint64) Decl
 	}
 }
 
-func (f *fixture) instance(d Declaration, user string, pub, priv []byte) (Instance, host.Membership) {
+func (f *fixture) instance(d wire.Declaration, user string, pub, priv []byte) (wire.Instance, host.Membership) {
 	f.t.Helper()
-	i := slices.IndexFunc(d.Instances, func(in Instance) bool { return in.User == user })
+	i := slices.IndexFunc(d.Instances, func(in wire.Instance) bool { return in.User == user })
 	if i < 0 {
 		f.t.Fatalf("generation %d declares no %s: %+v", d.Generation, user, d.Instances)
 	}
-	opened, err := Open(pub, priv, d.Instances[i].Membership)
+	opened, err := wire.Open(pub, priv, d.Instances[i].Membership)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestDeclarationsCarrySealedMembershipsAndFollowChange(t *testing.T) {
 		"  - name: audit\n    on: [one]\n    emits: [checked]\n")
 	f.ctrl.Mesh(f.mesh)
 	d3 := takeDeclaration(t, node, "one", 2)
-	if slices.ContainsFunc(d3.Instances, func(in Instance) bool { return in.User == "one.shop" }) {
+	if slices.ContainsFunc(d3.Instances, func(in wire.Instance) bool { return in.User == "one.shop" }) {
 		t.Fatalf("generation 3 still declares one.shop")
 	}
 	if _, err := host.Join(ctx, sm); !errors.Is(err, nats.ErrAuthorization) {

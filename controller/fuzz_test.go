@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // maxControlLine is the server's max_control_line by default: a protocol line longer than this
@@ -27,7 +27,7 @@ const maxServerPayload = 1 << 20
 // bound. Its corpus (testdata/fuzz/FuzzControlMessage and the seeds below) runs with every
 // `go test`; .ci/run fuzzes it for a minute, and what that finds is kept there.
 func FuzzControlMessage(f *testing.F) {
-	key := b64(make([]byte, KeySize))
+	key := b64(make([]byte, wire.KeySize))
 	for _, s := range []struct {
 		subject, payload string
 		declared         uint64
@@ -57,10 +57,10 @@ func FuzzControlMessage(f *testing.F) {
 			}
 		}
 
-		if reply, err := host.EnrolReply(subject, payload); err == nil {
+		if reply, err := wire.EnrolReply(subject, payload); err == nil {
 			checkEnrolPayload(t, subject, payload)
 			checkReply(t, subject, reply)
-		} else if !errors.Is(err, host.ErrNotEnrolment) {
+		} else if !errors.Is(err, wire.ErrNotEnrolment) {
 			t.Fatalf("EnrolReply: %v, not ErrNotEnrolment", err)
 		}
 
@@ -74,10 +74,10 @@ func FuzzControlMessage(f *testing.F) {
 			}
 			checkEnrolPayload(t, subject, payload)
 			checkReply(t, subject, ask.Reply)
-			if len(ask.Key) != KeySize {
+			if len(ask.Key) != wire.KeySize {
 				t.Fatalf("an enrolment with a key of %d bytes was accepted", len(ask.Key))
 			}
-		case !errors.Is(err, host.ErrNotEnrolment):
+		case !errors.Is(err, wire.ErrNotEnrolment):
 			t.Fatalf("JudgeEnrolment: %v, neither ErrRefused nor ErrNotEnrolment", err)
 		}
 
@@ -94,7 +94,7 @@ func FuzzControlMessage(f *testing.F) {
 				checkInstance(t, node, u)
 			}
 			for u, why := range r.Failed {
-				if u != ReportRemoval {
+				if u != wire.ReportRemoval {
 					checkInstance(t, node, u)
 				}
 				if len(why) > MaxReasonLen {
@@ -123,7 +123,7 @@ func checkNode(t *testing.T, node string) {
 
 func checkEnrolPayload(t *testing.T, subject string, payload []byte) {
 	t.Helper()
-	if len(payload) > host.MaxEnrolRequestSize {
+	if len(payload) > wire.MaxEnrolRequestSize {
 		t.Fatalf("an enrolment request of %d bytes on %q was read", len(payload), subject)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
@@ -26,6 +27,7 @@ import (
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // waitLimit is how long a test waits for a condition before it gives up: a failsafe, not a
@@ -110,7 +112,7 @@ func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixt
 	hashes, _ := f.store.Hashes(ctx)
 	desired := render.Derive(f.mesh)
 	f.bus = bus.StartTestBus(t, render.AccountsConfig(desired.Principals, hashes))
-	conn, err := bus.Dial(ctx, bus.Target{URL: f.bus.URL()}, bus.Credential{User: render.ControllerUser, Password: ctlPassword})
+	conn, err := busclient.Dial(ctx, busclient.Target{URL: f.bus.URL()}, busclient.Credential{User: render.ControllerUser, Password: ctlPassword})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,12 +123,12 @@ func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixt
 	}
 	p := plan.Compute(plan.TargetOf(desired, hashes), plan.Live{}, plan.Options{})
 	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
-		Target: bus.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
+		Target: busclient.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
 		t.Fatalf("creating the mesh: %v", err)
 	}
 
 	cfg := Config{
-		Target: bus.Target{URL: f.bus.URL()}, Password: ctlPassword, Store: f.store, Cost: bcrypt.MinCost,
+		Target: busclient.Target{URL: f.bus.URL()}, Password: ctlPassword, Store: f.store, Cost: bcrypt.MinCost,
 		Sync: f.sync, Bound: time.Minute, Retry: 100 * time.Millisecond, StoreTimeout: 300 * time.Millisecond,
 		Logger:  slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Observe: f.observe,
@@ -275,9 +277,9 @@ func (f *fixture) streamInfo(name string) *jetstream.StreamInfo {
 }
 
 // probe is a connection of the test's own as the controller, to look at the streams.
-func (c *Controller) probe(t *testing.T, url string) *bus.Conn {
+func (c *Controller) probe(t *testing.T, url string) *busclient.Conn {
 	t.Helper()
-	conn, err := bus.Dial(context.Background(), bus.Target{URL: url}, bus.Credential{User: render.ControllerUser, Password: c.cfg.Password})
+	conn, err := busclient.Dial(context.Background(), busclient.Target{URL: url}, busclient.Credential{User: render.ControllerUser, Password: c.cfg.Password})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +329,7 @@ func (f *fixture) holdWriteLock() (release func()) {
 }
 
 // report files a report as node.
-func (f *fixture) report(h *host.Host, node string, r Report) {
+func (f *fixture) report(h *host.Host, node string, r wire.Report) {
 	f.t.Helper()
 	data, _ := json.Marshal(r)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -362,7 +364,7 @@ func (f *fixture) noPassword(passwords ...string) {
 func enrolAndDeclare(t *testing.T, f *fixture, node string, generation uint64) {
 	t.Helper()
 	ctx := context.Background()
-	pub, _, err := GenerateKey()
+	pub, _, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // alphaBeta is the mesh the attacks run on: node alpha, whose identities attack, runs a module,
@@ -73,11 +73,11 @@ func TestAnOverlongAnswerAddressIsLetGoUnanswered(t *testing.T) {
 	t.Parallel()
 	f := start(t, alphaBeta)
 	f.ctrl.Mesh(f.mesh)
-	pub, _, err := GenerateKey()
+	pub, _, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	attack, _ := json.Marshal(host.EnrolRequest{Reply: overlongReply("alpha", 4100), Key: pub})
+	attack, _ := json.Marshal(wire.EnrolRequest{Reply: overlongReply("alpha", 4100), Key: pub})
 	publishAll(t, f.stock(render.EnrolUser("alpha")), []*nats.Msg{{Subject: render.EnrolSubject("alpha"), Data: attack}})
 	e, _ := f.waitEvent(0, func(e Event) bool { return e.Kind == KindEnrol })
 	if e.Settle.Verb != Term || !strings.Contains(e.Settle.Reason, "above the bound") {
@@ -101,7 +101,7 @@ func TestAReportOfAGenerationNeverDeclaredIsLetGo(t *testing.T) {
 	node := f.join(render.NodeUser("one"))
 	from := 0
 	for _, g := range []uint64{math.MaxUint64, 3, 0} {
-		f.report(node, "one", Report{Generation: g})
+		f.report(node, "one", wire.Report{Generation: g})
 		var e Event
 		e, from = f.waitEvent(from, func(e Event) bool { return e.Kind == KindReport })
 		if e.Settle.Verb != Term || !strings.Contains(e.Settle.Reason, "never declared") {
@@ -111,7 +111,7 @@ func TestAReportOfAGenerationNeverDeclaredIsLetGo(t *testing.T) {
 	if r := f.reports(); len(r) != 0 {
 		t.Fatalf("the store recorded %+v", r)
 	}
-	f.report(node, "one", Report{Generation: 2})
+	f.report(node, "one", wire.Report{Generation: 2})
 	if e, _ := f.waitEvent(from, func(e Event) bool { return e.Kind == KindReport }); e.Settle.Verb != Ack {
 		t.Fatalf("the report of the generation declared was settled %+v", e.Settle)
 	}
@@ -174,7 +174,7 @@ func TestTheControllerJoinsAgainWhenItsConnectionIsLost(t *testing.T) {
 		g := uint64(8 + i)
 		// Filed until taken: a report is kept by CONTROL whoever listens, but the heartbeat
 		// below is heard only by a controller subscribed at the time.
-		f.report(node, "one", Report{Generation: g})
+		f.report(node, "one", wire.Report{Generation: g})
 		var e Event
 		e, from = f.waitEvent(from, func(e Event) bool { return e.Kind == KindReport })
 		if e.Settle.Verb != Ack {
@@ -183,7 +183,7 @@ func TestTheControllerJoinsAgainWhenItsConnectionIsLost(t *testing.T) {
 		eventually(t, "a heartbeat heard", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			_ = node.Heartbeat(ctx, "one", mustJSON(Heartbeat{Generation: g}))
+			_ = node.Heartbeat(ctx, "one", mustJSON(wire.Heartbeat{Generation: g}))
 			return f.ctrl.Heartbeats()["one"].Generation == g
 		})
 		if h := f.ctrl.Health(); !h.Connected || h.LastTaken.IsZero() {
@@ -202,7 +202,7 @@ func TestHostileControlTrafficLeavesEnrolmentAndRotationQuick(t *testing.T) {
 	t.Parallel()
 	f := start(t, alphaBeta, func(c *Config) { c.CredentialPoll = 50 * time.Millisecond })
 	f.ctrl.Mesh(f.mesh)
-	pub, _, err := GenerateKey()
+	pub, _, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestHostileControlTrafficLeavesEnrolmentAndRotationQuick(t *testing.T) {
 	// Every well-formed request is left out: it would enrol alpha, as it should.
 	malformed := []*nats.Msg{
 		enrol(`{"reply":"` + overlongReply("alpha", 4100) + `","key":"` + key + `"}`),
-		enrol(`{"reply":"` + overlongReply("alpha", host.MaxEnrolReplyLen+1) + `","key":"` + key + `"}`),
+		enrol(`{"reply":"` + overlongReply("alpha", wire.MaxEnrolReplyLen+1) + `","key":"` + key + `"}`),
 		enrol(`{"reply":"` + inbox + `*","key":"` + key + `"}`),
 		enrol(`{"reply":"` + inbox + `>","key":"` + key + `"}`),
 		enrol(`{"reply":"` + inbox + `a b","key":"` + key + `"}`),
@@ -224,7 +224,7 @@ func TestHostileControlTrafficLeavesEnrolmentAndRotationQuick(t *testing.T) {
 		enrol(`{"reply":"_INBOX.enrol.beta.x","key":"` + key + `"}`),
 		enrol(`{"reply":"mesh.node.alpha.declare","key":"` + key + `"}`),
 		enrol(`{"reply":"` + inbox + `x","key":"AAAA"}`),
-		enrol(`{"reply":"` + inbox + `x","key":"` + b64(make([]byte, KeySize+1)) + `"}`),
+		enrol(`{"reply":"` + inbox + `x","key":"` + b64(make([]byte, wire.KeySize+1)) + `"}`),
 		enrol(`{"reply":"` + inbox + `x","key":"not base64!"}`),
 		enrol(`{"reply":"` + inbox + `x"}`),
 		enrol(`{"reply":`),
@@ -300,12 +300,12 @@ func TestHostileControlTrafficLeavesEnrolmentAndRotationQuick(t *testing.T) {
 	f.joinAs(after)
 
 	// Nothing hostile was answered, enrolled, recorded or held as a store failure.
-	var legit host.EnrolRequest
+	var legit wire.EnrolRequest
 	_ = json.Unmarshal(request, &legit)
 	for len(answers) > 0 {
 		// The stream's acknowledgements of the requests come to the inbox too, and are not
 		// answers.
-		var a EnrolAnswer
+		var a wire.EnrolAnswer
 		if m := <-answers; m.Subject != legit.Reply && json.Unmarshal(m.Data, &a) == nil && a.Node != "" {
 			t.Errorf("the controller answered at %s", model.Quote(m.Subject))
 		}

@@ -6,10 +6,11 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // A reconcile that turns the CONTROL consumer into the other kind (bus.consumers changed, so
@@ -22,14 +23,14 @@ func TestTheControllerRebindsWhenTheConsumerKindChanges(t *testing.T) {
 	f.ctrl.Mesh(f.mesh)
 	node := f.join(render.NodeUser("one"))
 	isReport := func(e Event) bool { return e.Kind == KindReport }
-	f.report(node, "one", Report{})
+	f.report(node, "one", wire.Report{})
 	_, next := f.waitEvent(0, isReport)
 
 	for _, kind := range []string{"push", "pull"} {
 		f.write("bus:\n  consumers: " + kind + "\n" + twoNodes)
 		f.apply()
 		f.ctrl.Mesh(f.mesh)
-		f.report(node, "one", Report{})
+		f.report(node, "one", wire.Report{})
 		_, next = f.waitEvent(next, isReport)
 	}
 }
@@ -42,7 +43,7 @@ func (f *fixture) apply() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	conn, err := bus.Dial(ctx, bus.Target{URL: f.bus.URL()}, bus.Credential{User: render.ControllerUser, Password: password})
+	conn, err := busclient.Dial(ctx, busclient.Target{URL: f.bus.URL()}, busclient.Credential{User: render.ControllerUser, Password: password})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func (f *fixture) apply() {
 		f.t.Fatalf("the plan is blocked: %+v", p.Changes)
 	}
 	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
-		Target: bus.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
+		Target: busclient.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
 		f.t.Fatalf("applying: %v", err)
 	}
 }

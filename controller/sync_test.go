@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // A Sync that does not return (a reconcile held up for good) keeps the loop no longer than the
@@ -23,7 +24,7 @@ func TestASyncThatNeverEndsHoldsTheLoopOnlyUntilTheTimeout(t *testing.T) {
 	})
 	f.ctrl.Mesh(f.mesh)
 	ident := f.join(render.EnrolUser("one"))
-	pub, _, err := GenerateKey()
+	pub, _, err := wire.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}

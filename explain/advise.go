@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
@@ -204,13 +204,13 @@ func (e *explainer) try(ds []decl) error {
 }
 
 // Granted reports whether the derived bus d lets r's principal do what r says it was refused.
-func Granted(d *render.Desired, r bus.PermissionError) bool {
+func Granted(d *render.Desired, r busclient.PermissionError) bool {
 	p, ok := d.Principal(r.User)
 	if !ok {
 		return false
 	}
 	list := p.Publish
-	if r.Op == bus.OpSubscribe {
+	if r.Op == busclient.OpSubscribe {
 		list = p.Subscribe
 	}
 	return slices.ContainsFunc(list, func(g render.Grant) bool {

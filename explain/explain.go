@@ -16,7 +16,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
@@ -46,14 +46,14 @@ type who struct {
 // explainer explains one refusal r of principal w against the mesh m.
 type explainer struct {
 	m *model.Mesh
-	r bus.PermissionError
+	r busclient.PermissionError
 	w who
 }
 
 // Refusal explains r, a refusal the bus reported, against the mesh m it carries. The advice
 // depends on r's subject only as far as Rule keeps it: every refusal of one Group is explained
 // alike.
-func Refusal(m *model.Mesh, r bus.PermissionError) Advice {
+func Refusal(m *model.Mesh, r busclient.PermissionError) Advice {
 	w, ok := principal(m, r.User)
 	if !ok {
 		return never("user %q is no principal of this description", r.User)
@@ -61,11 +61,11 @@ func Refusal(m *model.Mesh, r bus.PermissionError) Advice {
 	e := &explainer{m: m, r: r, w: w}
 	tok := strings.Split(r.Subject, ".")
 	switch {
-	case r.Op == bus.OpReply:
+	case r.Op == busclient.OpReply:
 		return never("%s may name as a reply subject only its own inbox, %s.>", w.name, render.Inbox(w.user))
-	case tok[0] == "$JS" && r.Op == bus.OpSubscribe && (len(tok) > 1 && tok[1] == "ACK" || strings.HasPrefix(r.Subject, "$JS.API.")):
+	case tok[0] == "$JS" && r.Op == busclient.OpSubscribe && (len(tok) > 1 && tok[1] == "ACK" || strings.HasPrefix(r.Subject, "$JS.API.")):
 		return never("%s is published, never subscribed: a request to the JetStream API or an acknowledgement, answered at the asker's own inbox", Rule(r))
-	case tok[0] == "_DELIVER" && r.Op == bus.OpPublish:
+	case tok[0] == "_DELIVER" && r.Op == busclient.OpPublish:
 		return never("%s is where the server delivers a consumer's messages: principals subscribe there, and only the server publishes", r.Subject)
 	case tok[0] == "_INBOX":
 		return e.inbox()
@@ -78,7 +78,7 @@ func Refusal(m *model.Mesh, r bus.PermissionError) Advice {
 	case tok[0] == "mesh" && slices.ContainsFunc(tok, func(t string) bool { return t == "*" || t == ">" }):
 		return never("%s is a wildcard over other principals' traffic", r.Subject)
 	case len(tok) >= 5 && tok[0] == "mesh" && (tok[1] == "mod" || tok[1] == "seat"):
-		return e.traffic(r.Op == bus.OpPublish, tok[1] == "seat", tok[2], tok[3], strings.Join(tok[4:], "."))
+		return e.traffic(r.Op == busclient.OpPublish, tok[1] == "seat", tok[2], tok[3], strings.Join(tok[4:], "."))
 	case tok[0] == "mesh" && len(tok) > 1 && (tok[1] == "control" || tok[1] == "node"):
 		return never("%s is the control plane's traffic between the controller and node %s", r.Subject, strings.Join(tok[2:3], ""))
 	}
@@ -181,11 +181,11 @@ func (e *explainer) inbox() Advice {
 	w := e.w
 	own := render.Inbox(w.user)
 	switch {
-	case Rule(e.r) == own+".>" && e.r.Op == bus.OpPublish:
+	case Rule(e.r) == own+".>" && e.r.Op == busclient.OpPublish:
 		return never("%s.> is %s's own inbox, where the answers to its requests come: it subscribes there, and those answering publish", own, w.name)
 	case Rule(e.r) == own+".>":
 		return e.advise(nil)
-	case e.r.Op == bus.OpPublish:
+	case e.r.Op == busclient.OpPublish:
 		return never("%s published into another principal's inbox: a principal answers there only once, a request for a tool it serves", w.name)
 	}
 	return never("inbox prefix not set: %s subscribes to inboxes outside its own, %s.>; set the client's inbox prefix to %s (nats.CustomInboxPrefix, inboxPrefix)", w.name, own, own)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/explain"
 	"github.com/meshbus/meshctl/explain/explaintest"
 	"github.com/meshbus/meshctl/model"
@@ -43,12 +43,12 @@ func withConsumers(files []model.File, consumers string) []model.File {
 	return append(out, model.File{Name: "zz-consumers.yaml", Data: []byte("bus:\n  consumers: " + consumers + "\n")})
 }
 
-func pub(user, subject string) bus.PermissionError {
-	return bus.PermissionError{User: user, Op: bus.OpPublish, Subject: subject}
+func pub(user, subject string) busclient.PermissionError {
+	return busclient.PermissionError{User: user, Op: busclient.OpPublish, Subject: subject}
 }
 
-func sub(user, subject string) bus.PermissionError {
-	return bus.PermissionError{User: user, Op: bus.OpSubscribe, Subject: subject}
+func sub(user, subject string) busclient.PermissionError {
+	return busclient.PermissionError{User: user, Op: busclient.OpSubscribe, Subject: subject}
 }
 
 // Each refusal is explained in the description's terms: the YAML that would grant it — all of
@@ -57,7 +57,7 @@ func TestRefusalsAreExplainedInTheDescriptionsTerms(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		consumers string
-		r         bus.PermissionError
+		r         busclient.PermissionError
 		want      explain.Advice
 	}{
 		// The issue's own example: a call not declared.
@@ -168,7 +168,7 @@ func TestEveryAdviceValidatesAndGrants(t *testing.T) {
 
 // refusals are what any principal of m (and one it does not know) might be refused: every
 // subject the mesh derives or nearly does, published and subscribed.
-func refusals(m *model.Mesh, d *render.Desired) []bus.PermissionError {
+func refusals(m *model.Mesh, d *render.Desired) []busclient.PermissionError {
 	var subjects []string
 	add := func(s ...string) { subjects = append(subjects, s...) }
 	for _, mod := range m.Modules {
@@ -205,7 +205,7 @@ func refusals(m *model.Mesh, d *render.Desired) []bus.PermissionError {
 	for _, u := range users {
 		add(render.Inbox(u)+".x", render.ReportSubject(strings.TrimPrefix(u, "node.")))
 	}
-	var out []bus.PermissionError
+	var out []busclient.PermissionError
 	for _, u := range users {
 		for _, s := range subjects {
 			out = append(out, pub(u, s), sub(u, s))
@@ -233,7 +233,7 @@ func consumerSubjects(stream, consumer string) []string {
 func TestRulesGroupWhatChangesPerConnection(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		r    bus.PermissionError
+		r    busclient.PermissionError
 		rule string
 	}{
 		{sub("two.audit", "_INBOX.Xy7Rb2kQ9mN4pL1sT6vW8z.*"), "_INBOX.>"},
@@ -248,7 +248,7 @@ func TestRulesGroupWhatChangesPerConnection(t *testing.T) {
 		}
 	}
 	_, m := description(t, "seed", "")
-	for _, group := range [][]bus.PermissionError{
+	for _, group := range [][]busclient.PermissionError{
 		{sub("two.audit", "_INBOX.Xy7Rb2kQ9mN4pL1sT6vW8z.*"), sub("two.audit", "_INBOX.Ab3Cd4Ef5Gh6Ij7Kl8Mn9o.*"), sub("two.audit", "_INBOX.two.shop.>")},
 		{pub("two.audit", "$JS.ACK.EVENTS.two_shop.1.2.3.4.5"), pub("two.audit", "$JS.ACK.EVENTS.two_shop.2.9.9.4.0")},
 	} {

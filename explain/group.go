@@ -3,7 +3,7 @@ package explain
 import (
 	"strings"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -15,7 +15,7 @@ type Group struct {
 }
 
 // GroupOf is the group r counts in.
-func GroupOf(r bus.PermissionError) Group {
+func GroupOf(r busclient.PermissionError) Group {
 	return Group{User: r.User, Op: r.Op, Rule: Rule(r), Queue: r.Queue}
 }
 
@@ -29,7 +29,7 @@ func GroupOf(r bus.PermissionError) Group {
 //
 // Any other subject is its own rule: the mesh's subjects are named by the description, not
 // made up per connection. Refusal explains every subject of one rule alike.
-func Rule(r bus.PermissionError) string {
+func Rule(r busclient.PermissionError) string {
 	tok := strings.Split(r.Subject, ".")
 	own := render.Inbox(r.User)
 	switch {

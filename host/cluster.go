@@ -4,12 +4,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 )
 
 // NewMembership is the membership of user on the bus t reaches: for a cluster, with every
 // server listed, so the host can reach the bus through any of them.
-func NewMembership(t bus.Target, user, password string) Membership {
+func NewMembership(t busclient.Target, user, password string) Membership {
 	m := Membership{Address: t.URL, Fingerprint: t.Fingerprint, User: user, Password: password}
 	if t.Others != "" {
 		m.Servers = append([]string{t.URL}, strings.Split(t.Others, ",")...)
@@ -19,7 +19,7 @@ func NewMembership(t bus.Target, user, password string) Membership {
 
 // target is where the membership's bus is: its address, and every other server it lists. An
 // address without a scheme is taken as nats://.
-func (m Membership) target() bus.Target {
+func (m Membership) target() busclient.Target {
 	address := withScheme(m.Address)
 	var others []string
 	for _, s := range m.Servers {
@@ -27,7 +27,7 @@ func (m Membership) target() bus.Target {
 			others = append(others, s)
 		}
 	}
-	return bus.Target{URL: address, Fingerprint: m.Fingerprint, Others: strings.Join(others, ",")}
+	return busclient.Target{URL: address, Fingerprint: m.Fingerprint, Others: strings.Join(others, ",")}
 }
 
 func withScheme(address string) string {

@@ -18,7 +18,7 @@ import (
 // consumer's deliver group when it has one; a pull consumer is asked for messages on
 // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>, answered on the host's inbox. So a host needs
 // to be told nothing about the mode, and a mesh that changes it needs no new membership. A
-// refusal of the binding, the subscription or the first pull request is a *bus.PermissionError
+// refusal of the binding, the subscription or the first pull request is a *busclient.PermissionError
 // in the error chain, naming the subject.
 //
 // handle runs on the library's delivery goroutine, one message at a time. Stop the returned

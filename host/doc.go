@@ -10,7 +10,7 @@
 //     issue` prints — address, fingerprint, user and one secret (a password, or an nkey user
 //     seed for `bus.auth: nkey`) as separate fields, and for a cluster every server's URL;
 //     never a URL with a secret in it.
-//   - Joining (Join): bus.Dial with those fields joined once, through whichever of the
+//   - Joining (Join): busclient.Dial with those fields joined once, through whichever of the
 //     servers answers, the certificate pinned by its fingerprint and the inbox prefix
 //     `_INBOX.<user>`, the only inbox the user is granted.
 //   - Binding the consumer a principal is meant to use, by the mesh's naming rules
@@ -20,7 +20,7 @@
 //   - Turning refusals into errors (Check). The server says what it refused only through the
 //     connection's async error handler; to the caller a missing grant looks like a timeout or
 //     "no responders" (NATS-FACTS.md). Every operation here runs under Check, so a refusal is a
-//     *bus.PermissionError naming the user, the operation and the subject.
+//     *busclient.PermissionError naming the user, the operation and the subject.
 //
 // Package hosttest, beside it, starts a real bus carrying a whole mesh for tests of hosts; the
 // tests here use it to prove, principal by principal, that every job succeeds, that everything

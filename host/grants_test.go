@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/render"
 )
@@ -50,17 +50,17 @@ func (w withheld) from(p render.Principal) render.Principal {
 // refuses reports whether err is user's refusal of something w granted. allow_responses is the
 // permission to answer a request at its reply subject, an inbox of the caller's.
 func (w withheld) refuses(user string, err error) bool {
-	var v *bus.PermissionError
+	var v *busclient.PermissionError
 	if !errors.As(err, &v) || v.User != user {
 		return false
 	}
 	switch {
 	case w.allowResponses:
-		return v.Op == bus.OpPublish && strings.HasPrefix(v.Subject, "_INBOX.")
+		return v.Op == busclient.OpPublish && strings.HasPrefix(v.Subject, "_INBOX.")
 	case w.publish:
-		return v.Op == bus.OpPublish && subjectMatches(w.grant.Subject, v.Subject)
+		return v.Op == busclient.OpPublish && subjectMatches(w.grant.Subject, v.Subject)
 	default:
-		return v.Op == bus.OpSubscribe && subjectMatches(w.grant.Subject, v.Subject) &&
+		return v.Op == busclient.OpSubscribe && subjectMatches(w.grant.Subject, v.Subject) &&
 			(w.grant.Queue == "" || w.grant.Queue == v.Queue)
 	}
 }

@@ -7,16 +7,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/meshbus/meshctl/bus"
 )
 
 // Host is one principal's connection to the bus: the connection, which reports what the server
 // refused it, and JetStream over it.
 type Host struct {
-	conn    *bus.Conn
+	conn    *busclient.Conn
 	js      jetstream.JetStream
 	user    string
 	address string
@@ -28,7 +27,7 @@ type Host struct {
 	checking sync.Mutex
 }
 
-// Join connects to the bus as the membership's principal. It dials with bus.Dial: the address,
+// Join connects to the bus as the membership's principal. It dials with busclient.Dial: the address,
 // user and secret (a password, or an nkey seed that signs the server's challenge) as separate
 // fields joined once, the certificate pinned by the membership's
 // fingerprint when it has one, and the inbox prefix `_INBOX.<user>` — the only inbox the user is
@@ -42,9 +41,9 @@ func Join(ctx context.Context, m Membership, opts ...nats.Option) (*Host, error)
 	t := m.target()
 	h := &Host{user: m.User, address: t.Address(), closed: make(chan struct{})}
 	// After the caller's options, so it chains their closed handler rather than losing it;
-	// bus.Dial chains this one in turn.
+	// busclient.Dial chains this one in turn.
 	opts = append(opts[:len(opts):len(opts)], h.onClosed)
-	conn, err := bus.Dial(ctx, t, bus.Credential{User: m.User, Password: m.Password, Seed: m.Seed}, opts...)
+	conn, err := busclient.Dial(ctx, t, busclient.Credential{User: m.User, Password: m.Password, Seed: m.Seed}, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("joining the bus: %w", err)
 	}
@@ -74,7 +73,7 @@ func (h *Host) onClosed(o *nats.Options) error {
 // Conn is the connection, for what this package does not wrap. Its Violations channel is read
 // by Check: a caller reading it too takes refusals Check would otherwise report (use
 // LastViolation or WaitViolation instead, which do not consume).
-func (h *Host) Conn() *bus.Conn { return h.conn }
+func (h *Host) Conn() *busclient.Conn { return h.conn }
 
 // JetStream is JetStream over the connection. A host may bind and acknowledge its own
 // consumers and publish what it is granted; every stream and consumer call beyond that is
@@ -111,7 +110,7 @@ func (h *Host) Drain(ctx context.Context) error {
 // takes microseconds: the error handler's goroutine has it queued).
 const settleTimeout = 2 * time.Second
 
-// Check runs op and reports a permission violation it caused as the error: a *bus.PermissionError
+// Check runs op and reports a permission violation it caused as the error: a *busclient.PermissionError
 // naming the user, the operation and the subject, instead of the timeout or "no responders" a
 // refusal otherwise looks like to the client (NATS-FACTS.md; nats-server #4907).
 //
@@ -171,7 +170,7 @@ drain:
 // refusedSince flushes the connection and returns the refusal the server reported after before
 // was the connection's last error and recorded its last recorded refusal, or nil when there was
 // none.
-func (h *Host) refusedSince(ctx context.Context, before error, recorded *bus.PermissionError) *bus.PermissionError {
+func (h *Host) refusedSince(ctx context.Context, before error, recorded *busclient.PermissionError) *busclient.PermissionError {
 	ctx = context.WithoutCancel(ctx)
 	fctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()

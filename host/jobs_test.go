@@ -23,7 +23,7 @@ import (
 
 // job is one thing a principal of the matrix mesh exists to do, done end to end against a live
 // bus as that principal (as), with counterparts joined as themselves. It returns nil when the
-// job is done; the principal's own *bus.PermissionError (in the chain) when the server refused
+// job is done; the principal's own *busclient.PermissionError (in the chain) when the server refused
 // it something; an error wrapping errHelper when a counterpart failed.
 type job struct {
 	user string

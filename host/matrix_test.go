@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/model"
@@ -55,20 +55,20 @@ func everyPrincipalDoesItsJobs(t *testing.T, kind string) {
 type refusal struct {
 	user, what string
 	do         func(ctx context.Context, b *hosttest.Mesh, h *host.Host) error
-	op         string // bus.OpPublish or bus.OpSubscribe
+	op         string // busclient.OpPublish or busclient.OpSubscribe
 	subject    string
 	queue      string
 }
 
 func publishing(user, what, subject string) refusal {
-	return refusal{user: user, what: what, op: bus.OpPublish, subject: subject,
+	return refusal{user: user, what: what, op: busclient.OpPublish, subject: subject,
 		do: func(ctx context.Context, _ *hosttest.Mesh, h *host.Host) error {
 			return h.Send(ctx, subject, []byte("x"))
 		}}
 }
 
 func persisting(user, what, subject string) refusal {
-	return refusal{user: user, what: what, op: bus.OpPublish, subject: subject,
+	return refusal{user: user, what: what, op: busclient.OpPublish, subject: subject,
 		do: func(ctx context.Context, _ *hosttest.Mesh, h *host.Host) error {
 			_, err := h.Publish(ctx, subject, []byte("x"))
 			return err
@@ -76,7 +76,7 @@ func persisting(user, what, subject string) refusal {
 }
 
 func subscribing(user, what, subject string) refusal {
-	return refusal{user: user, what: what, op: bus.OpSubscribe, subject: subject,
+	return refusal{user: user, what: what, op: busclient.OpSubscribe, subject: subject,
 		do: func(ctx context.Context, _ *hosttest.Mesh, h *host.Host) error {
 			_, err := h.Subscribe(ctx, subject, func(*nats.Msg) {})
 			return err
@@ -84,7 +84,7 @@ func subscribing(user, what, subject string) refusal {
 }
 
 func queueing(user, what, subject, queue string) refusal {
-	return refusal{user: user, what: what, op: bus.OpSubscribe, subject: subject, queue: queue,
+	return refusal{user: user, what: what, op: busclient.OpSubscribe, subject: subject, queue: queue,
 		do: func(ctx context.Context, _ *hosttest.Mesh, h *host.Host) error {
 			_, err := h.QueueSubscribe(ctx, subject, queue, func(*nats.Msg) {})
 			return err
@@ -92,7 +92,7 @@ func queueing(user, what, subject, queue string) refusal {
 }
 
 func binding(user, what, stream, consumer string) refusal {
-	return refusal{user: user, what: what, op: bus.OpPublish, subject: "$JS.API.CONSUMER.INFO." + stream + "." + consumer,
+	return refusal{user: user, what: what, op: busclient.OpPublish, subject: "$JS.API.CONSUMER.INFO." + stream + "." + consumer,
 		do: func(ctx context.Context, _ *hosttest.Mesh, h *host.Host) error {
 			_, err := h.Consume(ctx, stream, consumer, func(jetstream.Msg) {})
 			return err
@@ -100,7 +100,7 @@ func binding(user, what, stream, consumer string) refusal {
 }
 
 func asking(user, what, subject string, ask func(ctx context.Context, js jetstream.JetStream) error) refusal {
-	return refusal{user: user, what: what, op: bus.OpPublish, subject: subject,
+	return refusal{user: user, what: what, op: busclient.OpPublish, subject: subject,
 		do: func(ctx context.Context, _ *hosttest.Mesh, h *host.Host) error {
 			return h.Check(ctx, func(ctx context.Context) error { return ask(ctx, h.JetStream()) })
 		}}
@@ -208,7 +208,7 @@ func refusals() []refusal {
 		subscribing(ctl, "hear other principals' JetStream API requests", "$JS.API.>"),
 		subscribing(ctl, "hear every JetStream advisory, not only the ones watch heals from", "$JS.EVENT.ADVISORY.>"),
 		subscribing(ctl, "hear the objects created, which heal nothing", "$JS.EVENT.ADVISORY.CONSUMER.CREATED.*.*"),
-		{user: ctl, what: "answer a node's request at its reply subject", op: bus.OpPublish, subject: "_INBOX.node.one.answer",
+		{user: ctl, what: "answer a node's request at its reply subject", op: busclient.OpPublish, subject: "_INBOX.node.one.answer",
 			do: func(ctx context.Context, b *hosttest.Mesh, h *host.Host) error {
 				// No allow_responses: the controller answers enrolment at the address in the
 				// request's payload, and nothing at a reply subject.
@@ -293,7 +293,7 @@ func byKind(kind string) []refusal {
 	}
 }
 
-// Every principal is refused what is not its job, and the refusal is a *bus.PermissionError
+// Every principal is refused what is not its job, and the refusal is a *busclient.PermissionError
 // naming the subject — reported by Check, not a timeout — with pull and with push consumers.
 func TestEveryPrincipalIsRefusedWhatIsNotItsJob(t *testing.T) {
 	eachKind(t, everyPrincipalIsRefusedWhatIsNotItsJob)
@@ -312,11 +312,11 @@ func everyPrincipalIsRefusedWhatIsNotItsJob(t *testing.T, kind string) {
 			defer cancel()
 			start := time.Now()
 			err := r.do(ctx, b, b.MustJoin(t, r.user))
-			var v *bus.PermissionError
+			var v *busclient.PermissionError
 			if !errors.As(err, &v) {
 				t.Fatalf("got %v, want a permission error naming %s", err, r.subject)
 			}
-			want := bus.PermissionError{User: r.user, Op: r.op, Subject: r.subject, Queue: r.queue}
+			want := busclient.PermissionError{User: r.user, Op: r.op, Subject: r.subject, Queue: r.queue}
 			if *v != want {
 				t.Fatalf("refused %+v, want %+v", *v, want)
 			}

@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 )
 
 // Membership is what a host needs to join the bus: exactly the JSON line `meshctl credentials
@@ -88,7 +88,7 @@ func ReadMembership(r io.Reader) (Membership, error) {
 		return m, errors.New("reading the membership: both a password and a seed; a membership carries one, as `meshctl credentials issue` prints it")
 	}
 	if seed {
-		kp, err := bus.UserKey(m.Seed)
+		kp, err := busclient.UserKey(m.Seed)
 		if err != nil {
 			return m, fmt.Errorf("reading the membership: %w", err)
 		}

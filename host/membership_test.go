@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/model"
@@ -96,27 +96,6 @@ func TestInstanceOf(t *testing.T) {
 	}
 }
 
-// The controller answers an enrolment only under the inbox of the enrolment identity of the node
-// the request's subject names: a request must not steer its answer anywhere else.
-func TestEnrolReplyStaysUnderTheEnrollingNodesInbox(t *testing.T) {
-	t.Parallel()
-	if got, err := host.EnrolReply("mesh.control.one.enrol", []byte(`{"reply": "_INBOX.enrol.one.abc"}`)); err != nil || got != "_INBOX.enrol.one.abc" {
-		t.Fatalf("got %q, %v", got, err)
-	}
-	for _, c := range []struct{ subject, payload string }{
-		{"mesh.control.one.enrol", `{"reply": "_INBOX.enrol.two.abc"}`},
-		{"mesh.control.one.enrol", `{"reply": "_INBOX.enrol.one."}`},
-		{"mesh.control.one.enrol", `{"reply": "_INBOX.enrol.one.>"}`},
-		{"mesh.control.one.enrol", `{"reply": "mesh.node.one.declare"}`},
-		{"mesh.control.one.enrol", `not json`},
-		{"mesh.control.one.report", `{"reply": "_INBOX.enrol.one.abc"}`},
-	} {
-		if got, err := host.EnrolReply(c.subject, []byte(c.payload)); !errors.Is(err, host.ErrNotEnrolment) {
-			t.Errorf("%s %s: got %q, %v; want ErrNotEnrolment", c.subject, c.payload, got, err)
-		}
-	}
-}
-
 // Join dials as the membership says: its own inbox prefix, an address without a scheme taken as
 // nats://, and errors that name the address and never the password.
 func TestJoin(t *testing.T) {
@@ -175,7 +154,7 @@ func TestDrainCloses(t *testing.T) {
 	if _, open := <-h.Conn().Violations(); open {
 		t.Fatal("the violations channel is open after Drain")
 	}
-	var v *bus.PermissionError
+	var v *busclient.PermissionError
 	if errors.As(h.Check(ctx, func(context.Context) error { return nil }), &v) {
 		t.Fatal("a closed host reported a refusal")
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 )
@@ -108,7 +108,7 @@ func TestAHostJoinsWithASeed(t *testing.T) {
 		t.Fatalf("publishing what alpha.shop is granted: %v, %v", ack, err)
 	}
 	_, err = h.Publish(ctx, "mesh.mod.shop.event.other", nil)
-	var refused *bus.PermissionError
+	var refused *busclient.PermissionError
 	if !errors.As(err, &refused) || refused.User != "alpha.shop" || refused.Subject != "mesh.mod.shop.event.other" {
 		t.Fatalf("publishing what alpha.shop is not granted: %v", err)
 	}

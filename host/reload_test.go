@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -115,7 +115,7 @@ func TestAnAckAfterAReloadTakes(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = holder.Ack(ctx, after)
-		var v *bus.PermissionError
+		var v *busclient.PermissionError
 		if !errors.As(err, &v) || !w.refuses(p.User, err) {
 			t.Fatalf("after a reload, an ack without the grant: got %v, want it refused", err)
 		}

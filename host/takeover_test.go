@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // A node's own credential cannot take over its re-enrolment (issue 22, item 2). Once an
@@ -56,7 +56,7 @@ func TestANodeCannotAskToEnrolItself(t *testing.T) {
 	}
 	// The takeover: an answer address under the enrolment identity's inbox, as a real request
 	// carries, and a key the attacker holds the private half of.
-	takeover, _ := json.Marshal(host.EnrolRequest{Reply: render.Inbox(render.EnrolUser(node)) + ".taken", Key: bytes.Repeat([]byte{7}, 32)})
+	takeover, _ := json.Marshal(wire.EnrolRequest{Reply: render.Inbox(render.EnrolUser(node)) + ".taken", Key: bytes.Repeat([]byte{7}, 32)})
 	if err := nc.Publish(render.EnrolSubject(node), takeover); err != nil {
 		t.Fatal(err)
 	}

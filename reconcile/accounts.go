@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -25,7 +26,7 @@ type Accounts struct {
 	Reloader bus.Reloader
 	// Target is the server that includes Path, where the generation principal logs in to
 	// prove a reload took (generation.go).
-	Target bus.Target
+	Target busclient.Target
 	// StateDir keeps the generation record of the file last written.
 	StateDir string
 	// Verify, when set, is checked once the server is seen serving the new file: for example
@@ -146,7 +147,7 @@ func (e atFirstStart) Is(target error) bool { return target == ErrNotLive }
 
 // listening reports whether anything accepts a TCP connection at t's address: a server not
 // running at all, as opposed to one that refused the reload.
-func listening(t bus.Target) bool {
+func listening(t busclient.Target) bool {
 	u, err := url.Parse(t.URL)
 	if err != nil || u.Host == "" {
 		return true // not known to be down: the file is not left behind on a guess

@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
@@ -80,7 +81,7 @@ func BenchmarkReloadAccounts(b *testing.B) {
 			b.Run("proof", func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if err := proveOnce(context.Background(), bus.Target{URL: e.URL()}, gen); err != nil {
+					if err := proveOnce(context.Background(), busclient.Target{URL: e.URL()}, gen); err != nil {
 						b.Fatal(err)
 					}
 				}

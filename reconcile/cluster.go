@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -65,11 +66,11 @@ func (a Accounts) name() string {
 
 // externalAccounts is the external bus's accounts, one per server of the description, and the
 // Target that reaches any of them.
-func externalAccounts(m *model.Mesh, stateDir string) (Accounts, bus.Target) {
+func externalAccounts(m *model.Mesh, stateDir string) (Accounts, busclient.Target) {
 	var all []Accounts
-	var targets []bus.Target
+	var targets []busclient.Target
 	for _, srv := range m.Bus.Servers {
-		t := bus.Target{URL: srv.URL, Fingerprint: srv.Fingerprint}
+		t := busclient.Target{URL: srv.URL, Fingerprint: srv.Fingerprint}
 		a := Accounts{Path: srv.AccountsFile, Reloader: reloaderFor(srv.Reload, t, stateDir), Target: t, StateDir: stateDir, Server: srv.Name}
 		if len(srv.Copy) > 0 {
 			a.Copy = bus.CopyCommand(srv.Copy, model.CopyFileArg)
@@ -78,11 +79,11 @@ func externalAccounts(m *model.Mesh, stateDir string) (Accounts, bus.Target) {
 		targets = append(targets, t)
 	}
 	if len(all) == 0 {
-		return Accounts{StateDir: stateDir}, bus.Target{}
+		return Accounts{StateDir: stateDir}, busclient.Target{}
 	}
 	first := all[0]
 	first.Others = all[1:]
-	return first, bus.Cluster(targets)
+	return first, busclient.Cluster(targets)
 }
 
 // write rolls a new accounts config (a rendering) through the servers, one at a time (see
@@ -242,12 +243,12 @@ func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, erro
 
 // reloaderFor is how the server at t is reloaded; stateDir holds the password of meshctl's
 // system user, for a reload by request.
-func reloaderFor(r model.Reload, t bus.Target, stateDir string) bus.Reloader {
+func reloaderFor(r model.Reload, t busclient.Target, stateDir string) bus.Reloader {
 	switch {
 	case r.System:
-		return bus.SystemReloader(t, func() (bus.Credential, error) {
+		return bus.SystemReloader(t, func() (busclient.Credential, error) {
 			pw, err := state.ReadSystemPassword(stateDir)
-			return bus.Credential{User: render.SystemUser, Password: pw}, err
+			return busclient.Credential{User: render.SystemUser, Password: pw}, err
 		}, render.Inbox(render.SystemUser))
 	case r.PIDFile != "":
 		return bus.PIDFileReloader(r.PIDFile)
@@ -279,7 +280,7 @@ const (
 type clusterAPI struct{ API }
 
 // retrying wraps api for a bus of several servers; one server has no leader to lose.
-func retrying(api API, t bus.Target) API {
+func retrying(api API, t busclient.Target) API {
 	if t.Others == "" {
 		return api
 	}

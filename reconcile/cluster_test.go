@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
@@ -50,7 +51,7 @@ modules:
 // loginAlone logs in to one server of the cluster alone, not through the pool, which could
 // answer from another server.
 func loginAlone(ctx context.Context, srv *bus.TestClusterServer, user, password string) error {
-	c, err := bus.DialAlone(ctx, bus.Target{URL: srv.URL}, bus.Credential{User: user, Password: password})
+	c, err := busclient.DialAlone(ctx, busclient.Target{URL: srv.URL}, busclient.Credential{User: user, Password: password})
 	if err != nil {
 		return err
 	}

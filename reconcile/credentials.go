@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/state"
 )
@@ -56,7 +57,7 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 	} else {
 		a.Path = filepath.Join(store.Dir(), "bus", "accounts.conf")
 		if url, pid, ok := bus.RunningEmbeddedProcess(store.Dir()); ok {
-			a.Reloader, a.Target = bus.ControlReloader(store.Dir()), bus.Target{URL: url}
+			a.Reloader, a.Target = bus.ControlReloader(store.Dir()), busclient.Target{URL: url}
 			what = fmt.Sprintf("the embedded bus served by meshctl pid %d reloaded the accounts config, and is seen serving it", pid)
 		} else {
 			a.Reloader = atNextStart{}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 )
 
 // externalServer runs the real nats-server binary as its own process, with TLS, a pid file
@@ -49,8 +50,8 @@ func TestAnExternalServerIsReloadedByPIDFileOverPinnedTLS(t *testing.T) {
 	f.mustApply(ctx, s)
 	var err error
 	for range 50 {
-		var c *bus.Conn
-		if c, err = bus.Dial(ctx, bus.Target{URL: x.url, Fingerprint: x.fingerprint}, bus.Credential{User: "alpha.shop", Password: pw["alpha.shop"]}); err == nil {
+		var c *busclient.Conn
+		if c, err = busclient.Dial(ctx, busclient.Target{URL: x.url, Fingerprint: x.fingerprint}, busclient.Credential{User: "alpha.shop", Password: pw["alpha.shop"]}); err == nil {
 			c.Close()
 			break
 		}
@@ -71,7 +72,7 @@ func TestAWrongFingerprintIsRefused(t *testing.T) {
 	wrong := strings.Repeat("ab", 32)
 	f := newFixture(t, x.mesh(wrong))
 	_, err := Connect(ctx, f.mesh(), f.store, Options{Cost: bcrypt.MinCost, Logf: f.logf})
-	var mismatch *bus.FingerprintMismatchError
+	var mismatch *busclient.FingerprintMismatchError
 	if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), wrong) {
 		t.Fatalf("a bus presenting another certificate was not refused by its pin: %v", err)
 	}

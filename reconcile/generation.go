@@ -22,6 +22,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -300,8 +301,8 @@ func accountsEntries(conf []byte) (bus.AccountsLayout, bool) {
 var errNotServed = errors.New("the server was not seen serving it")
 
 // proveOnce logs in once as the generation principal of g.
-func proveOnce(ctx context.Context, t bus.Target, g generation) error {
-	c, err := bus.DialAlone(ctx, t, bus.Credential{User: GenerationUser, Password: g.Password})
+func proveOnce(ctx context.Context, t busclient.Target, g generation) error {
+	c, err := busclient.DialAlone(ctx, t, busclient.Credential{User: GenerationUser, Password: g.Password})
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) {
 			return errNotServed
@@ -320,7 +321,7 @@ func proveOnce(ctx context.Context, t bus.Target, g generation) error {
 var proofWait = 10 * time.Second
 
 // prove waits, up to within, until the server is seen serving g's file.
-func prove(ctx context.Context, t bus.Target, g generation, within time.Duration) error {
+func prove(ctx context.Context, t busclient.Target, g generation, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for {
@@ -331,7 +332,7 @@ func prove(ctx context.Context, t bus.Target, g generation, within time.Duration
 		// A wrong certificate stays wrong: waiting would only hide it behind a timeout. A
 		// connection dropped is retried: a server reloading its TLS settings closes
 		// connections still in their handshake.
-		var pin *bus.FingerprintMismatchError
+		var pin *busclient.FingerprintMismatchError
 		if errors.As(err, &pin) {
 			return err
 		}

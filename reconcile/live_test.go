@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -333,9 +333,9 @@ func TestAHolderChangeKeepsTheQueuedWork(t *testing.T) {
 	}
 }
 
-func dialAs(ctx context.Context, t *testing.T, s *Session, user string, pw map[string]string) *bus.Conn {
+func dialAs(ctx context.Context, t *testing.T, s *Session, user string, pw map[string]string) *busclient.Conn {
 	t.Helper()
-	c, err := bus.Dial(ctx, s.Target, bus.Credential{User: user, Password: pw[user]})
+	c, err := busclient.Dial(ctx, s.Target, busclient.Credential{User: user, Password: pw[user]})
 	if err != nil {
 		t.Fatalf("%s cannot log in: %v", user, err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -116,7 +116,7 @@ func (a Accounts) withManager(line string) Accounts {
 // mayInstall says whether store may install a rendering of its own in a's place, where the file
 // in use does not let its controller in (see above); password is its controller's, tried on the
 // server when the file in use is not on this host.
-func mayInstall(ctx context.Context, store *state.Store, a Accounts, t bus.Target, password string) error {
+func mayInstall(ctx context.Context, store *state.Store, a Accounts, t busclient.Target, password string) error {
 	data, err := os.ReadFile(a.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return serverUnmanaged(ctx, a.Path, t, password)
@@ -163,13 +163,13 @@ const wayOut = "nothing was changed. Run meshctl with the managing state directo
 
 // serverUnmanaged is mayInstall where the file in use is not on this host: the server says
 // whether it has a manager by refusing this store's controller.
-func serverUnmanaged(ctx context.Context, path string, t bus.Target, password string) error {
+func serverUnmanaged(ctx context.Context, path string, t busclient.Target, password string) error {
 	if len(t.URL) == 0 {
 		return nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := bus.DialAlone(dctx, t, bus.Credential{User: render.ControllerUser, Password: password})
+	c, err := busclient.DialAlone(dctx, t, busclient.Credential{User: render.ControllerUser, Password: password})
 	if err == nil {
 		c.Close()
 		return nil // it lets the controller in: a server with no users at all

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -23,8 +23,8 @@ func loginWorks(ctx context.Context, t *testing.T, x externalServer, user, passw
 	t.Helper()
 	var err error
 	for range 20 {
-		var c *bus.Conn
-		if c, err = bus.DialAlone(ctx, bus.Target{URL: x.url, Fingerprint: x.fingerprint}, bus.Credential{User: user, Password: password}); err == nil {
+		var c *busclient.Conn
+		if c, err = busclient.DialAlone(ctx, busclient.Target{URL: x.url, Fingerprint: x.fingerprint}, busclient.Credential{User: user, Password: password}); err == nil {
 			c.Close()
 			return nil
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -33,7 +34,7 @@ import (
 type Predial struct {
 	url, password string
 	done          chan struct{}
-	conn          *bus.Conn
+	conn          *busclient.Conn
 	err           error
 	once          sync.Once
 	taken         bool // the session took the connection
@@ -75,7 +76,7 @@ func predialTo(ctx context.Context, stateDir, url string, list bool) *Predial {
 	p := &Predial{url: url, password: password, done: make(chan struct{}), list: list, listed: make(chan struct{})}
 	go func() {
 		defer close(p.listed)
-		p.conn, p.err = dialController(ctx, bus.Target{URL: url}, password)
+		p.conn, p.err = dialController(ctx, busclient.Target{URL: url}, password)
 		close(p.done)
 		if p.err != nil || !list {
 			return
@@ -127,18 +128,18 @@ func (p *Predial) listing() (live plan.Live, ok bool, err error) {
 // dialController connects as the controller the way a session does: reconnecting for as
 // long as it takes, through authorization errors too, so that a config an operator breaks
 // and mends, or a bus restarting, does not leave a watch with a dead connection.
-func dialController(ctx context.Context, t bus.Target, password string) (*bus.Conn, error) {
-	return bus.Dial(ctx, t, bus.Credential{User: render.ControllerUser, Password: password},
+func dialController(ctx context.Context, t busclient.Target, password string) (*busclient.Conn, error) {
+	return busclient.Dial(ctx, t, busclient.Credential{User: render.ControllerUser, Password: password},
 		nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
 }
 
 // take returns the connection when it reached the bus at url as the controller with
 // password, and nil otherwise (closing it). A Predial is taken at most once.
-func (p *Predial) take(url, password string) *bus.Conn {
+func (p *Predial) take(url, password string) *busclient.Conn {
 	if p == nil {
 		return nil
 	}
-	var conn *bus.Conn
+	var conn *busclient.Conn
 	p.once.Do(func() {
 		<-p.done
 		if p.err != nil {

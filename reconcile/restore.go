@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
@@ -76,7 +76,7 @@ func Restore(ctx context.Context, m *model.Mesh, dir, password string, wait bool
 // readReplica reads every record of the store kept on the bus m names, as the controller.
 func readReplica(ctx context.Context, m *model.Mesh, password string) ([]state.Record, error) {
 	_, t := externalAccounts(m, "")
-	conn, err := bus.DialAlone(ctx, t, bus.Credential{User: render.ControllerUser, Password: password})
+	conn, err := busclient.DialAlone(ctx, t, busclient.Credential{User: render.ControllerUser, Password: password})
 	if errors.Is(err, nats.ErrAuthorization) {
 		return nil, fmt.Errorf("the bus at %s refuses the controller's password: it is not the password of the store that manages it: %w", t.Address(), err)
 	}
@@ -178,10 +178,10 @@ func keepOnBus(ctx context.Context, m *model.Mesh, store *state.Store, wait bool
 }
 
 // joinAsStore joins the external bus m names as the controller, with the password store holds.
-func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*bus.Conn, bus.Target, error) {
+func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*busclient.Conn, busclient.Target, error) {
 	password, err := store.StoredControllerPassword(ctx)
 	if err != nil {
-		return nil, bus.Target{}, err
+		return nil, busclient.Target{}, err
 	}
 	_, t := externalAccounts(m, store.Dir())
 	conn, err := dialController(ctx, t, password)
@@ -191,7 +191,7 @@ func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*bus.C
 // bindReplica binds the bucket the store is kept in on the bus js reaches, creating it where
 // there is none, and refuses one that keeps another store's copy. fresh says the bucket holds
 // no copy of any store yet: the whole store is owed to it.
-func bindReplica(ctx context.Context, store *state.Store, js jetstream.JetStream, replicas int, t bus.Target) (kv *replica.KV, fresh bool, err error) {
+func bindReplica(ctx context.Context, store *state.Store, js jetstream.JetStream, replicas int, t busclient.Target) (kv *replica.KV, fresh bool, err error) {
 	kv, err = retryCallIf(ctx, func(ctx context.Context) (*replica.KV, error) { return replica.Open(ctx, js, replicas) }, placing)
 	if err != nil {
 		return nil, false, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -35,8 +36,8 @@ func withMail(yaml string) string {
 }
 
 // login dials as user and hangs up; nil means the server let it in.
-func login(ctx context.Context, t bus.Target, user, password string) error {
-	c, err := bus.Dial(ctx, t, bus.Credential{User: user, Password: password})
+func login(ctx context.Context, t busclient.Target, user, password string) error {
+	c, err := busclient.Dial(ctx, t, busclient.Credential{User: user, Password: password})
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func TestAReloadTheServerRefusesIsNeverReportedAsDone(t *testing.T) {
 	shop := f.mint(ctx, "alpha.shop")["alpha.shop"]
 	f.mustApply(ctx, s)
 	f.mustConverge(ctx, s)
-	target := bus.Target{URL: x.url, Fingerprint: x.fingerprint}
+	target := busclient.Target{URL: x.url, Fingerprint: x.fingerprint}
 	if err := login(ctx, target, "alpha.shop", shop); err != nil {
 		t.Fatalf("alpha.shop cannot log in after the first apply: %v", err)
 	}
@@ -157,7 +158,7 @@ func TestAFailingReloadCommandSaysWhatIsRestoredAndServed(t *testing.T) {
 	if after, _ := os.ReadFile(x.accounts); string(after) != string(before) {
 		t.Error("the previous accounts config was not restored")
 	}
-	target := bus.Target{URL: x.url, Fingerprint: x.fingerprint}
+	target := busclient.Target{URL: x.url, Fingerprint: x.fingerprint}
 	if err := login(ctx, target, "alpha.mail", mail); !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("alpha.mail, in the config that was rolled back: %v; want an authorization error", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -59,10 +60,10 @@ type Options struct {
 // itself, and Close stops it.
 type Session struct {
 	Store    *state.Store
-	Conn     *bus.Conn
+	Conn     *busclient.Conn
 	API      API
 	Accounts Accounts
-	Target   bus.Target
+	Target   busclient.Target
 	// Embedded is the bus this process runs, nil when the bus is external or another
 	// meshctl process (a `meshctl watch`) serves it.
 	Embedded *bus.Embedded
@@ -226,11 +227,11 @@ func (s *Session) connect(ctx context.Context) error {
 	return s.keepReplica(ctx)
 }
 
-func (s *Session) credential() bus.Credential {
-	return bus.Credential{User: render.ControllerUser, Password: s.password}
+func (s *Session) credential() busclient.Credential {
+	return busclient.Credential{User: render.ControllerUser, Password: s.password}
 }
 
-func (s *Session) dial(ctx context.Context) (*bus.Conn, error) {
+func (s *Session) dial(ctx context.Context) (*busclient.Conn, error) {
 	return dialController(ctx, s.Target, s.password)
 }
 
@@ -328,7 +329,7 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh) error {
 				// Another meshctl keeps the bus up; use it instead of starting a second
 				// server on the same store, and reload it through that process.
 				s.release = release
-				s.Target = bus.Target{URL: url}
+				s.Target = busclient.Target{URL: url}
 				s.Accounts = Accounts{Path: filepath.Join(stateDir, "bus", "accounts.conf"),
 					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin, Manager: s.manager}
 				s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
@@ -389,7 +390,7 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 		s.logf("the embedded bus holds %d consumers: stopping it when this command ends takes about %s; "+
 			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))
 	}
-	s.Target = bus.Target{URL: e.URL()}
+	s.Target = busclient.Target{URL: e.URL()}
 	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin, Manager: s.manager}
 	return nil
 }
@@ -506,7 +507,7 @@ func (s *Session) verifyLogin(ctx context.Context, admitted bool) error {
 }
 
 func (s *Session) loginWithJetStream(ctx context.Context) error {
-	c, err := bus.Dial(ctx, s.Target, s.credential())
+	c, err := busclient.Dial(ctx, s.Target, s.credential())
 	if err != nil {
 		return err
 	}
@@ -515,7 +516,7 @@ func (s *Session) loginWithJetStream(ctx context.Context) error {
 }
 
 // jetStreamAnswers checks that JetStream answers the controller on c.
-func (s *Session) jetStreamAnswers(ctx context.Context, c *bus.Conn) error {
+func (s *Session) jetStreamAnswers(ctx context.Context, c *busclient.Conn) error {
 	js, err := jetstream.New(c.Conn)
 	if err != nil {
 		return err

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
@@ -22,11 +22,11 @@ import (
 // leads: the lease is renewed on it.
 type Standby struct {
 	store  *state.Store
-	conn   *bus.Conn
+	conn   *busclient.Conn
 	js     jetstream.JetStream
 	kv     *replica.KV
 	leases *replica.Leases
-	target bus.Target
+	target busclient.Target
 	// seen is the last sequence of the store's bucket this store was made equal to.
 	seen uint64
 }
@@ -66,7 +66,7 @@ func (s *Standby) bind(ctx context.Context, replicas int) error {
 }
 
 // Target is the bus the standby is on.
-func (s *Standby) Target() bus.Target { return s.target }
+func (s *Standby) Target() busclient.Target { return s.target }
 
 // Close lets the connection go, and with it any lease taken on it that was not let go first.
 func (s *Standby) Close() { s.conn.Close() }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
@@ -81,7 +82,7 @@ func TestAClusterReloadedByRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys, err := bus.DialAlone(ctx, bus.Target{URL: c.Servers[0].URL}, bus.Credential{User: render.SystemUser, Password: pw},
+	sys, err := busclient.DialAlone(ctx, busclient.Target{URL: c.Servers[0].URL}, busclient.Credential{User: render.SystemUser, Password: pw},
 		nats.CustomInboxPrefix(render.Inbox(render.SystemUser)))
 	if err != nil {
 		t.Fatal(err)

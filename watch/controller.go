@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/controller"
 )
 
@@ -22,7 +22,7 @@ const TriggerController = triggerReload << 1
 // since.
 type controllerSide struct {
 	ctrl     *controller.Controller
-	target   bus.Target
+	target   busclient.Target
 	password string
 	cancel   context.CancelFunc
 	done     chan struct{}

@@ -17,6 +17,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // controllerEvents collects what watch's controller loop did.
@@ -87,7 +88,7 @@ func TestTheControllerLoopFollowsItsCredentialMintedAnew(t *testing.T) {
 		return err
 	})
 	defer alpha.Close()
-	report, _ := json.Marshal(controller.Report{Generation: 0})
+	report, _ := json.Marshal(wire.Report{Generation: 0})
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := alpha.Report(pctx, "alpha", report); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // The heartbeat file is written when a node is first heard, goes silent or comes back, and
@@ -111,7 +112,7 @@ func TestAHeartbeatReachesTheFileStatusReads(t *testing.T) {
 		return err
 	})
 	defer alpha.Close()
-	beat, _ := json.Marshal(controller.Heartbeat{At: time.Now(), Generation: 3})
+	beat, _ := json.Marshal(wire.Heartbeat{At: time.Now(), Generation: 3})
 	eventually(t, "node alpha's heartbeat in the file", func() error {
 		// Said again until heard: the controller may not be subscribed yet, and a heartbeat
 		// is core NATS, heard by whoever listens at the time.

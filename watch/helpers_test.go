@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -208,7 +209,7 @@ func (h *harness) controller(url string) jetstream.JetStream {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	c, err := bus.Dial(ctx, bus.Target{URL: url}, bus.Credential{User: render.ControllerUser, Password: strings.TrimSpace(string(pw))})
+	c, err := busclient.Dial(ctx, busclient.Target{URL: url}, busclient.Credential{User: render.ControllerUser, Password: strings.TrimSpace(string(pw))})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/explain"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
@@ -92,7 +93,7 @@ func (r *refusals) serverLog() *bus.ServerLog {
 }
 
 func direction(op string) string {
-	if op == bus.OpSubscribe {
+	if op == busclient.OpSubscribe {
 		return "subscribe"
 	}
 	return "publish"
@@ -101,7 +102,7 @@ func direction(op string) string {
 // refused counts p in its group and, unless the group was logged less than an interval ago,
 // logs it with what the description would have to say to grant it; the recorder writes the
 // group's count for `meshctl status` either way.
-func (r *refusals) refused(p bus.PermissionError) {
+func (r *refusals) refused(p busclient.PermissionError) {
 	r.total.WithLabelValues(p.User, direction(p.Op)).Inc()
 	now := time.Now()
 	key := explain.GroupOf(p)
@@ -165,7 +166,7 @@ func (r *refusals) refused(p bus.PermissionError) {
 
 // explain is the advice for p against the description the bus carries, when the interval's
 // bound affords it.
-func (r *refusals) explain(p bus.PermissionError, afford bool) explain.Advice {
+func (r *refusals) explain(p busclient.PermissionError, afford bool) explain.Advice {
 	m := r.mesh.Load()
 	switch {
 	case m == nil:

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/explain/explaintest"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -66,8 +67,8 @@ type refusedMesh struct {
 	files    []model.File
 	stateDir string // watch's, not the harness's own
 	logs     *capturedLog
-	conn     *bus.Conn
-	dial     func() *bus.Conn
+	conn     *busclient.Conn
+	dial     func() *busclient.Conn
 	base     string // the metrics server's address
 }
 
@@ -101,11 +102,11 @@ func startRefusedMesh(t *testing.T, files map[string]string, user string) *refus
 	if !ok {
 		t.Fatal("no embedded bus")
 	}
-	rm.dial = func() *bus.Conn {
+	rm.dial = func() *busclient.Conn {
 		t.Helper()
 		dctx, cancel := context.WithTimeout(ctx, waitLimit)
 		defer cancel()
-		c, err := bus.Dial(dctx, bus.Target{URL: url}, bus.Credential{User: user, Password: minted[user]})
+		c, err := busclient.Dial(dctx, busclient.Target{URL: url}, busclient.Credential{User: user, Password: minted[user]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +175,7 @@ func TestARefusalIsLoggedWithItsFixAndCounted(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("logged %s after the publish (issue 16 asks within a second)", time.Since(start))
-	if err := explaintest.Check(rm.files, bus.PermissionError{User: "alpha.shop", Op: bus.OpPublish, Subject: subject}, fix); err != nil {
+	if err := explaintest.Check(rm.files, busclient.PermissionError{User: "alpha.shop", Op: busclient.OpPublish, Subject: subject}, fix); err != nil {
 		t.Error(err)
 	}
 
@@ -295,7 +296,7 @@ func TestRefusalsAreGroupedAndTheirAdviceBounded(t *testing.T) {
 	var last string
 	for range connections {
 		last = nats.NewInbox() + ".*"
-		r.refused(bus.PermissionError{User: "alpha.shop", Op: bus.OpSubscribe, Subject: last})
+		r.refused(busclient.PermissionError{User: "alpha.shop", Op: busclient.OpSubscribe, Subject: last})
 	}
 	if n := len(logs.lines("refused:")); n != 1 {
 		t.Errorf("%d random inboxes refused were logged %d times, want once", connections, n)
@@ -316,7 +317,7 @@ func TestRefusalsAreGroupedAndTheirAdviceBounded(t *testing.T) {
 	}
 
 	for i := range maxExplainedPerInterval {
-		r.refused(bus.PermissionError{User: "alpha.shop", Op: bus.OpPublish, Subject: fmt.Sprintf("mesh.mod.postman.tool.t%d", i)})
+		r.refused(busclient.PermissionError{User: "alpha.shop", Op: busclient.OpPublish, Subject: fmt.Sprintf("mesh.mod.postman.tool.t%d", i)})
 	}
 	if n := len(logs.lines("refused:", "not explained")); n != 1 {
 		t.Errorf("%d refusals past the bound were logged without advice, want 1", n)

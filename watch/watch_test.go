@@ -21,6 +21,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -230,7 +231,7 @@ func TestACredentialIssuedElsewhereWorksWithoutRestart(t *testing.T) {
 	ctx := context.Background()
 	m, st := h.anotherTerminal()
 	login := func(password string) error {
-		c, err := bus.Dial(ctx, bus.Target{URL: url}, bus.Credential{User: "alpha.shop", Password: password})
+		c, err := busclient.Dial(ctx, busclient.Target{URL: url}, busclient.Credential{User: "alpha.shop", Password: password})
 		if err == nil {
 			c.Close()
 		}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/state"
@@ -128,7 +129,7 @@ func TestCredentialsIssueMembershipLogsIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	c, err := bus.Dial(ctx, bus.Target{URL: sess.Embedded.URL()}, bus.Credential{User: mem.User, Password: mem.Password})
+	c, err := busclient.Dial(ctx, busclient.Target{URL: sess.Embedded.URL()}, busclient.Credential{User: mem.User, Password: mem.Password})
 	if err != nil {
 		t.Fatalf("the issued membership cannot log in: %v", err)
 	}
@@ -155,7 +156,7 @@ func TestCredentialsIssueMembershipLogsIn(t *testing.T) {
 	if code, _, errOut := meshctl(t, append([]string{"credentials", "revoke", "alpha.shop"}, common...)...); code != exitOK {
 		t.Fatalf("revoke: %s", errOut)
 	}
-	if c, err := bus.Dial(ctx, bus.Target{URL: sess.Embedded.URL()}, bus.Credential{User: mem.User, Password: mem.Password}); err == nil {
+	if c, err := busclient.Dial(ctx, busclient.Target{URL: sess.Embedded.URL()}, busclient.Credential{User: mem.User, Password: mem.Password}); err == nil {
 		c.Close()
 		t.Fatal("a revoked credential still logs in")
 	}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
@@ -324,11 +325,11 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	if len(m.Bus.Servers) > 1 {
 		// Every server, so a host reaches the bus through any of them; address stays the
 		// first, for a reader that knows only it.
-		var servers []bus.Target
+		var servers []busclient.Target
 		for _, s := range m.Bus.Servers {
-			servers = append(servers, bus.Target{URL: s.URL, Fingerprint: s.Fingerprint})
+			servers = append(servers, busclient.Target{URL: s.URL, Fingerprint: s.Fingerprint})
 		}
-		t := host.NewMembership(bus.Cluster(servers), principal, "")
+		t := host.NewMembership(busclient.Cluster(servers), principal, "")
 		fields["servers"], fields["fingerprint"] = t.Servers, t.Fingerprint
 	}
 	membership, _ := json.Marshal(fields)

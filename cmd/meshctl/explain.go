@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/explain"
 	"github.com/meshbus/meshctl/internal/printable"
 )
@@ -70,7 +71,7 @@ func runExplain(ctx context.Context, e *env, args []string) int {
 	// One line per group, as watch logs them: a client without its inbox prefix is refused a
 	// new inbox on every connection, and is one mistake.
 	counts := map[explain.Group]int{}
-	latest := map[explain.Group]bus.PermissionError{}
+	latest := map[explain.Group]busclient.PermissionError{}
 	var order []explain.Group
 	lines := bufio.NewScanner(file)
 	lines.Buffer(make([]byte, 0, 64*1024), 1024*1024)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/explain/explaintest"
 	"github.com/meshbus/meshctl/model"
 )
@@ -43,7 +43,7 @@ func TestExplainReadsAServersLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := explaintest.Check(files, bus.PermissionError{User: "alpha.shop", Op: bus.OpPublish, Subject: "mesh.mod.postman.tool.status"}, fix); err != nil {
+	if err := explaintest.Check(files, busclient.PermissionError{User: "alpha.shop", Op: busclient.OpPublish, Subject: "mesh.mod.postman.tool.status"}, fix); err != nil {
 		t.Error(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
 )
@@ -59,8 +60,8 @@ func controllerJS(t *testing.T, srv *bus.TestServer, stateDir string) jetstream.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := bus.Dial(ctx, bus.Target{URL: srv.URL, Fingerprint: srv.Fingerprint},
-		bus.Credential{User: render.ControllerUser, Password: strings.TrimSpace(string(pw))})
+	c, err := busclient.Dial(ctx, busclient.Target{URL: srv.URL, Fingerprint: srv.Fingerprint},
+		busclient.Credential{User: render.ControllerUser, Password: strings.TrimSpace(string(pw))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
@@ -101,7 +101,7 @@ func liveWork(ctx context.Context, st *state.Store, url string, inv state.Invent
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := bus.Dial(ctx, bus.Target{URL: url}, bus.Credential{User: render.ControllerUser, Password: password})
+	conn, err := busclient.Dial(ctx, busclient.Target{URL: url}, busclient.Credential{User: render.ControllerUser, Password: password})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/render"
 )
@@ -133,7 +133,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err != nil {
 			// A module that follows nothing has no consumer, and no grant to ask about one:
 			// the refusal names the consumer's subject rather than timing out.
-			var refused *bus.PermissionError
+			var refused *busclient.PermissionError
 			if errors.As(err, &refused) {
 				err = fmt.Errorf("%w\n(a module that follows nothing has no consumer: give -seat to hold a seat, or -publish)", err)
 			}

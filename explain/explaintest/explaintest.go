@@ -14,7 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/explain"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -111,7 +111,7 @@ func Apply(files []model.File, advice string) (*model.Mesh, error) {
 
 // Check applies advice to a copy of files and reports why it is no advice for r: the copy
 // does not load, or what it derives does not grant r.
-func Check(files []model.File, r bus.PermissionError, advice string) error {
+func Check(files []model.File, r busclient.PermissionError, advice string) error {
 	m, err := Apply(files, advice)
 	if err != nil {
 		return fmt.Errorf("applying %q: %w", advice, err)

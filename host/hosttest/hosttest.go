@@ -24,6 +24,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
@@ -40,7 +41,7 @@ type Mesh struct {
 	Model   *model.Mesh
 	Desired *render.Desired
 
-	target bus.Target // every server, as memberships list them
+	target busclient.Target // every server, as memberships list them
 
 	passwords map[string]string
 	hashes    map[string]string
@@ -68,7 +69,7 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 		}
 	})
 	b.Bus = bus.StartTestBus(t, render.AccountsConfig(b.Desired.Principals, b.hashes))
-	b.target = bus.Target{URL: b.Bus.URL()}
+	b.target = busclient.Target{URL: b.Bus.URL()}
 	t.Cleanup(b.closeHosts)
 	b.create(t, reconcile.Accounts{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
 		Target: b.target, StateDir: t.TempDir()}, 10*time.Second)
@@ -87,15 +88,15 @@ func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	// Streams of n replicas are placed only once every server is a current peer.
 	b.Cluster.WaitForEveryPeer()
 	conf := render.AccountsConfig(b.Desired.Principals, b.hashes)
-	var servers []bus.Target
+	var servers []busclient.Target
 	var each []reconcile.Accounts
 	for _, srv := range b.Cluster.Servers {
-		st := bus.Target{URL: srv.URL}
+		st := busclient.Target{URL: srv.URL}
 		servers = append(servers, st)
 		each = append(each, reconcile.Accounts{Path: srv.AccountsFile, Reloader: bus.PIDFileReloader(srv.PIDFile),
 			Target: st, Server: srv.Name})
 	}
-	b.target = bus.Cluster(servers)
+	b.target = busclient.Cluster(servers)
 	t.Cleanup(b.closeHosts)
 
 	// The mesh's users first, on every server, so that the controller can log in to create
@@ -172,10 +173,10 @@ func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts, within time.Dur
 }
 
 // waitLogin waits until server lets user in: a server reloads moments after its signal.
-func (b *Mesh) waitLogin(ctx context.Context, t testing.TB, server bus.Target, user string) {
+func (b *Mesh) waitLogin(ctx context.Context, t testing.TB, server busclient.Target, user string) {
 	t.Helper()
 	for {
-		c, err := bus.DialAlone(ctx, server, bus.Credential{User: user, Password: b.passwords[user]})
+		c, err := busclient.DialAlone(ctx, server, busclient.Credential{User: user, Password: b.passwords[user]})
 		if err == nil {
 			c.Close()
 			return
@@ -349,7 +350,7 @@ func StartNkey(t testing.TB, user string, publish ...string) *NkeyBus {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := bus.Dial(ctx, bus.Target{URL: b.Bus.URL()}, bus.Credential{User: "setup", Password: setup})
+	c, err := busclient.Dial(ctx, busclient.Target{URL: b.Bus.URL()}, busclient.Credential{User: "setup", Password: setup})
 	if err != nil {
 		t.Fatal(err)
 	}

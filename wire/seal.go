@@ -1,4 +1,4 @@
-package controller
+package wire
 
 import (
 	"crypto/rand"

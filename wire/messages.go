@@ -1,6 +1,16 @@
-package controller
+package wire
 
-import "time"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// DefaultSyncTimeout is how long the controller waits, unless told otherwise, for a node to
+// apply what it was declared (a reload of the bus included); a node's agent expects a refused
+// login that long after enrolling.
+const DefaultSyncTimeout = time.Minute
 
 // The messages between the controller and a node's agent, as JSON. A membership in any of them
 // is sealed (Seal) to the node's key: the streams and the wire carry no plaintext password.
@@ -24,6 +34,20 @@ type Declaration struct {
 	// report about an older one is known to be superseded.
 	Generation uint64     `json:"generation"`
 	Instances  []Instance `json:"instances"`
+}
+
+// Digest identifies what a declaration says, apart from its generation and its sealed
+// memberships: two declarations with one digest declare the same instances doing the same jobs.
+// The credentials are tracked beside it, by hash (see Changed).
+func (d Declaration) Digest() string {
+	bare := Declaration{Node: d.Node, Instances: make([]Instance, len(d.Instances))}
+	for i, in := range d.Instances {
+		in.Membership = nil
+		bare.Instances[i] = in
+	}
+	data, _ := json.Marshal(bare)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // Instance is one module instance a node runs: what it emits, follows, serves, sends and calls

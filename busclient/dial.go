@@ -1,4 +1,4 @@
-package bus
+package busclient
 
 import (
 	"context"
@@ -52,7 +52,7 @@ type Credential struct {
 func (c Credential) String() string { return fmt.Sprintf("user %q (secret redacted)", c.User) }
 
 // GoString is String for %#v, which would otherwise print every field.
-func (c Credential) GoString() string { return "bus.Credential{" + c.String() + "}" }
+func (c Credential) GoString() string { return "busclient.Credential{" + c.String() + "}" }
 
 // Address is the URL as every error and log line prints it: scheme://host:port, never its
 // userinfo, path or query, and only the scheme of a URL that does not parse (redact.URL).

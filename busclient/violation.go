@@ -1,4 +1,4 @@
-package bus
+package busclient
 
 import (
 	"errors"

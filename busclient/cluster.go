@@ -1,10 +1,7 @@
-package bus
+package busclient
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 
@@ -66,41 +63,6 @@ func (t Target) pins() ([]string, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// CopyCommand runs argv (no shell) to put an accounts file written on the control host onto
-// the server that includes it — scp, rsync, a configuration tool — with every argument
-// fileArg replaced by the local file's path. It fails when the command exits non-zero.
-func CopyCommand(argv []string, fileArg string) func(ctx context.Context, path string) error {
-	argv = slices.Clone(argv)
-	return func(ctx context.Context, path string) error {
-		if len(argv) == 0 {
-			return errors.New("copying the accounts config: no copy command given")
-		}
-		args := slices.Clone(argv)
-		for i, a := range args {
-			if a == fileArg {
-				args[i] = path
-			}
-		}
-		out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("copying the accounts config: %s: %w%s", strings.Join(argv, " "), err, commandOutput(out))
-		}
-		return nil
-	}
-}
-
-// commandOutput is a failed command's output as an error's tail, bounded.
-func commandOutput(out []byte) string {
-	text := strings.TrimSpace(string(out))
-	if text == "" {
-		return ""
-	}
-	if len(text) > maxReloadOutput {
-		text = text[:maxReloadOutput] + "… (truncated)"
-	}
-	return ": " + text
 }
 
 // DialAlone connects to t's server and no other: a server of a cluster tells a client about

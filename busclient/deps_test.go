@@ -1,0 +1,34 @@
+package busclient
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// What a host links is the client side alone: the host library, the agent, the example host
+// and busclient itself import neither the server nor the store, so a node carries none of the
+// control host's code and the seam between the two cannot quietly close.
+func TestTheClientSideLinksNoServer(t *testing.T) {
+	t.Parallel()
+	roots := []string{
+		"github.com/meshbus/meshctl/busclient",
+		"github.com/meshbus/meshctl/wire",
+		"github.com/meshbus/meshctl/host",
+		"github.com/meshbus/meshctl/agent",
+		"github.com/meshbus/meshctl/examples/host",
+	}
+	for _, root := range roots {
+		out, err := exec.Command("go", "list", "-deps", root).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", root, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, banned := range []string{"github.com/nats-io/nats-server", "modernc.org/sqlite", "github.com/meshbus/meshctl/state", "github.com/meshbus/meshctl/bus"} {
+				if dep == banned || strings.HasPrefix(dep, banned+"/") {
+					t.Errorf("%s links %s", root, dep)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package busclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A URL carrying a password is refused before anything is dialled, naming the address without
+// the userinfo; Address strips it even from URLs that do not parse.
+func TestAURLWithAPasswordIsRefusedWithoutEchoingIt(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret-Pa55"
+	for _, tc := range []struct{ url, address string }{
+		{"nats://controller:" + secret + "@127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{"tls://controller:" + secret + "@bus.example:4443", "tls://bus.example:4443"},
+		{"nats://controller:" + secret + "@127.0.0.1:bad%", "nats://…"},
+		{"nats://u:" + secret + " x@host:4222/", "nats://…"},
+		{"nats://admin:p@" + secret + "@127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{`nats://admin:"` + secret + "@127.0.0.1:4222", "nats://…"},
+		// A '/' ends the authority: the parser then fails on the port, the rest of the
+		// password in hand.
+		{"nats://admin:" + secret[:4] + "/" + secret[4:] + "@127.0.0.1:4222", "nats://…"},
+	} {
+		tgt := Target{URL: tc.url}
+		if got := tgt.Address(); got != tc.address {
+			t.Errorf("Address(%q) = %q, want %q", tc.url, got, tc.address)
+		}
+		_, err := Dial(context.Background(), tgt, Credential{User: "controller", Password: "other"})
+		if err == nil {
+			t.Fatalf("%s was accepted", tc.address)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Fatalf("the error echoes the password: %v", err)
+		}
+		if !strings.Contains(err.Error(), tc.address) {
+			t.Errorf("the error does not name %s: %v", tc.address, err)
+		}
+	}
+}
+
+// The server's wordings, including the one a reload uses when it drops a subscription the new
+// config no longer allows.
+func TestParseViolation(t *testing.T) {
+	t.Parallel()
+	wrap := func(s string) error { return errors.Join(nats.ErrPermissionViolation, errors.New(s)) }
+	for _, tc := range []struct {
+		msg  string
+		want *PermissionError
+	}{
+		{`Permissions Violation for Publish to "a.b"`, &PermissionError{User: "u", Op: OpPublish, Subject: "a.b"}},
+		{`Permissions Violation for Subscription to "a.>"`, &PermissionError{User: "u", Op: OpSubscribe, Subject: "a.>"}},
+		{`Permissions Violation for Subscription to "a.*" using queue "q"`, &PermissionError{User: "u", Op: OpSubscribe, Subject: "a.*", Queue: "q"}},
+		{`Permissions Violation for Subscription to "a" using queue "q" (sid "7")`, &PermissionError{User: "u", Op: OpSubscribe, Subject: "a", Queue: "q"}},
+		{`Permissions Violation for Subscription to "a" (sid "7")`, &PermissionError{User: "u", Op: OpSubscribe, Subject: "a"}},
+		{`Permissions Violation for Publish with Reply of "_R_.x"`, &PermissionError{User: "u", Op: OpReply, Subject: "_R_.x"}},
+	} {
+		got := parseViolation("u", wrap(tc.msg))
+		if got == nil || *got != *tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.msg, got, tc.want)
+		}
+	}
+	if got := parseViolation("u", nats.ErrMaxSubscriptionsExceeded); got != nil {
+		t.Errorf("not a violation, parsed as %+v", got)
+	}
+}
+
+// A Credential printed by mistake shows the user, not the password.
+func TestACredentialDoesNotPrintItsPassword(t *testing.T) {
+	t.Parallel()
+	c := Credential{User: "controller", Password: "hunter2-secret"}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		if got := fmt.Sprintf(verb, c); strings.Contains(got, "hunter2") {
+			t.Errorf("%s prints the password: %s", verb, got)
+		}
+	}
+}
+
+// A cluster's Target dials every server and pins every fingerprint its servers present.
+func TestAClusterTargetListsEveryServerAndPin(t *testing.T) {
+	a, b := strings.Repeat("ab", 32), strings.Repeat("CD", 32)
+	c := Cluster([]Target{{URL: "tls://10.0.0.1:4222", Fingerprint: a}, {URL: "tls://10.0.0.2:4222", Fingerprint: b}, {URL: "tls://10.0.0.3:4222", Fingerprint: a}})
+	if got := c.urls(); got != "tls://10.0.0.1:4222,tls://10.0.0.2:4222,tls://10.0.0.3:4222" {
+		t.Fatalf("urls %q", got)
+	}
+	pins, err := c.pins()
+	if err != nil || len(pins) != 2 || pins[0] != a || pins[1] != strings.ToLower(b) {
+		t.Fatalf("pins %v, %v", pins, err)
+	}
+	if len(c.servers()) != 3 {
+		t.Fatalf("servers %v", c.servers())
+	}
+}
