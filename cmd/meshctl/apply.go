@@ -81,32 +81,12 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	if !checkFormat(e, *out, "text", "json") {
 		return exitError
 	}
-	var saved *plan.Saved
-	var savedMesh *model.Mesh
-	if *planFile != "" {
-		given := false
-		f.Visit(func(fl *flag.Flag) { given = given || fl.Name == "f" || fl.Name == "dry-run" })
-		if given {
-			e.errorf("--plan applies the description the saved plan carries: give neither -f nor --dry-run with it ('meshctl diff --out' made it)")
-			return exitError
-		}
-		var code int
-		if saved, savedMesh, code = readSavedPlan(e, *planFile); code != exitOK {
-			return code
-		}
+	saved, savedMesh, code := readPlanFlag(e, f, *planFile)
+	if code != exitOK {
+		return code
 	}
 	if *dryRun {
-		// A dry run is a diff: it writes nothing, the state directory included.
-		p, code := planBus(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue})
-		if p == nil {
-			return code
-		}
-		if err := writePlan(e, p, *out); err != nil {
-			e.errorf("%v", err)
-			return exitError
-		}
-		fmt.Fprintln(e.stderr, "dry run: nothing was changed")
-		return exitOK
+		return dryRunApply(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue}, *out)
 	}
 	lockNotice := func(msg string) { fmt.Fprintln(e.stderr, msg) }
 	pre, lock := reconcile.StartApply(ctx, *sf.dir, lockNotice)
@@ -116,7 +96,6 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	}
 	var m *model.Mesh
 	var st *state.Store
-	var code int
 	if saved != nil {
 		m, st, code = sf.openFor(ctx, e, savedMesh)
 	} else {
@@ -157,6 +136,42 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	if *out == "json" && res.Plan != nil {
 		_ = res.Plan.JSON(e.stdout)
 	}
+	return reportApply(ctx, e, res, err, total, sess.Accounts.Path, started)
+}
+
+// readPlanFlag reads the saved plan --plan names, refusing -f and --dry-run beside it: the
+// plan carries the description it applies. Without --plan it returns no plan.
+func readPlanFlag(e *env, f *flags, planFile string) (*plan.Saved, *model.Mesh, int) {
+	if planFile == "" {
+		return nil, nil, exitOK
+	}
+	given := false
+	f.Visit(func(fl *flag.Flag) { given = given || fl.Name == "f" || fl.Name == "dry-run" })
+	if given {
+		e.errorf("--plan applies the description the saved plan carries: give neither -f nor --dry-run with it ('meshctl diff --out' made it)")
+		return nil, nil, exitError
+	}
+	return readSavedPlan(e, planFile)
+}
+
+// dryRunApply plans and prints the plan in format, as diff does.
+func dryRunApply(ctx context.Context, e *env, sf stateFlag, dir string, o plan.Options, format string) int {
+	// A dry run is a diff: it writes nothing, the state directory included.
+	p, code := planBus(ctx, e, sf, dir, o)
+	if p == nil {
+		return code
+	}
+	if err := writePlan(e, p, format); err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
+	fmt.Fprintln(e.stderr, "dry run: nothing was changed")
+	return exitOK
+}
+
+// reportApply says on stderr how the apply of a plan of total changes ended, with err, and
+// returns its exit code: what was made, or why it stopped and what the next apply does.
+func reportApply(ctx context.Context, e *env, res reconcile.Result, err error, total int, accountsPath string, started time.Time) int {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Stopped by a signal: the change in flight, if any, was abandoned; what was made
@@ -169,7 +184,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		return exitInterrupted
 	case errors.Is(err, reconcile.ErrNotLive):
 		fmt.Fprintf(e.stderr, "applied %d of %d change(s); the accounts config is written to %s but not live: reload the server, then run apply again to finish\n",
-			res.Applied, total, sess.Accounts.Path)
+			res.Applied, total, accountsPath)
 		return exitError
 	case errors.Is(err, state.ErrLocked):
 		e.errorf("%v (pass --wait to wait for it)", err)

@@ -97,25 +97,13 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		e.errorf("usage: meshctl credentials issue|rotate|revoke PRINCIPAL, or meshctl credentials list")
 		return exitError
 	}
-	// Rotating is issuing, but for a credential the controller hands out (below).
-	operation := "credentials " + verb
-	rotate := verb == "rotate"
-	if rotate {
+	// Rotating is issuing, but for a credential the controller hands out (issue).
+	req := issueRequest{operation: "credentials " + verb, rotate: verb == "rotate", cost: *cost, out: *out, force: *force}
+	if req.rotate {
 		verb = "issue"
 	}
-	format := "text"
-	if verb == "list" && *out != "" {
-		format = *out
-	}
-	if !checkFormat(e, format, "text", "json") {
-		return exitError
-	}
-	if verb == "issue" && (*out == "text" || *out == "json") {
-		e.errorf("credentials issue prints its membership as JSON; -o names a file to write it to (./%s for a file of that name)", *out)
-		return exitError
-	}
-	if verb == "revoke" && *out != "" {
-		e.errorf("credentials revoke writes nothing; -o is for issue (a file) and list (a format)")
+	format, ok := credentialsFormat(e, verb, *out)
+	if !ok {
 		return exitError
 	}
 	m, st, code := sf.loadAndOpen(ctx, e, *dir)
@@ -124,233 +112,352 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	}
 	defer st.Close()
 	desired := render.Derive(m)
-	users := desired.Users()
-
 	if verb == "list" {
-		creds, err := st.Credentials(ctx)
-		if err != nil {
-			e.errorf("%v", err)
-			return exitError
-		}
-		type row struct {
-			Principal string `json:"principal"`
-			MintedAt  string `json:"minted_at,omitempty"`
-			Operation string `json:"operation,omitempty"`
-			Derived   bool   `json:"derived"`
-		}
-		byName := map[string]row{}
-		for _, u := range users {
-			byName[u] = row{Principal: u, Derived: true}
-		}
-		for _, c := range creds {
-			r := byName[c.Principal]
-			r.Principal, r.MintedAt, r.Operation = c.Principal, c.MintedAt.Format("2006-01-02T15:04:05Z07:00"), c.Operation
-			byName[c.Principal] = r
-		}
-		names := make([]string, 0, len(byName))
-		for n := range byName {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		rows := make([]row, len(names))
-		missing := 0
-		for i, n := range names {
-			rows[i] = byName[n]
-			if rows[i].MintedAt == "" {
-				missing++
-			}
-		}
-		if format == "json" {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(rows)
-			return exitOK
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PRINCIPAL\tMINTED\tBY")
-		for _, r := range rows {
-			minted, by := r.MintedAt, r.Operation
-			if minted == "" {
-				minted, by = "none: locked", ""
-			}
-			if !r.Derived {
-				by += " (no longer derived by the mesh)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Principal, minted, by)
-		}
-		_ = tw.Flush()
-		fmt.Fprintf(e.stderr, "%d principal(s), %d without a credential\n", len(rows), missing)
+		return listCredentials(ctx, e, st, desired.Users(), format)
+	}
+	c := credentialChange{e: e, m: m, st: st, desired: desired, principal: rest[0]}
+	if verb == "issue" && !c.checkIssuable(*dir) {
+		return exitError
+	}
+	stop, code := startCredentialChange(ctx, e, m, st)
+	if code != exitOK {
+		return code
+	}
+	if stop != nil {
+		defer stop()
+	}
+	if verb == "revoke" {
+		return c.revoke(ctx)
+	}
+	return c.issue(ctx, req)
+}
+
+// credentialsFormat checks -o against the verb, "issue" for rotate too: list's output format,
+// issue's file, nothing for revoke. It returns list's format, text unless -o says json.
+func credentialsFormat(e *env, verb, out string) (format string, ok bool) {
+	format = "text"
+	if verb == "list" && out != "" {
+		format = out
+	}
+	if !checkFormat(e, format, "text", "json") {
+		return "", false
+	}
+	if verb == "issue" && (out == "text" || out == "json") {
+		e.errorf("credentials issue prints its membership as JSON; -o names a file to write it to (./%s for a file of that name)", out)
+		return "", false
+	}
+	if verb == "revoke" && out != "" {
+		e.errorf("credentials revoke writes nothing; -o is for issue (a file) and list (a format)")
+		return "", false
+	}
+	return format, true
+}
+
+// credentialRow is one principal in credentials list: when and by which operation its
+// credential was minted (neither when it has none), and whether the mesh still derives it.
+type credentialRow struct {
+	Principal string `json:"principal"`
+	MintedAt  string `json:"minted_at,omitempty"`
+	Operation string `json:"operation,omitempty"`
+	Derived   bool   `json:"derived"`
+}
+
+// listCredentials prints every principal the mesh derives or the store holds a credential of,
+// as a table or as JSON; never a hash or a password.
+func listCredentials(ctx context.Context, e *env, st *state.Store, users []string, format string) int {
+	creds, err := st.Credentials(ctx)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitError
+	}
+	rows := credentialRows(users, creds)
+	if format == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rows)
 		return exitOK
 	}
+	printCredentialTable(e, rows)
+	return exitOK
+}
 
-	principal := rest[0]
-	if principal == render.ControllerUser && verb == "issue" {
-		e.errorf("the controller's credential is meshctl's own, in %s/controller.password; revoke it to have a new one minted", st.Dir())
-		return exitError
+// credentialRows is one row per principal, sorted by name: each the mesh derives, with the
+// credential the store holds of it if any, and each the store holds a credential of that the
+// mesh no longer derives.
+func credentialRows(users []string, creds []state.Credential) []credentialRow {
+	byName := map[string]credentialRow{}
+	for _, u := range users {
+		byName[u] = credentialRow{Principal: u, Derived: true}
 	}
-	if principal == render.SystemUser && verb == "issue" {
-		e.errorf("%s's credential is meshctl's own, in %s/system.password; revoke it to have a new one minted", render.SystemUser, st.Dir())
-		return exitError
+	for _, c := range creds {
+		r := byName[c.Principal]
+		r.Principal, r.MintedAt, r.Operation = c.Principal, c.MintedAt.Format("2006-01-02T15:04:05Z07:00"), c.Operation
+		byName[c.Principal] = r
 	}
-	if !slices.Contains(users, principal) && verb == "issue" {
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	rows := make([]credentialRow, len(names))
+	for i, n := range names {
+		rows[i] = byName[n]
+	}
+	return rows
+}
+
+// printCredentialTable prints the rows as a table on stdout, and on stderr how many principals
+// there are and how many of them have no credential.
+func printCredentialTable(e *env, rows []credentialRow) {
+	missing := 0
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PRINCIPAL\tMINTED\tBY")
+	for _, r := range rows {
+		minted, by := r.MintedAt, r.Operation
+		if minted == "" {
+			minted, by = "none: locked", ""
+			missing++
+		}
+		if !r.Derived {
+			by += " (no longer derived by the mesh)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Principal, minted, by)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(e.stderr, "%d principal(s), %d without a credential\n", len(rows), missing)
+}
+
+// credentialChange is one principal's credential being issued, rotated or revoked, with the
+// mesh and the store it is changed in.
+type credentialChange struct {
+	e         *env
+	m         *model.Mesh
+	st        *state.Store
+	desired   *render.Desired
+	principal string
+}
+
+// issueRequest is how credentials issue or rotate mints: the operation the store records,
+// whether it rotates, the bcrypt cost, and the -o file (replaced only with force).
+type issueRequest struct {
+	operation string
+	rotate    bool
+	cost      int
+	out       string
+	force     bool
+}
+
+// checkIssuable refuses, on stderr, a principal that credentials issue mints nothing for:
+// meshctl's own controller and system users, and any principal the mesh does not derive.
+func (c credentialChange) checkIssuable(dir string) bool {
+	switch c.principal {
+	case render.ControllerUser:
+		c.e.errorf("the controller's credential is meshctl's own, in %s/controller.password; revoke it to have a new one minted", c.st.Dir())
+		return false
+	case render.SystemUser:
+		c.e.errorf("%s's credential is meshctl's own, in %s/system.password; revoke it to have a new one minted", render.SystemUser, c.st.Dir())
+		return false
+	}
+	if users := c.desired.Users(); !slices.Contains(users, c.principal) {
 		hint := ""
-		if s := model.Suggest(principal, users); s != "" {
+		if s := model.Suggest(c.principal, users); s != "" {
 			hint = fmt.Sprintf(" (did you mean %q?)", s)
 		}
-		e.errorf("the mesh in %s derives no principal %q%s; principals are node.<node>, enrol.<node> and <node>.<module>", *dir, principal, hint)
-		return exitError
+		c.e.errorf("the mesh in %s derives no principal %q%s; principals are node.<node>, enrol.<node> and <node>.<module>", dir, c.principal, hint)
+		return false
 	}
+	return true
+}
+
+// startCredentialChange checks that the store may change a credential on the bus, then keeps
+// every change of the store on the bus too until stop, which is nil for a store that never
+// applied.
+func startCredentialChange(ctx context.Context, e *env, m *model.Mesh, st *state.Store) (stop func(), code int) {
 	// Before anything is minted or revoked: a store that does not manage the bus must change
 	// nothing, neither the bus nor itself.
 	if err := reconcile.CheckManager(ctx, m, st); err != nil {
 		e.errorf("%v", err)
-		return exitError
+		return nil, exitError
 	}
 	// Nor may a credential issued or revoked here carry a change of bus.auth onto the bus:
 	// that is an apply's, with --allow-reissue.
 	if err := reconcile.CheckAuth(ctx, m, st); err != nil {
 		e.errorf("%v", err)
-		return exitError
+		return nil, exitError
 	}
 	// Every change is kept on the bus too, before the command returns (restore.go). A store
 	// that never applied has no controller to join as, and no copy on any bus yet.
 	stop, err := reconcile.KeepOnBus(ctx, m, st)
 	if err != nil && !errors.Is(err, state.ErrNoController) {
 		e.errorf("%v", err)
+		return nil, exitError
+	}
+	return stop, exitOK
+}
+
+// splitReplicaBehind separates a change the store took and its copy on the bus did not
+// (behind) from an error that stopped the change. After behind the credential is what the
+// command says, and it exits 2 all the same, since the bus could not rebuild it.
+func splitReplicaBehind(err error) (behind, failed error) {
+	if errors.Is(err, state.ErrReplicaBehind) {
+		return err, nil
+	}
+	return nil, err
+}
+
+// issue refuses to mint a credential whose holder a password from here would lock out: an
+// enrolled node's own and, unless rotated, one the controller hands out. Rotating the latter
+// has the controller declare the new one; any other credential is minted here and its
+// membership delivered.
+func (c credentialChange) issue(ctx context.Context, req issueRequest) int {
+	if node, enrolled, code := enrolledNode(ctx, c.e, c.st, c.desired, c.principal); code != exitOK {
+		return code
+	} else if enrolled {
+		// A password minted here would replace the one the controller sealed to the node's
+		// agent, which would be locked out at the reload with nothing said. The enrolled
+		// node's credential is replaced only by enrolling it again, which the agent does
+		// with its own key and hears the answer to.
+		c.e.errorf("node %s enrolled: its agent holds the credential the controller sealed to it, and a password %s here would lock the agent out; to replace it, enrol the node again: 'meshctl credentials issue %s', then the agent enrols again with that credential",
+			node, mintedHow(req.rotate), render.EnrolUser(node))
 		return exitError
 	}
-	if stop != nil {
-		defer stop()
+	node, declared, code := declaredNode(ctx, c.e, c.st, c.m, c.principal)
+	switch {
+	case code != exitOK:
+		return code
+	case declared && !req.rotate:
+		c.e.errorf("%s runs on node %s, which enrolled: the controller hands out its credential, sealed to the node, and would replace a password issued here at once; use 'meshctl credentials rotate %s'",
+			c.principal, node, c.principal)
+		return exitError
+	case declared && req.out != "":
+		c.e.errorf("%s's new credential goes to node %s sealed, never printed; -o writes nothing for it", c.principal, node)
+		return exitError
+	case declared:
+		return rotateDeclared(ctx, c.e, c.st, c.m, c.principal, node)
 	}
-	// password is the new credential's secret: a password, or with nkey an nkey seed.
-	var password string
-	var nkey bool
+	return c.mintAndDeliver(ctx, req)
+}
+
+// mintAndDeliver mints the principal's new credential, makes it live, and delivers its
+// membership once: to the -o file, claimed before minting, or on stdout.
+func (c credentialChange) mintAndDeliver(ctx context.Context, req issueRequest) int {
 	var file *membershipFile
-	// behind is a change the store took and its copy on the bus did not: the credential is
-	// what it says, and the command exits 2 all the same, since the bus could not rebuild it.
-	var behind error
-	switch verb {
-	case "issue":
-		if node, enrolled, code := enrolledNode(ctx, e, st, desired, principal); code != exitOK {
-			return code
-		} else if enrolled {
-			// A password minted here would replace the one the controller sealed to the node's
-			// agent, which would be locked out at the reload with nothing said. The enrolled
-			// node's credential is replaced only by enrolling it again, which the agent does
-			// with its own key and hears the answer to.
-			e.errorf("node %s enrolled: its agent holds the credential the controller sealed to it, and a password %s here would lock the agent out; to replace it, enrol the node again: 'meshctl credentials issue %s', then the agent enrols again with that credential",
-				node, mintedHow(rotate), render.EnrolUser(node))
-			return exitError
-		}
-		node, declared, code := declaredNode(ctx, e, st, m, principal)
-		switch {
-		case code != exitOK:
-			return code
-		case declared && !rotate:
-			e.errorf("%s runs on node %s, which enrolled: the controller hands out its credential, sealed to the node, and would replace a password issued here at once; use 'meshctl credentials rotate %s'",
-				principal, node, principal)
-			return exitError
-		case declared && *out != "":
-			e.errorf("%s's new credential goes to node %s sealed, never printed; -o writes nothing for it", principal, node)
-			return exitError
-		case declared:
-			return rotateDeclared(ctx, e, st, m, principal, node)
-		}
-		if *out != "" {
-			var err error
-			if file, err = claimMembershipFile(*out, *force); err != nil {
-				e.errorf("%v", err)
-				return exitError
-			}
-		}
-		p, _ := desired.Principal(principal)
-		nkey = p.Nkey
-		var minted map[string]string
+	if req.out != "" {
 		var err error
-		if nkey {
-			minted, err = st.MintNkeys(ctx, []string{principal}, operation)
-		} else {
-			minted, err = st.Mint(ctx, []string{principal}, *cost, operation)
-		}
-		if errors.Is(err, state.ErrReplicaBehind) {
-			behind, err = err, nil
-		}
-		if err != nil {
-			if file != nil {
-				file.abandon()
-			}
-			e.errorf("%v", err)
-			return exitError
-		}
-		password = minted[principal]
-	case "revoke":
-		had, err := st.Revoke(ctx, principal)
-		if errors.Is(err, state.ErrReplicaBehind) {
-			behind, err = err, nil
-		}
-		if err != nil {
-			e.errorf("%v", err)
-			return exitError
-		}
-		if !had {
-			e.errorf("%s has no credential to revoke", principal)
+		if file, err = claimMembershipFile(req.out, req.force); err != nil {
+			c.e.errorf("%v", err)
 			return exitError
 		}
 	}
-	what, err := reconcile.SyncAccounts(ctx, m, st)
-	if err != nil {
-		// The store already holds the new state; the next apply or watch cycle installs it.
-		e.errorf("the credential is %sd, but the accounts config could not be made live: %v", verb, err)
-		if password == "" {
-			return exitError
-		}
+	p, _ := c.desired.Principal(c.principal)
+	var minted map[string]string
+	var err error
+	if p.Nkey {
+		minted, err = c.st.MintNkeys(ctx, []string{c.principal}, req.operation)
 	} else {
-		fmt.Fprintln(e.stderr, what)
+		minted, err = c.st.Mint(ctx, []string{c.principal}, req.cost, req.operation)
 	}
-	if verb == "revoke" {
-		if node, declared, _ := declaredNode(ctx, e, st, m, principal); declared {
-			fmt.Fprintf(e.stderr, "%s's credential is revoked: it can no longer log in; the controller declares the instance a new one, since the description puts it on node %s (remove it from the node there to lock it out)\n", principal, node)
-			return replicaBehind(e, behind)
+	behind, err := splitReplicaBehind(err)
+	if err != nil {
+		if file != nil {
+			file.abandon()
 		}
-		fmt.Fprintf(e.stderr, "%s is revoked: it can no longer log in\n", principal)
-		return replicaBehind(e, behind)
+		c.e.errorf("%v", err)
+		return exitError
 	}
+	live := c.syncAccounts(ctx, "issue")
 	secret := "password"
-	if nkey {
+	if p.Nkey {
 		secret = "seed"
 	}
-	fields := map[string]any{
-		"address": busAddress(m, st.Dir()), "fingerprint": m.Bus.Fingerprint, "user": principal, secret: password,
+	line := membershipLine(c.membership(minted[c.principal], p.Nkey))
+	if file != nil {
+		if werr := file.write(line); werr != nil {
+			c.e.errorf("%s's credential is minted, but its membership could not be written to %s: %v; issue it again", c.principal, req.out, werr)
+			return exitError
+		}
+		fmt.Fprintf(c.e.stderr, "%s's credential is minted; its membership, the only copy of its %s, is in %s (0600)\n", c.principal, secret, req.out)
+	} else {
+		fmt.Fprintf(c.e.stderr, "%s's credential is minted; the membership below is the only copy of its %s\n", c.principal, secret)
+		_, _ = c.e.stdout.Write(line)
 	}
-	if len(m.Bus.Servers) > 1 {
+	if !live {
+		// Written all the same, since the store keeps only the hash; but it is no working
+		// credential until the server serves a config that carries it.
+		fmt.Fprintf(c.e.stderr, "%s cannot log in yet: the server does not serve the config holding it; fix the server, then run apply\n", c.principal)
+		return exitError
+	}
+	return replicaBehind(c.e, behind)
+}
+
+// revoke deletes the principal's credential and makes the accounts config without it live.
+func (c credentialChange) revoke(ctx context.Context) int {
+	had, err := c.st.Revoke(ctx, c.principal)
+	behind, err := splitReplicaBehind(err)
+	if err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	if !had {
+		c.e.errorf("%s has no credential to revoke", c.principal)
+		return exitError
+	}
+	if !c.syncAccounts(ctx, "revoke") {
+		return exitError
+	}
+	if node, declared, _ := declaredNode(ctx, c.e, c.st, c.m, c.principal); declared {
+		fmt.Fprintf(c.e.stderr, "%s's credential is revoked: it can no longer log in; the controller declares the instance a new one, since the description puts it on node %s (remove it from the node there to lock it out)\n", c.principal, node)
+		return replicaBehind(c.e, behind)
+	}
+	fmt.Fprintf(c.e.stderr, "%s is revoked: it can no longer log in\n", c.principal)
+	return replicaBehind(c.e, behind)
+}
+
+// syncAccounts makes the accounts config that carries the change live, and says on stderr
+// what it did, or that the change verb made is in the store but not yet live.
+func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live bool) {
+	what, err := reconcile.SyncAccounts(ctx, c.m, c.st)
+	if err != nil {
+		// The store already holds the new state; the next apply or watch cycle installs it.
+		c.e.errorf("the credential is %sd, but the accounts config could not be made live: %v", verb, err)
+		return false
+	}
+	fmt.Fprintln(c.e.stderr, what)
+	return true
+}
+
+// membership is the principal's membership with secret, its password or with nkey its seed:
+// the address a host dials and the bus's fingerprint, and on a bus of several servers every
+// server.
+func (c credentialChange) membership(secret string, nkey bool) host.Membership {
+	mem := host.Membership{Address: busAddress(c.m, c.st.Dir()), Fingerprint: c.m.Bus.Fingerprint, User: c.principal}
+	if nkey {
+		mem.Seed = secret
+	} else {
+		mem.Password = secret
+	}
+	if len(c.m.Bus.Servers) > 1 {
 		// Every server, so a host reaches the bus through any of them; address stays the
 		// first, for a reader that knows only it.
 		var servers []busclient.Target
-		for _, s := range m.Bus.Servers {
+		for _, s := range c.m.Bus.Servers {
 			servers = append(servers, busclient.Target{URL: s.URL, Fingerprint: s.Fingerprint})
 		}
-		t := host.NewMembership(busclient.Cluster(servers), principal, "")
-		fields["servers"], fields["fingerprint"] = t.Servers, t.Fingerprint
+		t := host.NewMembership(busclient.Cluster(servers), c.principal, "")
+		mem.Servers, mem.Fingerprint = t.Servers, t.Fingerprint
 	}
-	membership, _ := json.Marshal(fields)
-	membership = append(membership, '\n')
-	if file != nil {
-		if werr := file.write(membership); werr != nil {
-			e.errorf("%s's credential is minted, but its membership could not be written to %s: %v; issue it again", principal, *out, werr)
-			return exitError
-		}
-		fmt.Fprintf(e.stderr, "%s's credential is minted; its membership, the only copy of its %s, is in %s (0600)\n", principal, secret, *out)
-	} else {
-		fmt.Fprintf(e.stderr, "%s's credential is minted; the membership below is the only copy of its %s\n", principal, secret)
-		_, _ = e.stdout.Write(membership)
-	}
-	if err != nil {
-		// Written all the same, since the store keeps only the hash; but it is no working
-		// credential until the server serves a config that carries it.
-		fmt.Fprintf(e.stderr, "%s cannot log in yet: the server does not serve the config holding it; fix the server, then run apply\n", principal)
-		return exitError
-	}
-	return replicaBehind(e, behind)
+	return mem
+}
+
+// membershipLine is the membership as the one JSON line credentials issue prints. Its keys come
+// sorted (address, fingerprint, password or seed, servers, user), the order of the line a host
+// or a script reads, whatever order host.Membership declares its fields in.
+func membershipLine(mem host.Membership) []byte {
+	fields, _ := json.Marshal(mem)
+	var byKey map[string]json.RawMessage
+	_ = json.Unmarshal(fields, &byKey)
+	line, _ := json.Marshal(byKey)
+	return append(line, '\n')
 }
 
 // replicaBehind reports a change the store took and its copy on the bus did not, exit 2: the

@@ -64,119 +64,135 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	defer st.Close()
-	id, err := st.ID(ctx)
+	r, err := readStatus(ctx, e, st, *n)
 	if err != nil {
 		e.errorf("%v", err)
 		return exitError
 	}
-	inv, err := st.Inventory(ctx)
-	if err != nil {
-		e.errorf("%v", err)
-		return exitError
-	}
-	changes, err := st.HolderChanges(ctx, *n)
-	if err != nil {
-		e.errorf("%v", err)
-		return exitError
-	}
-	history, err := st.History(ctx, *n)
-	if err != nil {
-		e.errorf("%v", err)
-		return exitError
-	}
-	refusals, err := st.Refusals(ctx, *n)
-	if err != nil {
-		e.errorf("%v", err)
-		return exitError
-	}
-	url, pid, running := bus.RunningEmbeddedProcess(st.Dir())
-	nodes, err := controller.Nodes(ctx, st, inv.Nodes)
-	if err != nil {
-		e.errorf("%v", err)
-		return exitError
-	}
-	beats, err := withHeartbeats(nodes, st.Dir(), time.Now())
-	if err != nil {
-		fmt.Fprintf(e.stderr, "the nodes' heartbeats are left out: %v\n", err)
-	}
-	watched, err := readWatchState(st.Dir())
-	if err != nil {
-		fmt.Fprintf(e.stderr, "watch's last state is left out: %v\n", err)
-	}
-	var seats []controller.SeatWork
-	var backlogs []controller.Backlog
-	if running {
-		if seats, backlogs, err = liveWork(ctx, st, url, inv); err != nil {
-			fmt.Fprintf(e.stderr, "the seats' queues could not be read from the bus at %s: %v\n", url, err)
-		}
-	}
-
 	if *out == "json" {
-		type busStatus struct {
-			Running bool   `json:"running"`
-			URL     string `json:"url,omitempty"`
-			PID     int    `json:"pid,omitempty"`
-		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(struct {
-			Store         string                  `json:"store"`
-			EmbeddedBus   busStatus               `json:"embedded_bus"`
-			Watch         *watchSeen              `json:"watch"`
-			Inventory     state.Inventory         `json:"inventory"`
-			HolderChanges []state.HolderChange    `json:"holder_changes"`
-			History       []state.ApplyRecord     `json:"history"`
-			Nodes         []controller.NodeStatus `json:"nodes"`
-			Heartbeats    heartbeatsSeen          `json:"heartbeats"`
-			Seats         []controller.SeatWork   `json:"seats,omitempty"`
-			Backlogs      []controller.Backlog    `json:"backlogs,omitempty"`
-			Refusals      []state.Refusal         `json:"refusals"`
-		}{id, busStatus{running, url, pid}, watched, inv, changes, history, nodes, beats, seats, backlogs, refusals})
+		_ = enc.Encode(r)
 		return exitOK
 	}
+	printStatus(e.stdout, r)
+	return exitOK
+}
 
-	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+// embeddedBusStatus is whether a meshctl process serves the embedded bus from the state
+// directory, and at which URL and pid.
+type embeddedBusStatus struct {
+	Running bool   `json:"running"`
+	URL     string `json:"url,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+}
+
+// statusReport is everything status shows, in the shape of its JSON output.
+type statusReport struct {
+	Store         string                  `json:"store"`
+	EmbeddedBus   embeddedBusStatus       `json:"embedded_bus"`
+	Watch         *watchSeen              `json:"watch"`
+	Inventory     state.Inventory         `json:"inventory"`
+	HolderChanges []state.HolderChange    `json:"holder_changes"`
+	History       []state.ApplyRecord     `json:"history"`
+	Nodes         []controller.NodeStatus `json:"nodes"`
+	Heartbeats    heartbeatsSeen          `json:"heartbeats"`
+	Seats         []controller.SeatWork   `json:"seats,omitempty"`
+	Backlogs      []controller.Backlog    `json:"backlogs,omitempty"`
+	Refusals      []state.Refusal         `json:"refusals"`
+}
+
+// readStatus reads what status shows from the store, the state directory and, while a
+// meshctl process serves the embedded bus, the bus, keeping the latest n holder changes,
+// applies and refusals. What it cannot read of the heartbeats, watch's last state or the bus
+// is left out, said on stderr; an error reading the store is returned.
+func readStatus(ctx context.Context, e *env, st *state.Store, n int) (statusReport, error) {
+	var r statusReport
+	var err error
+	if r.Store, err = st.ID(ctx); err != nil {
+		return r, err
+	}
+	if r.Inventory, err = st.Inventory(ctx); err != nil {
+		return r, err
+	}
+	if r.HolderChanges, err = st.HolderChanges(ctx, n); err != nil {
+		return r, err
+	}
+	if r.History, err = st.History(ctx, n); err != nil {
+		return r, err
+	}
+	if r.Refusals, err = st.Refusals(ctx, n); err != nil {
+		return r, err
+	}
+	b := &r.EmbeddedBus
+	b.URL, b.PID, b.Running = bus.RunningEmbeddedProcess(st.Dir())
+	if r.Nodes, err = controller.Nodes(ctx, st, r.Inventory.Nodes); err != nil {
+		return r, err
+	}
+	if r.Heartbeats, err = withHeartbeats(r.Nodes, st.Dir(), time.Now()); err != nil {
+		fmt.Fprintf(e.stderr, "the nodes' heartbeats are left out: %v\n", err)
+	}
+	if r.Watch, err = readWatchState(st.Dir()); err != nil {
+		fmt.Fprintf(e.stderr, "watch's last state is left out: %v\n", err)
+	}
+	if b.Running {
+		if r.Seats, r.Backlogs, err = liveWork(ctx, st, b.URL, r.Inventory); err != nil {
+			fmt.Fprintf(e.stderr, "the seats' queues could not be read from the bus at %s: %v\n", b.URL, err)
+		}
+	}
+	return r, nil
+}
+
+// printStatus prints the status report as text.
+func printStatus(out io.Writer, r statusReport) {
+	inv := r.Inventory
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	// The identity the accounts files it writes name it by: the manager a refused store is told of.
-	fmt.Fprintf(w, "State store:\t%s\n", id)
-	if running {
-		fmt.Fprintf(w, "Embedded bus:\t%s, served by meshctl pid %d\n", url, pid)
+	fmt.Fprintf(w, "State store:\t%s\n", r.Store)
+	if r.EmbeddedBus.Running {
+		fmt.Fprintf(w, "Embedded bus:\t%s, served by meshctl pid %d\n", r.EmbeddedBus.URL, r.EmbeddedBus.PID)
 	} else {
 		fmt.Fprintf(w, "Embedded bus:\tnot running (commands start one for their own run)\n")
 	}
 	fmt.Fprintf(w, "Last applied:\t%d node(s), %d module instance(s), %d seat(s)\n", len(inv.Nodes), len(inv.Instances), len(inv.Seats))
-	printWatch(e.stdout, w, watched)
+	printWatch(out, w, r.Watch)
 	if len(inv.Holders) > 0 {
-		fmt.Fprintln(e.stdout, "\nSeat holders:")
+		fmt.Fprintln(out, "\nSeat holders:")
 		for _, h := range inv.Holders {
 			fmt.Fprintf(w, "  %s\t%s/%s\n", printable.Text(h.Seat), printable.Text(h.Node), printable.Text(h.Module))
 		}
 		_ = w.Flush()
 	}
-	printNodes(e.stdout, nodes, beats)
-	printWork(e.stdout, seats, backlogs)
-	printRefusals(e.stdout, w, refusals)
-	if len(changes) > 0 {
-		fmt.Fprintln(e.stdout, "\nHolder changes (newest first):")
-		for _, c := range changes {
+	printNodes(out, r.Nodes, r.Heartbeats)
+	printWork(out, r.Seats, r.Backlogs)
+	printRefusals(out, w, r.Refusals)
+	if len(r.HolderChanges) > 0 {
+		fmt.Fprintln(out, "\nHolder changes (newest first):")
+		for _, c := range r.HolderChanges {
 			fmt.Fprintf(w, "  %s\t%s\t%s → %s\n", c.At.Local().Format(time.DateTime), printable.Text(c.Seat), instance(c.From), instance(c.To))
 		}
 		_ = w.Flush()
 	}
-	if len(history) > 0 {
-		fmt.Fprintln(e.stdout, "\nApplies (newest first):")
-		for _, h := range history {
-			commit := h.Commit
-			if len(commit) > 12 {
-				commit = commit[:12] + map[bool]string{true: "-dirty", false: ""}[len(h.Commit) > 40]
-			}
-			fmt.Fprintf(w, "  %s\t%s@%s\t%s\t%s\t%s\n", h.Started.Local().Format(time.DateTime), printable.Text(h.User), printable.Text(h.Host),
-				printable.Text(orDash(commit)), printable.Text(h.Summary), printable.Text(h.Outcome))
-		}
-		_ = w.Flush()
-	} else {
-		fmt.Fprintln(e.stdout, "\nNo apply has been recorded in this state directory.")
+	printApplies(out, w, r.History)
+}
+
+// printApplies lists the latest applies, newest first, with who ran them, from which commit
+// and how they ended, or says that none is recorded.
+func printApplies(out io.Writer, w *tabwriter.Writer, history []state.ApplyRecord) {
+	if len(history) == 0 {
+		fmt.Fprintln(out, "\nNo apply has been recorded in this state directory.")
+		return
 	}
-	return exitOK
+	fmt.Fprintln(out, "\nApplies (newest first):")
+	for _, h := range history {
+		commit := h.Commit
+		if len(commit) > 12 {
+			commit = commit[:12] + map[bool]string{true: "-dirty", false: ""}[len(h.Commit) > 40]
+		}
+		fmt.Fprintf(w, "  %s\t%s@%s\t%s\t%s\t%s\n", h.Started.Local().Format(time.DateTime), printable.Text(h.User), printable.Text(h.Host),
+			printable.Text(orDash(commit)), printable.Text(h.Summary), printable.Text(h.Outcome))
+	}
+	_ = w.Flush()
 }
 
 // printRefusals lists what the embedded bus refused lately, as `meshctl watch` recorded it,

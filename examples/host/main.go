@@ -28,6 +28,7 @@ import (
 
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -44,32 +45,13 @@ const opTimeout = 5 * time.Second
 // run is the program; it returns when ctx ends (Ctrl-C) or joining fails. Deliveries are printed
 // to stdout, one line each; everything else goes to stderr.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	flags := flag.NewFlagSet("host", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	membershipFile := flags.String("membership", "", "the membership file `meshctl credentials issue` wrote (default: read it from stdin)")
-	follow := flags.Bool("follow", false, "follow the module's events, on its consumer <node>_<module> (what it does without -seat)")
-	seat := flags.String("seat", "", "take this seat's work, as its holder; with -follow, follow the module's events as well")
-	emit := flags.String("emit", "", "with -seat: after each piece of work, report this seat event (one the seat emits, e.g. sent)")
-	publish := flags.String("publish", "", "instead: publish -message on this subject (an event the module emits, work it sends) and exit")
-	message := flags.String("message", "", "with -publish: what to publish")
-	if err := flags.Parse(args); err != nil {
-		return 2
-	}
-	if *publish != "" && (*seat != "" || *emit != "" || *follow) {
-		fmt.Fprintln(stderr, "host: -publish publishes once and exits; it does not take -follow, -seat or -emit")
-		return 2
-	}
-	// A module that only holds a seat has no events consumer, and no grant to ask about one:
-	// asking would be a refusal in the bus's log for every start. So it follows only when told
-	// to, or when following is the only job left.
-	following := *follow || *seat == ""
-	if *emit != "" && *seat == "" {
-		fmt.Fprintln(stderr, "host: -emit reports a seat's event, so it needs -seat")
+	o, ok := parseOptions(args, stderr)
+	if !ok {
 		return 2
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "host: "+format+"\n", a...) }
 
-	m, err := readMembership(*membershipFile, stdin)
+	m, err := readMembership(o.membership, stdin)
 	if err != nil {
 		logf("%v", err)
 		return 1
@@ -79,7 +61,95 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		logf("%s is not a module instance (<node>.<module>); issue the membership of one, e.g. `meshctl credentials issue beta.postman`", m.User)
 		return 1
 	}
-	h, err := host.Join(ctx, m,
+	h, err := join(ctx, m, logf)
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	// The server it reached, not the membership's address: on a cluster that may be down, and
+	// the connection started at another of its servers.
+	logf("joined %s as %s", h.Conn().ConnectedUrlRedacted(), h.User())
+	if o.publish != "" {
+		defer h.Close()
+		return publishOnce(ctx, h, o.publish, o.message, logf)
+	}
+
+	d := &deliveries{h: h, stdout: stdout, logf: logf}
+	var taking []jetstream.ConsumeContext
+	if o.following {
+		events, err := d.followEvents(ctx, inst)
+		if err != nil {
+			logf("%v", err)
+			h.Close()
+			return 1
+		}
+		taking = append(taking, events)
+		logf("following its events on consumer %s", render.InstanceConsumer(inst))
+	}
+	if o.seat != "" {
+		work, err := d.holdSeat(ctx, o.seat, o.emit)
+		if err != nil {
+			logf("%v", err)
+			for _, cc := range taking {
+				cc.Stop()
+			}
+			h.Close()
+			return 1
+		}
+		taking = append(taking, work)
+		logf("holding seat %s", o.seat)
+	}
+
+	<-ctx.Done()
+	return leave(h, taking, logf)
+}
+
+// options are the program's flags: where the membership is, and what the host does.
+type options struct {
+	membership string
+	// following is -follow, or no -seat: the module's events are followed.
+	following        bool
+	seat, emit       string
+	publish, message string
+}
+
+// parseOptions reads the flags, refusing on stderr the combinations that make no sense.
+func parseOptions(args []string, stderr io.Writer) (options, bool) {
+	flags := flag.NewFlagSet("host", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	membershipFile := flags.String("membership", "", "the membership file `meshctl credentials issue` wrote (default: read it from stdin)")
+	follow := flags.Bool("follow", false, "follow the module's events, on its consumer <node>_<module> (what it does without -seat)")
+	seat := flags.String("seat", "", "take this seat's work, as its holder; with -follow, follow the module's events as well")
+	emit := flags.String("emit", "", "with -seat: after each piece of work, report this seat event (one the seat emits, e.g. sent)")
+	publish := flags.String("publish", "", "instead: publish -message on this subject (an event the module emits, work it sends) and exit")
+	message := flags.String("message", "", "with -publish: what to publish")
+	if err := flags.Parse(args); err != nil {
+		return options{}, false
+	}
+	if *publish != "" && (*seat != "" || *emit != "" || *follow) {
+		fmt.Fprintln(stderr, "host: -publish publishes once and exits; it does not take -follow, -seat or -emit")
+		return options{}, false
+	}
+	if *emit != "" && *seat == "" {
+		fmt.Fprintln(stderr, "host: -emit reports a seat's event, so it needs -seat")
+		return options{}, false
+	}
+	return options{
+		membership: *membershipFile,
+		// A module that only holds a seat has no events consumer, and no grant to ask about
+		// one: asking would be a refusal in the bus's log for every start. So it follows only
+		// when told to, or when following is the only job left.
+		following: *follow || *seat == "",
+		seat:      *seat,
+		emit:      *emit,
+		publish:   *publish,
+		message:   *message,
+	}, true
+}
+
+// join joins the bus with membership m, logging each disconnection and reconnection.
+func join(ctx context.Context, m host.Membership, logf func(format string, a ...any)) (*host.Host, error) {
+	return host.Join(ctx, m,
 		// A host outlives a restart of the bus (a `meshctl watch` restarted): it reconnects
 		// for ever and says so.
 		nats.MaxReconnects(-1),
@@ -90,89 +160,87 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { logf("reconnected to %s", nc.ConnectedUrlRedacted()) }),
 	)
+}
+
+// publishOnce publishes message on subject as the module and logs which stream keeps it.
+func publishOnce(ctx context.Context, h *host.Host, subject, message string, logf func(format string, a ...any)) int {
+	ack, err := h.Publish(ctx, subject, []byte(message))
 	if err != nil {
 		logf("%v", err)
 		return 1
 	}
-	// The server it reached, not the membership's address: on a cluster that may be down, and
-	// the connection started at another of its servers.
-	logf("joined %s as %s", h.Conn().ConnectedUrlRedacted(), h.User())
-	if *publish != "" {
-		defer h.Close()
-		ack, err := h.Publish(ctx, *publish, []byte(*message))
-		if err != nil {
-			logf("%v", err)
-			return 1
-		}
-		logf("published to %s: stream %s keeps it as message %d", *publish, ack.Stream, ack.Sequence)
-		return 0
-	}
+	logf("published to %s: stream %s keeps it as message %d", subject, ack.Stream, ack.Sequence)
+	return 0
+}
 
-	var out sync.Mutex
-	printf := func(format string, a ...any) {
-		out.Lock()
-		defer out.Unlock()
-		fmt.Fprintf(stdout, format+"\n", a...)
-	}
+// deliveries prints and acknowledges what the host takes, one line each on stdout; the lock
+// keeps the lines of two handlers running at once from interleaving.
+type deliveries struct {
+	h      *host.Host
+	mu     sync.Mutex
+	stdout io.Writer
+	logf   func(format string, a ...any)
+}
+
+// printf prints one line on stdout.
+func (d *deliveries) printf(format string, a ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fmt.Fprintf(d.stdout, format+"\n", a...)
+}
+
+// ack acknowledges msg, logging a failure.
+func (d *deliveries) ack(msg jetstream.Msg) {
 	// Acks and publishes get a context of their own: after Ctrl-C, the work in hand still
 	// finishes and is acknowledged.
-	ack := func(msg jetstream.Msg) {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		if err := h.Ack(ctx, msg); err != nil {
-			logf("%v", err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := d.h.Ack(ctx, msg); err != nil {
+		d.logf("%v", err)
 	}
+}
 
-	var taking []jetstream.ConsumeContext
-	if following {
-		events, err := h.Events(ctx, inst, func(msg jetstream.Msg) {
-			printf("event %s %s", msg.Subject(), msg.Data())
-			ack(msg)
-		})
-		if err != nil {
-			// A module that follows nothing has no consumer, and no grant to ask about one:
-			// the refusal names the consumer's subject rather than timing out.
-			var refused *busclient.PermissionError
-			if errors.As(err, &refused) {
-				err = fmt.Errorf("%w\n(a module that follows nothing has no consumer: give -seat to hold a seat, or -publish)", err)
-			}
-			logf("%v", err)
-			h.Close()
-			return 1
+// followEvents prints and acknowledges every event the module instance follows.
+func (d *deliveries) followEvents(ctx context.Context, inst model.Instance) (jetstream.ConsumeContext, error) {
+	events, err := d.h.Events(ctx, inst, func(msg jetstream.Msg) {
+		d.printf("event %s %s", msg.Subject(), msg.Data())
+		d.ack(msg)
+	})
+	if err != nil {
+		// A module that follows nothing has no consumer, and no grant to ask about one:
+		// the refusal names the consumer's subject rather than timing out.
+		var refused *busclient.PermissionError
+		if errors.As(err, &refused) {
+			err = fmt.Errorf("%w\n(a module that follows nothing has no consumer: give -seat to hold a seat, or -publish)", err)
 		}
-		taking = append(taking, events)
-		logf("following its events on consumer %s", render.InstanceConsumer(inst))
+		return nil, err
 	}
-	if *seat != "" {
-		work, err := h.Work(ctx, *seat, func(msg jetstream.Msg) {
-			printf("work %s %s", msg.Subject(), msg.Data())
-			if *emit != "" {
-				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-				defer cancel()
-				if _, err := h.Publish(ctx, render.SeatEvent(*seat, *emit), msg.Data()); err != nil {
-					// Not acknowledged: the work comes back after the ack wait.
-					logf("%v", err)
-					return
-				}
-			}
-			ack(msg)
-		})
-		if err != nil {
-			logf("%v", err)
-			for _, cc := range taking {
-				cc.Stop()
-			}
-			h.Close()
-			return 1
-		}
-		taking = append(taking, work)
-		logf("holding seat %s", *seat)
-	}
+	return events, nil
+}
 
-	<-ctx.Done()
+// holdSeat takes the seat's work as its holder: it prints each piece, reports the seat event
+// emit after it when emit is set, and acknowledges it.
+func (d *deliveries) holdSeat(ctx context.Context, seat, emit string) (jetstream.ConsumeContext, error) {
+	return d.h.Work(ctx, seat, func(msg jetstream.Msg) {
+		d.printf("work %s %s", msg.Subject(), msg.Data())
+		if emit != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+			if _, err := d.h.Publish(ctx, render.SeatEvent(seat, emit), msg.Data()); err != nil {
+				// Not acknowledged: the work comes back after the ack wait.
+				d.logf("%v", err)
+				return
+			}
+		}
+		d.ack(msg)
+	})
+}
+
+// leave stops taking deliveries, lets the handlers finish the work in hand, and drains the
+// connection, bounded by twice opTimeout.
+func leave(h *host.Host, taking []jetstream.ConsumeContext, logf func(format string, a ...any)) int {
 	logf("leaving: finishing the work in hand")
-	leave, cancel := context.WithTimeout(context.Background(), 2*opTimeout)
+	bounded, cancel := context.WithTimeout(context.Background(), 2*opTimeout)
 	defer cancel()
 	// Stop taking deliveries and let the handlers finish those received, while the connection
 	// is still whole for their acks; then drain the connection itself.
@@ -182,10 +250,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, cc := range taking {
 		select {
 		case <-cc.Closed():
-		case <-leave.Done():
+		case <-bounded.Done():
 		}
 	}
-	if err := h.Drain(leave); err != nil {
+	if err := h.Drain(bounded); err != nil {
 		logf("%v", err)
 		return 1
 	}
