@@ -23,6 +23,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
@@ -565,7 +566,7 @@ func TestAnAgentFollowsAChangeOfConsumerKind(t *testing.T) {
 // it without enrolling again — its key is the one the restored store holds.
 func TestAnEnrolledAgentTakesItsNextDeclarationFromARestoredStore(t *testing.T) {
 	t.Parallel()
-	srv := bus.StartTestServer(t, t.TempDir())
+	srv := bustest.StartTestServer(t, t.TempDir())
 	w := &world{t: t, dir: t.TempDir(), stateDir: t.TempDir(), hup: make(chan os.Signal, 1), logs: &lockedbuf.Buffer{}, more: make(chan struct{})}
 	w.write(srv.Mesh())
 	stop := w.startWatch()

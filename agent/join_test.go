@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/model"
@@ -39,7 +39,7 @@ func TestARefusalRightAfterEnrollingIsTheExpectedWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bus.StartTestBus(t, render.AccountsConfig(principals, nil)) // node.one is locked
+	b := bustest.StartTestBus(t, render.AccountsConfig(principals, nil)) // node.one is locked
 	membership := host.Membership{Address: b.URL(), User: render.NodeUser("one"), Password: password}
 
 	for _, c := range []struct {

@@ -13,8 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bench/meshgen"
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -41,7 +42,7 @@ func measureExternal(ctx context.Context, sizes []int, runs int, meshctl, tmp st
 	}
 	// nats-server is built from the module's pinned version, the release the embedded bus
 	// links, once for every size.
-	defer bus.RemoveBuiltServer()
+	defer testnats.RemoveBuiltServer()
 	for _, n := range sizes {
 		r, err := newWaitRunner(ctx, meshctl, tmp, fmt.Sprintf("external-%d", n), runs, log, waitAt(waits, n))
 		if err != nil {
@@ -180,9 +181,9 @@ func lockedOnTheBus(ctx context.Context, js jetstream.JetStream) runCheck {
 }
 
 // startServer starts nats-server as meshctl's own tests start an operator's server
-// (bus.StartTestServer: TLS with a pinned self-signed certificate, a pid file, the accounts
+// (bustest.StartTestServer: TLS with a pinned self-signed certificate, a pid file, the accounts
 // file meshctl writes included), its files and store in dir. stop kills it.
-func startServer(dir string) (x *bus.TestServer, stop func(), err error) {
+func startServer(dir string) (x *bustest.TestServer, stop func(), err error) {
 	tb := &harnessTB{dir: dir}
 	defer func() {
 		v := recover()
@@ -196,10 +197,10 @@ func startServer(dir string) (x *bus.TestServer, stop func(), err error) {
 		tb.close()
 		x, stop, err = nil, nil, errors.New(string(f))
 	}()
-	return bus.StartTestServer(tb, dir), tb.close, nil
+	return bustest.StartTestServer(tb, dir), tb.close, nil
 }
 
-// harnessTB is the bench's bus.TB, for bus.StartTestServer: its temporary directories are
+// harnessTB is the bench's testnats.TB, for bustest.StartTestServer: its temporary directories are
 // made in dir, its cleanups run by close, and a fatal error or a skip panics with a
 // harnessFatal, which startServer returns as an error.
 type harnessTB struct {

@@ -275,7 +275,7 @@ const waitHow = `How these rows were measured:
   bus.
 - **On an external nats-server, the store on the bus**: the nats-server binary built from the module's pinned version (the
   release the embedded bus links) runs as a process of its own, started as meshctl's tests start an operator's server
-  (` + "`bus.StartTestServer`" + `): TLS with a self-signed certificate the mesh pins, a pid file, and the accounts file meshctl
+  (` + "`bustest.StartTestServer`" + `): TLS with a self-signed certificate the mesh pins, a pid file, and the accounts file meshctl
   writes included. The bus section names its URL, fingerprint, accounts file and ` + "`reload: { pid_file }`" + `, so meshctl keeps
   its state store on that bus: every change of the store is written to the KV bucket ` + "`" + render.StateBucket + "`" + `, and every
   apply takes the apply lock in ` + "`" + render.LeaseBucket + "`" + ` and reads the store's fence. No ` + "`watch`" + ` runs: the server serves

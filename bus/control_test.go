@@ -21,7 +21,7 @@ func TestTheControlSocketReloadsAndAnswers(t *testing.T) {
 	defer cancel()
 	a := testUser{name: "one.a", password: "pw-a", pub: []string{"mesh.a"}, sub: []string{"_INBOX.one.a.>"}}
 	b := testUser{name: "one.b", password: "pw-b", pub: []string{"mesh.b"}, sub: []string{"_INBOX.one.b.>"}}
-	e := StartTestBus(t, accountsFor(t, a))
+	e := startTestBus(t, accountsFor(t, a))
 	sock := filepath.Join(stateDirOf(e), "bus", controlSockName)
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("the control socket %s: %v, %v; want a socket, 0600", sock, fi, err)
@@ -64,7 +64,7 @@ func TestAHoldKeepsTheBusUntilReleased(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	e := StartTestBus(t, nil)
+	e := startTestBus(t, nil)
 	release, err := Hold(ctx, stateDirOf(e))
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestAStoppedBusIsNotServed(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	e := StartTestBus(t, nil)
+	e := startTestBus(t, nil)
 	dir := stateDirOf(e)
 	if _, err := Hold(ctx, dir); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -21,7 +22,7 @@ func TestDialUsesTheUsersOwnInbox(t *testing.T) {
 		pub: []string{"mesh.mod.shop.tool.status"}, sub: []string{"_INBOX.one.telegram.>"}}
 	service := testUser{name: "two.shop", password: "pw-service",
 		pub: []string{"_INBOX.one.telegram.>"}, sub: []string{"_INBOX.two.shop.>", "mesh.mod.shop.tool.status"}}
-	e := StartTestBus(t, accountsFor(t, client, service))
+	e := startTestBus(t, accountsFor(t, client, service))
 
 	svc := dialAs(t, e.URL(), service)
 	if _, err := svc.Subscribe("mesh.mod.shop.tool.status", func(m *nats.Msg) { m.Respond([]byte("ok")) }); err != nil {
@@ -53,7 +54,7 @@ func TestAMeshUserUsesJetStream(t *testing.T) {
 	t.Parallel()
 	controller := testUser{name: "controller", password: "pw-controller",
 		pub: []string{"$JS.API.>", "mesh.control.>"}, sub: []string{"_INBOX.controller.>"}}
-	e := StartTestBus(t, accountsFor(t, controller))
+	e := startTestBus(t, accountsFor(t, controller))
 	c := dialAs(t, e.URL(), controller)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -75,7 +76,7 @@ func TestAMeshUserUsesJetStream(t *testing.T) {
 func TestAPublishDenialIsReportedWithItsSubject(t *testing.T) {
 	t.Parallel()
 	u := testUser{name: "two.audit", password: "pw-audit", pub: []string{"mesh.allowed"}, sub: []string{"_INBOX.two.audit.>"}}
-	e := StartTestBus(t, accountsFor(t, u))
+	e := startTestBus(t, accountsFor(t, u))
 	c := dialAs(t, e.URL(), u)
 
 	if err := c.Publish("mesh.forbidden", []byte("x")); err != nil {
@@ -115,7 +116,7 @@ func TestAPublishDenialIsReportedWithItsSubject(t *testing.T) {
 func TestASubscribeDenialIsReportedWithItsSubject(t *testing.T) {
 	t.Parallel()
 	u := testUser{name: "node.one", password: "pw-node", pub: []string{"mesh.control.one.>"}, sub: []string{"_INBOX.node.one.>"}}
-	e := StartTestBus(t, accountsFor(t, u))
+	e := startTestBus(t, accountsFor(t, u))
 	c := dialAs(t, e.URL(), u)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -151,7 +152,7 @@ func TestASubscribeDenialIsReportedWithItsSubject(t *testing.T) {
 // instead of waiting on a connection that can no longer be refused anything.
 func TestWaitViolationEndsWithContextOrConnection(t *testing.T) {
 	t.Parallel()
-	e := StartTestBus(t, nil)
+	e := startTestBus(t, nil)
 	c := dialAs(t, e.URL(), testUser{name: "anyone", password: "unused"})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -172,7 +173,7 @@ func TestWaitViolationEndsWithContextOrConnection(t *testing.T) {
 func TestAWrongPasswordNamesTheAddressNotThePassword(t *testing.T) {
 	t.Parallel()
 	u := testUser{name: "controller", password: "right-password", pub: []string{"x"}, sub: []string{"_INBOX.controller.>"}}
-	e := StartTestBus(t, accountsFor(t, u))
+	e := startTestBus(t, accountsFor(t, u))
 
 	const wrong = "Wr0ng-Pa55word-xyzzy"
 	_, err := busclient.Dial(context.Background(), busclient.Target{URL: e.URL()}, busclient.Credential{User: "controller", Password: wrong})
@@ -195,7 +196,7 @@ func TestAWrongPasswordNamesTheAddressNotThePassword(t *testing.T) {
 func TestTLSIsPinnedByFingerprint(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	certFile, keyFile, fingerprint := SelfSignedCert(t, dir)
+	certFile, keyFile, fingerprint := testnats.SelfSignedCert(t, dir)
 	u := testUser{name: "controller", password: "pw", pub: []string{"mesh.>"}, sub: []string{"_INBOX.controller.>"}}
 	e, err := StartEmbedded(context.Background(), EmbeddedOptions{
 		StateDir: dir, Listen: "127.0.0.1:0", InitialAccounts: accountsFor(t, u),

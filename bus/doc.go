@@ -14,8 +14,6 @@
 //   - Checking and applying an accounts config (CheckConfig, CheckAccounts, Reloader): the
 //     server's own parser judges a rendered file before it replaces the live one, and a Reloader
 //     makes it live on whichever server runs it.
-//   - Test support (StartTestBus): one real server per test, on a random port in the test's own
-//     directory, never a shared bus (seed 003).
 //   - Reading a server's log (ServerLog, ParseServerViolation): its refusals, named by
 //     principal, and the logins it refused.
 //

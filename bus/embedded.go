@@ -23,6 +23,7 @@ import (
 
 	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/internal/redact"
+	"github.com/meshbus/meshctl/model"
 )
 
 // File names under StateDir/bus.
@@ -35,11 +36,6 @@ const (
 	lockName         = "lock"
 )
 
-// DefaultListen is where the embedded bus listens when EmbeddedOptions.Listen is empty: the
-// loopback interface only, because a bus reachable from elsewhere is a decision an operator makes
-// by naming an address, not a default.
-const DefaultListen = "127.0.0.1:4222"
-
 // ErrAlreadyRunning means another embedded bus holds the state directory. nats-server 2.15.2 does
 // not lock its JetStream store, so two servers on one store would both write it; use
 // RunningEmbedded's URL instead of starting a second.
@@ -50,7 +46,9 @@ type EmbeddedOptions struct {
 	// StateDir is meshctl's state directory; everything of the bus lives under StateDir/bus:
 	// server.conf, accounts.conf, the jetstream/ store, bus.json and a lock file.
 	StateDir string
-	// Listen is host:port, DefaultListen when empty. Port -1 or 0 picks a free port (tests).
+	// Listen is host:port; when empty, the description's default (model.DefaultListen), the
+	// loopback interface only: a bus reachable from elsewhere is a decision an operator makes by
+	// naming an address, not a default. Port -1 or 0 picks a free port (tests).
 	Listen string
 	// ServerName is the server's name, "meshctl" when empty.
 	ServerName string
@@ -247,7 +245,7 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 
 func listenOf(o EmbeddedOptions) string {
 	if o.Listen == "" {
-		return DefaultListen
+		return model.DefaultListen
 	}
 	return o.Listen
 }

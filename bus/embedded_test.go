@@ -20,7 +20,7 @@ import (
 // include, accounts.conf beside it, both 0600 — and a config check of its own server.conf passes.
 func TestEmbeddedWritesItsConfigFiles(t *testing.T) {
 	t.Parallel()
-	e := StartTestBus(t, nil)
+	e := startTestBus(t, nil)
 	conf, err := os.ReadFile(e.ConfigFile())
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestEmbeddedWritesItsConfigFiles(t *testing.T) {
 // With no accounts given, StartTestBus is an open bus whose global account has JetStream.
 func TestAnOpenTestBusHasJetStream(t *testing.T) {
 	t.Parallel()
-	e := StartTestBus(t, nil)
+	e := startTestBus(t, nil)
 	c := dialAs(t, e.URL(), testUser{name: "anyone", password: "unused"})
 	js, err := jetstream.New(c.Conn)
 	if err != nil {
@@ -101,7 +101,7 @@ func TestReloadPicksUpAChangedAccountsFile(t *testing.T) {
 	t.Parallel()
 	a := testUser{name: "one.a", password: "pw-a", pub: []string{"mesh.a"}, sub: []string{"_INBOX.one.a.>"}}
 	b := testUser{name: "one.b", password: "pw-b", pub: []string{"mesh.b"}, sub: []string{"_INBOX.one.b.>"}}
-	e := StartTestBus(t, accountsFor(t, a))
+	e := startTestBus(t, accountsFor(t, a))
 	dialAs(t, e.URL(), a)
 	if _, err := busclient.Dial(context.Background(), busclient.Target{URL: e.URL()}, busclient.Credential{User: b.name, Password: b.password}); err == nil {
 		t.Fatal("a user not yet in the accounts file logged in")
@@ -122,7 +122,7 @@ func TestReloadPicksUpAChangedAccountsFile(t *testing.T) {
 // live pid with nothing listening) is ignored; Shutdown removes the record.
 func TestRunningEmbeddedFindsTheBusAndIgnoresAStaleRecord(t *testing.T) {
 	t.Parallel()
-	e := StartTestBus(t, nil)
+	e := startTestBus(t, nil)
 	state := stateDirOf(e)
 	if url, ok := RunningEmbedded(state); !ok || url != e.URL() {
 		t.Fatalf("RunningEmbedded = %q, %v; want %q, true", url, ok, e.URL())
@@ -237,7 +237,7 @@ func TestCheckAccounts(t *testing.T) {
 func TestARevokedSubscriptionIsReportedAfterReload(t *testing.T) {
 	t.Parallel()
 	u := testUser{name: "two.audit", password: "pw", pub: []string{"x"}, sub: []string{"_INBOX.two.audit.>", "mesh.mod.shop.event.order.placed"}}
-	e := StartTestBus(t, accountsFor(t, u))
+	e := startTestBus(t, accountsFor(t, u))
 	c := dialAs(t, e.URL(), u)
 	if _, err := c.SubscribeSync("mesh.mod.shop.event.order.placed"); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // testUser is one user of a test accounts config, with the plaintext its test dials with.
@@ -107,6 +108,26 @@ func deadPID(t *testing.T) int {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	RemoveBuiltServer()
+	testnats.RemoveBuiltServer()
 	os.Exit(code)
+}
+
+// startTestBus starts an embedded bus for one test, as bustest.StartTestBus does for every other
+// package (which this package's own tests cannot import: bustest imports bus).
+func startTestBus(t *testing.T, accounts []byte) *Embedded {
+	t.Helper()
+	if accounts == nil {
+		accounts = []byte("# No accounts: an open bus for tests that do not exercise auth.\n")
+	}
+	e, err := StartEmbedded(context.Background(), EmbeddedOptions{
+		StateDir:        t.TempDir(),
+		Listen:          "127.0.0.1:-1",
+		ServerName:      "meshctl-test",
+		InitialAccounts: accounts,
+	})
+	if err != nil {
+		t.Fatalf("starting a test bus: %v", err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // The embedded bus reloads from memory: its options must be those a reload of server.conf
@@ -23,7 +24,7 @@ import (
 func TestTheInMemoryConfigIsTheFilesConfig(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	certFile, keyFile, _ := SelfSignedCert(t, dir)
+	certFile, keyFile, _ := testnats.SelfSignedCert(t, dir)
 	u := testUser{name: "one.a", password: "pw-a", pub: []string{"mesh.a"}, sub: []string{"_INBOX.one.a.>"}}
 	e, err := StartEmbedded(context.Background(), EmbeddedOptions{
 		StateDir: dir, Listen: "127.0.0.1:0", ServerName: "mesh-\"one\"", InitialAccounts: accountsFor(t, u),
@@ -105,7 +106,7 @@ func TestAReloadFromTheChecksParse(t *testing.T) {
 	a := testUser{name: "one.a", password: "pw-a", pub: []string{"mesh.a"}, sub: []string{"_INBOX.one.a.>"}}
 	b := testUser{name: "one.b", password: "pw-b", pub: []string{"mesh.b"}, sub: []string{"_INBOX.one.b.>"}}
 	c := testUser{name: "one.c", password: "pw-c", pub: []string{"mesh.c"}, sub: []string{"_INBOX.one.c.>"}}
-	e := StartTestBus(t, accountsFor(t, a, b))
+	e := startTestBus(t, accountsFor(t, a, b))
 	ctx := context.Background()
 	dialAs(t, e.URL(), b)
 
@@ -165,7 +166,7 @@ func TestACheckedReloadServesTheFileOnDisk(t *testing.T) {
 	t.Parallel()
 	a := testUser{name: "one.a", password: "pw-a", pub: []string{"mesh.a"}, sub: []string{"_INBOX.one.a.>"}}
 	b := testUser{name: "one.b", password: "pw-b", pub: []string{"mesh.b"}, sub: []string{"_INBOX.one.b.>"}}
-	e := StartTestBus(t, accountsFor(t, a))
+	e := startTestBus(t, accountsFor(t, a))
 	ctx := context.Background()
 
 	checked, err := e.CheckAccounts(accountsFor(t, a))

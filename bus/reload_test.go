@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // A nats-server in another process, reloaded the way an operator's bus is: by SIGHUP to the pid
 // in its pid file. The accounts file is its include; after the reload a new user logs in.
 func TestPIDFileReloaderReloadsAnExternalServer(t *testing.T) {
 	t.Parallel()
-	bin := NATSServerBinary(t)
+	bin := testnats.NATSServerBinary(t)
 	dir := t.TempDir()
 	a := testUser{name: "one.a", password: "pw-a", pub: []string{"mesh.a"}, sub: []string{"_INBOX.one.a.>"}}
 	b := testUser{name: "one.b", password: "pw-b", pub: []string{"mesh.b"}, sub: []string{"_INBOX.one.b.>"}}

@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/atomicfile"
@@ -111,7 +112,7 @@ func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixt
 	}
 	hashes, _ := f.store.Hashes(ctx)
 	desired := render.Derive(f.mesh)
-	f.bus = bus.StartTestBus(t, render.AccountsConfig(desired.Principals, hashes))
+	f.bus = bustest.StartTestBus(t, render.AccountsConfig(desired.Principals, hashes))
 	conn, err := busclient.Dial(ctx, busclient.Target{URL: f.bus.URL()}, busclient.Credential{User: render.ControllerUser, Password: ctlPassword})
 	if err != nil {
 		t.Fatal(err)

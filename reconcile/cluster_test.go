@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
@@ -24,7 +24,7 @@ import (
 // clusterMesh describes a mesh on the test cluster: every server with its own accounts file
 // and its own pid file to reload by. The last server's file is copied into place, as for a
 // server off the control host: meshctl writes a staging file and the copy command installs it.
-func clusterMesh(c *bus.TestCluster) string {
+func clusterMesh(c *bustest.TestCluster) string {
 	var b strings.Builder
 	b.WriteString("bus:\n  replicas: 3\n  servers:\n")
 	for i, srv := range c.Servers {
@@ -50,7 +50,7 @@ modules:
 
 // loginAlone logs in to one server of the cluster alone, not through the pool, which could
 // answer from another server.
-func loginAlone(ctx context.Context, srv *bus.TestClusterServer, user, password string) error {
+func loginAlone(ctx context.Context, srv *bustest.TestClusterServer, user, password string) error {
 	c, err := busclient.DialAlone(ctx, busclient.Target{URL: srv.URL}, busclient.Credential{User: user, Password: password})
 	if err != nil {
 		return err
@@ -61,7 +61,7 @@ func loginAlone(ctx context.Context, srv *bus.TestClusterServer, user, password 
 
 // eachServer waits until want holds for the login on every server given, and fails naming the
 // first that does not.
-func eachServer(t *testing.T, ctx context.Context, servers []*bus.TestClusterServer, user, password string, admits bool) {
+func eachServer(t *testing.T, ctx context.Context, servers []*bustest.TestClusterServer, user, password string, admits bool) {
 	t.Helper()
 	for _, srv := range servers {
 		var err error
@@ -84,7 +84,7 @@ func eachServer(t *testing.T, ctx context.Context, servers []*bus.TestClusterSer
 // awaitReloads waits until every server of c has finished a reload since before (its
 // configTimes): a reload by signal returns before the server has done it, and until then a
 // JetStream request can find the account not yet enabled again.
-func awaitReloads(t *testing.T, ctx context.Context, c *bus.TestCluster, before []time.Time) {
+func awaitReloads(t *testing.T, ctx context.Context, c *bustest.TestCluster, before []time.Time) {
 	t.Helper()
 	for {
 		done := 0
@@ -104,7 +104,7 @@ func awaitReloads(t *testing.T, ctx context.Context, c *bus.TestCluster, before 
 	}
 }
 
-func configTimes(t *testing.T, c *bus.TestCluster) []time.Time {
+func configTimes(t *testing.T, c *bustest.TestCluster) []time.Time {
 	t.Helper()
 	var out []time.Time
 	for _, srv := range c.Servers {
@@ -123,7 +123,7 @@ func configTimes(t *testing.T, c *bus.TestCluster) []time.Time {
 func TestAMeshOnAThreeServerCluster(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
+	c := bustest.StartTestCluster(t, 3)
 	f := newFixture(t, clusterMesh(c))
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)
@@ -244,7 +244,7 @@ func TestAMeshOnAThreeServerCluster(t *testing.T) {
 
 // servesItsRecord fails unless every server of c is seen serving the file its generation
 // record names: after a roll back, the previous one.
-func servesItsRecord(t *testing.T, ctx context.Context, c *bus.TestCluster, s *Session) {
+func servesItsRecord(t *testing.T, ctx context.Context, c *bustest.TestCluster, s *Session) {
 	t.Helper()
 	for _, srv := range c.Servers {
 		a := serverAccounts(s.Accounts, srv.URL)
@@ -270,7 +270,7 @@ func serverAccounts(a Accounts, url string) Accounts {
 func TestAMetaLeaderKilledMidApply(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
+	c := bustest.StartTestCluster(t, 3)
 	f := newFixture(t, clusterMesh(c))
 	s := f.connect(ctx)
 	leader := c.WaitForMetaLeader()
@@ -322,7 +322,7 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 	// change: the connection moves to another server, the others take the change, the apply
 	// names the one down, and once it is back the next apply converges.
 	f.mint(ctx, "alpha.shop")
-	var gone *bus.TestClusterServer
+	var gone *bustest.TestClusterServer
 	for _, srv := range c.Servers {
 		if srv.URL == s.Conn.ConnectedUrl() {
 			gone = srv
@@ -352,7 +352,7 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 func TestAHostKeepsConsumingWhenItsServerStops(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
+	c := bustest.StartTestCluster(t, 3)
 	f := newFixture(t, clusterMesh(c))
 	s := f.connect(ctx)
 	pw := f.mint(ctx, "alpha.shop", "alpha.audit")

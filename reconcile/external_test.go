@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 )
 
@@ -18,7 +18,7 @@ import (
 // and the accounts file meshctl writes included, as an operator's server would.
 type externalServer struct {
 	dir, url, fingerprint, accounts, pidFile string
-	srv                                      *bus.TestServer
+	srv                                      *bustest.TestServer
 }
 
 func startExternal(t *testing.T) externalServer {
@@ -30,7 +30,7 @@ func startExternal(t *testing.T) externalServer {
 // dir/js, which the caller may have mounted already.
 func startExternalIn(t *testing.T, dir string) externalServer {
 	t.Helper()
-	x := bus.StartTestServer(t, dir)
+	x := bustest.StartTestServer(t, dir)
 	return externalServer{dir: x.Dir, url: x.URL, fingerprint: x.Fingerprint, accounts: x.AccountsFile, pidFile: x.PIDFile, srv: x}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -75,7 +76,7 @@ func TestAServerKilledMidApplyFailsFastWithOneLine(t *testing.T) {
 func TestACallWaitsForABusThatComesBack(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	e := bus.StartTestBus(t, nil)
+	e := bustest.StartTestBus(t, nil)
 	u, err := url.Parse(e.URL())
 	if err != nil {
 		t.Fatal(err)

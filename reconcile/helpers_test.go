@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	// provoke one need not wait the product's ten seconds.
 	proofWait = 3 * time.Second
 	code := m.Run()
-	bus.RemoveBuiltServer()
+	testnats.RemoveBuiltServer()
 	os.Exit(code)
 }
 

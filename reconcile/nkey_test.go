@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -349,7 +349,7 @@ func TestChangingBusAuthIsRefusedUntilAllowed(t *testing.T) {
 func TestAnNkeyMeshOnAThreeServerCluster(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
+	c := bustest.StartTestCluster(t, 3)
 	f := newFixture(t, withNkeys(clusterMesh(c)))
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)
@@ -376,7 +376,7 @@ func TestAnNkeyMeshOnAThreeServerCluster(t *testing.T) {
 // eachServerNkey waits until every server given, alone, lets user in with seed (admits) or
 // refuses it, and fails naming the first that does not: a reload by signal is done after it
 // returns.
-func eachServerNkey(t *testing.T, ctx context.Context, servers []*bus.TestClusterServer, user, seed string, admits bool) {
+func eachServerNkey(t *testing.T, ctx context.Context, servers []*bustest.TestClusterServer, user, seed string, admits bool) {
 	t.Helper()
 	for _, srv := range servers {
 		var err error

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
 	"github.com/meshbus/meshctl/state"
@@ -142,7 +142,7 @@ func TestTheEmbeddedBusHasNothingToRestore(t *testing.T) {
 func TestAStoreOnAClusterRestoresAndAFreshOneIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
+	c := bustest.StartTestCluster(t, 3)
 	f := newFixture(t, clusterMesh(c))
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)

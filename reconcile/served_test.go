@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -141,7 +141,7 @@ func TestAFailingReloadCommandSaysWhatIsRestoredAndServed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	reload := fmt.Sprintf("%s --signal reload=%s; exit 3", bus.NATSServerBinary(t), x.pidFile)
+	reload := fmt.Sprintf("%s --signal reload=%s; exit 3", testnats.NATSServerBinary(t), x.pidFile)
 	mesh := strings.Replace(x.mesh(x.fingerprint), fmt.Sprintf("reload: { pid_file: %s }", x.pidFile),
 		fmt.Sprintf("reload: { command: [sh, -c, %q] }", reload), 1)
 	f.write(withMail(mesh))
@@ -343,7 +343,7 @@ func TestAConfigWrittenButNotReloadedIsNotInSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(bus.NATSServerBinary(t), "--signal", "reload="+strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
+	if out, err := exec.Command(testnats.NATSServerBinary(t), "--signal", "reload="+strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
 		t.Fatalf("reloading the server: %v: %s", err, out)
 	}
 	g, _ := loadGeneration(f.stateDi, "")

@@ -11,13 +11,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
 
 // systemMesh is clusterMesh with every server reloaded by request, as meshctl's system user.
-func systemMesh(c *bus.TestCluster) string {
+func systemMesh(c *bustest.TestCluster) string {
 	return regexp.MustCompile(`reload: \{pid_file: [^}]*\}`).ReplaceAllString(clusterMesh(c), "reload: system")
 }
 
@@ -27,7 +28,7 @@ func systemMesh(c *bus.TestCluster) string {
 func TestAClusterReloadedByRequest(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
+	c := bustest.StartTestCluster(t, 3)
 	f := newFixture(t, systemMesh(c))
 
 	// The servers do not know meshctl's system user yet: the file carrying it is written

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
 	"github.com/meshbus/meshctl/state"
@@ -22,7 +24,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	bus.RemoveBuiltServer()
+	testnats.RemoveBuiltServer()
 	os.Exit(code)
 }
 
@@ -91,7 +93,7 @@ func mustReadAll(ctx context.Context, t *testing.T, kv *replica.KV) []state.Reco
 func TestWriteAndReadBack(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	url := bus.StartTestBus(t, nil).URL()
+	url := bustest.StartTestBus(t, nil).URL()
 	js := connect(t, url)
 	if _, err := replica.Bind(ctx, js); !errors.Is(err, replica.ErrNoReplica) {
 		t.Fatalf("binding a bus without the bucket: %v, want ErrNoReplica", err)
@@ -184,7 +186,7 @@ func TestWriteAndReadBack(t *testing.T) {
 // clusterJS lets one user with every permission into the MESH account of every server of c,
 // and is JetStream as that user on the cluster: the tests of durability are not about who may
 // reach the buckets (the host matrix is).
-func clusterJS(ctx context.Context, t *testing.T, c *bus.TestCluster) jetstream.JetStream {
+func clusterJS(ctx context.Context, t *testing.T, c *bustest.TestCluster) jetstream.JetStream {
 	t.Helper()
 	for _, srv := range c.Servers {
 		conf := "accounts { MESH { jetstream: enabled, users: [{user: ctl, password: pw}] } }\n"
@@ -238,7 +240,7 @@ func clusterJS(ctx context.Context, t *testing.T, c *bus.TestCluster) jetstream.
 func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
+	c := bustest.StartTestCluster(t, 3)
 	js := clusterJS(ctx, t, c)
 	if _, err := replica.Open(ctx, js, 1); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
 	"github.com/meshbus/meshctl/state"
@@ -21,7 +21,7 @@ import (
 func TestALeaseHasOneHolderAndLapsesWithItsHolder(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	url := bus.StartTestBus(t, nil).URL()
+	url := bustest.StartTestBus(t, nil).URL()
 	ls, err := replica.OpenLeases(ctx, connect(t, url), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestALeaseHasOneHolderAndLapsesWithItsHolder(t *testing.T) {
 func TestAFencedOutWriterIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	url := bus.StartTestBus(t, nil).URL()
+	url := bustest.StartTestBus(t, nil).URL()
 	old, err := replica.Open(ctx, connect(t, url), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestAFencedOutWriterIsRefused(t *testing.T) {
 func TestALeaseOnAClusterOutlivesItsStreamLeader(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	c := bus.StartTestCluster(t, 3)
+	c := bustest.StartTestCluster(t, 3)
 	js := clusterJS(ctx, t, c)
 	var ls *replica.Leases
 	eventually(ctx, t, func(ctx context.Context) (err error) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 )
@@ -104,12 +104,12 @@ func TestTheAgentStopsOnSIGTERMInEveryState(t *testing.T) {
 			return nil, func() bool { return s.accepted() > 0 }
 		}},
 		{"joined", func(t *testing.T, dir string, stderr *lockedbuf.Buffer) ([]string, func() bool) {
-			b := bus.StartTestBus(t, nil) // open, with no NODES stream: the agent keeps trying to bind
+			b := bustest.StartTestBus(t, nil) // open, with no NODES stream: the agent keeps trying to bind
 			writeMembership(t, filepath.Join(dir, "node.one.json"), host.Membership{Address: b.URL(), User: "node.one", Password: "x"})
 			return nil, func() bool { return strings.Contains(stderr.String(), "cannot be bound yet") }
 		}},
 		{"reconnecting, the bus back but hanging", func(t *testing.T, dir string, stderr *lockedbuf.Buffer) ([]string, func() bool) {
-			b := bus.StartTestBus(t, nil)
+			b := bustest.StartTestBus(t, nil)
 			writeMembership(t, filepath.Join(dir, "node.one.json"), host.Membership{Address: b.URL(), User: "node.one", Password: "x"})
 			var s *silentBus
 			return nil, func() bool {

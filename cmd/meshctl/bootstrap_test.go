@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // An external server's first start, in the order the README gives: the server's config
@@ -48,7 +48,7 @@ modules:
 		t.Fatalf("the first apply with no server left no accounts file: %v", err)
 	}
 
-	srv := exec.Command(bus.NATSServerBinary(t), "-c", conf)
+	srv := exec.Command(testnats.NATSServerBinary(t), "-c", conf)
 	var log strings.Builder
 	srv.Stderr = &log
 	if err := srv.Start(); err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/host"
 )
 
@@ -21,7 +21,7 @@ import (
 // issued before still logs in.
 func TestAFreshStateWithoutThePasswordChangesNothing(t *testing.T) {
 	t.Parallel()
-	srv := bus.StartTestServer(t, t.TempDir())
+	srv := bustest.StartTestServer(t, t.TempDir())
 	dir := writeMesh(t, map[string]string{"mesh.yaml": srv.Mesh()})
 	managing := t.TempDir()
 	if code, out, errOut := meshctl(t, "apply", "-f", dir, "--state", managing, "--bcrypt-cost", "4"); code != exitOK {

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/replica"
 )
 
@@ -19,7 +20,7 @@ import (
 // clean diff, a credential issued that logs in, its revocation that locks it out at once.
 func TestAnExternalServerTakesEveryChange(t *testing.T) {
 	t.Parallel()
-	srv := bus.StartTestServer(t, t.TempDir())
+	srv := bustest.StartTestServer(t, t.TempDir())
 	dir := writeMesh(t, map[string]string{"mesh.yaml": srv.Mesh()})
 	st := t.TempDir()
 	run := func(args ...string) string {
@@ -69,8 +70,8 @@ func TestAServerOlderThanTheOldestSupportedIsRefused(t *testing.T) {
 	if old == "" {
 		t.Skipf("%s names no nats-server older than %s (make test-compat sets it)", oldServerEnv, replica.OldestServer)
 	}
-	t.Setenv(bus.TestServerEnv, old)
-	srv := bus.StartTestServer(t, t.TempDir())
+	t.Setenv(testnats.TestServerEnv, old)
+	srv := bustest.StartTestServer(t, t.TempDir())
 	dir := writeMesh(t, map[string]string{"mesh.yaml": srv.Mesh()})
 	code, out, errOut := meshctl(t, "apply", "-f", dir, "--state", t.TempDir(), "--bcrypt-cost", "4")
 	if code != exitError || !strings.Contains(errOut, "needs "+replica.OldestServer+" or newer") {

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/meshbus/meshctl/bus"
 )
 
 // A plan saved for review (`diff --out`) is applied exactly (`apply --plan`) after the
@@ -19,7 +18,7 @@ import (
 // nothing.
 func TestASavedPlanAppliesWhatWasReviewedAndNothingElse(t *testing.T) {
 	t.Parallel()
-	srv := bus.StartTestServer(t, t.TempDir())
+	srv := bustest.StartTestServer(t, t.TempDir())
 	base := srv.Mesh()
 	withAudit := base + "  - name: audit\n    on: [alpha]\n    follows: [shop/order.placed]\n"
 	withBoth := withAudit + "  - name: ledger\n    on: [alpha]\n    follows: [shop/order.placed]\n"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
@@ -52,7 +52,7 @@ func containsAll(s string, want []string) bool {
 }
 
 // controllerJS is JetStream on srv as the controller, with the password in stateDir.
-func controllerJS(t *testing.T, srv *bus.TestServer, stateDir string) jetstream.JetStream {
+func controllerJS(t *testing.T, srv *bustest.TestServer, stateDir string) jetstream.JetStream {
 	t.Helper()
 	pw, err := os.ReadFile(filepath.Join(stateDir, "controller.password"))
 	if err != nil {
@@ -80,7 +80,7 @@ func controllerJS(t *testing.T, srv *bus.TestServer, stateDir string) jetstream.
 // under the same lock, refused while another holds it and waiting for it with --wait.
 func TestAStandbyTakesOverFromALeaderKilledOrFrozen(t *testing.T) {
 	t.Parallel()
-	srv := bus.StartTestServer(t, t.TempDir())
+	srv := bustest.StartTestServer(t, t.TempDir())
 	dir := writeMesh(t, map[string]string{"mesh.yaml": srv.Mesh()})
 	stateA, stateB := t.TempDir(), filepath.Join(t.TempDir(), "b")
 	if code, out, errOut := meshctl(t, "apply", "-f", dir, "--state", stateA, "--bcrypt-cost", "4"); code != exitOK {

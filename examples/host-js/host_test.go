@@ -21,6 +21,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -242,7 +243,7 @@ func TestTheJavaScriptHostPinsTheBusCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cert, key, fingerprint := bus.SelfSignedCert(t, dir)
+	cert, key, fingerprint := testnats.SelfSignedCert(t, dir)
 	b, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
 		StateDir: dir, Listen: "127.0.0.1:0", TLSCert: cert, TLSKey: key,
 		InitialAccounts: render.AccountsConfig(render.Derive(m).Principals, map[string]string{"alpha.shop": string(hash)}),

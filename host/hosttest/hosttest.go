@@ -24,6 +24,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
@@ -37,7 +38,7 @@ import (
 type Mesh struct {
 	// Bus is the embedded bus of Start; nil for StartCluster's, whose servers are Cluster's.
 	Bus     *bus.Embedded
-	Cluster *bus.TestCluster
+	Cluster *bustest.TestCluster
 	Model   *model.Mesh
 	Desired *render.Desired
 
@@ -68,7 +69,7 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 			m.Bus.Consumers = kind
 		}
 	})
-	b.Bus = bus.StartTestBus(t, render.AccountsConfig(b.Desired.Principals, b.hashes))
+	b.Bus = bustest.StartTestBus(t, render.AccountsConfig(b.Desired.Principals, b.hashes))
 	b.target = busclient.Target{URL: b.Bus.URL()}
 	t.Cleanup(b.closeHosts)
 	b.create(t, reconcile.Accounts{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
@@ -77,14 +78,14 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 }
 
 // StartCluster is Start on a JetStream cluster of n nats-server processes
-// (bus.StartTestCluster), as an operator runs one: every server includes its own copy of the
+// (bustest.StartTestCluster), as an operator runs one: every server includes its own copy of the
 // mesh's accounts, every stream has n replicas, and memberships list every server, the first
 // as their address, as `meshctl credentials issue` prints them for a cluster. Stop a server
 // with b.Cluster.Servers[i].Stop.
 func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	t.Helper()
 	b := newMesh(t, dir, func(m *model.Mesh) { m.Bus.Replicas = n })
-	b.Cluster = bus.StartTestCluster(t, n)
+	b.Cluster = bustest.StartTestCluster(t, n)
 	// Streams of n replicas are placed only once every server is a current peer.
 	b.Cluster.WaitForEveryPeer()
 	conf := render.AccountsConfig(b.Desired.Principals, b.hashes)
@@ -346,7 +347,7 @@ func StartNkey(t testing.TB, user string, publish ...string) *NkeyBus {
   }
 }
 `, public, quoted(publish), render.Inbox(user)+".>", setup)
-	b := &NkeyBus{Bus: bus.StartTestBus(t, []byte(conf)), User: user, Seed: seed}
+	b := &NkeyBus{Bus: bustest.StartTestBus(t, []byte(conf)), User: user, Seed: seed}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package bus
+package bustest
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // TestServer is the real nats-server binary run as a process of its own, as an operator's
@@ -21,10 +23,10 @@ type TestServer struct {
 
 // StartTestServer starts a TestServer with its files in dir, its JetStream store in dir/js
 // (which the caller may have mounted already), and kills it when tb ends.
-func StartTestServer(tb TB, dir string) *TestServer {
+func StartTestServer(tb testnats.TB, dir string) *TestServer {
 	tb.Helper()
-	bin := NATSServerBinary(tb)
-	cert, key, fp := SelfSignedCert(tb, dir)
+	bin := testnats.NATSServerBinary(tb)
+	cert, key, fp := testnats.SelfSignedCert(tb, dir)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("%v", err)

@@ -1,7 +1,6 @@
-package bus
+package testnats
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -22,40 +21,14 @@ import (
 	"github.com/meshbus/meshctl/busclient"
 )
 
-// TB is the part of testing.TB that StartTestBus needs; an interface so this file does not import
-// testing into meshctl's binary.
+// TB is the part of testing.TB the test servers need: an interface, so the benchmark driver,
+// which runs outside a test, can start them too.
 type TB interface {
 	Helper()
 	TempDir() string
 	Cleanup(func())
 	Fatalf(format string, args ...any)
 	Skip(args ...any)
-}
-
-// openAccounts configures no account at all, so the server keeps its global account, which
-// JetStream is enabled on when no other account exists, and requires no auth.
-const openAccounts = "# No accounts: an open bus for tests that do not exercise auth.\n"
-
-// StartTestBus starts an embedded bus for one test: on a random 127.0.0.1 port, in tb.TempDir(),
-// stopped by tb.Cleanup. accounts is the accounts config text; nil starts an open bus with
-// JetStream and no auth. One server per test, never a shared one: parallel tests on one bus
-// deleted each other's objects (seed 003).
-func StartTestBus(tb TB, accounts []byte) *Embedded {
-	tb.Helper()
-	if accounts == nil {
-		accounts = []byte(openAccounts)
-	}
-	e, err := StartEmbedded(context.Background(), EmbeddedOptions{
-		StateDir:        tb.TempDir(),
-		Listen:          "127.0.0.1:-1",
-		ServerName:      "meshctl-test",
-		InitialAccounts: accounts,
-	})
-	if err != nil {
-		tb.Fatalf("starting a test bus: %v", err)
-	}
-	tb.Cleanup(e.Shutdown)
-	return e
 }
 
 var (

@@ -1,4 +1,4 @@
-package bus
+package bustest
 
 import (
 	"encoding/json"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // TestCluster is a JetStream cluster of real nats-server processes on loopback for one test,
@@ -19,7 +21,7 @@ import (
 // proven on its own. Separate processes, because a SIGHUP in one process would reload every
 // embedded server in it.
 type TestCluster struct {
-	tb      TB
+	tb      testnats.TB
 	bin     string
 	Servers []*TestClusterServer
 }
@@ -44,9 +46,9 @@ type TestClusterServer struct {
 // StartTestCluster starts n servers with routes to each other and waits for a JetStream meta
 // leader. Each server's accounts file starts as the operator's would: one account, nobody in
 // it.
-func StartTestCluster(tb TB, n int) *TestCluster {
+func StartTestCluster(tb testnats.TB, n int) *TestCluster {
 	tb.Helper()
-	c := &TestCluster{tb: tb, bin: NATSServerBinary(tb)}
+	c := &TestCluster{tb: tb, bin: testnats.NATSServerBinary(tb)}
 	dir := tb.TempDir()
 	ports := freePorts(tb, 3*n)
 	var routes []string
@@ -96,7 +98,7 @@ include "mesh-accounts.conf"
 	return c
 }
 
-func freePorts(tb TB, n int) []int {
+func freePorts(tb testnats.TB, n int) []int {
 	var ls []net.Listener
 	var ports []int
 	for range n {
