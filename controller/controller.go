@@ -2,13 +2,9 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -281,19 +277,7 @@ func (l *loop) session(ctx context.Context) error {
 	// will never answer: not the binding, not the library's handler, not the loop.
 	sctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	conn, err := l.dial(sctx, nats.ClosedHandler(func(nc *nats.Conn) {
-		why := nc.LastError()
-		if why == nil {
-			why = errClosed
-		}
-		lost(fmt.Errorf("%w: %w", errClosed, why))
-	}), nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-		if err != nil { // nil: closed on purpose, at the session's end
-			l.log.Warn("controller: disconnected from the bus; reconnecting", "error", err)
-		}
-	}), nats.ReconnectHandler(func(*nats.Conn) {
-		l.log.Info("controller: reconnected to the bus")
-	}))
+	conn, err := l.dial(sctx, l.connectionHandlers(lost)...)
 	if err != nil {
 		return err
 	}
@@ -320,15 +304,8 @@ func (l *loop) session(ctx context.Context) error {
 	if err := conn.FlushTimeout(l.cfg.StoreTimeout); err != nil {
 		return fmt.Errorf("subscribing as the controller at %s: %w", l.cfg.Target.Address(), err)
 	}
-	l.conn, l.js = conn, js
-	l.mu.Lock()
-	l.Controller.conn, l.Controller.js, l.joined = conn, js, true
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.Controller.conn, l.Controller.js = nil, nil
-		l.mu.Unlock()
-	}()
+	l.attach(conn, js)
+	defer l.detach()
 	l.readyOnce.Do(func() { close(l.ready) })
 	l.log.Info("controller: taking reports and enrolment requests, hearing heartbeats",
 		"bus", l.cfg.Target.Address(), "bound", l.cfg.Bound, "retry", l.cfg.Retry)
@@ -336,6 +313,47 @@ func (l *loop) session(ctx context.Context) error {
 		// Joined again: what failed to go out while it was off the bus goes now.
 		l.declarePass(sctx)
 	}
+	return l.serve(ctx, sctx, &inbox, deliveries, beats)
+}
+
+// connectionHandlers are the session's handlers of its connection's life: closing for good
+// ends the session (lost, with why), a disconnect and a reconnect are logged.
+func (l *loop) connectionHandlers(lost context.CancelCauseFunc) []nats.Option {
+	return []nats.Option{nats.ClosedHandler(func(nc *nats.Conn) {
+		why := nc.LastError()
+		if why == nil {
+			why = errClosed
+		}
+		lost(fmt.Errorf("%w: %w", errClosed, why))
+	}), nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		if err != nil { // nil: closed on purpose, at the session's end
+			l.log.Warn("controller: disconnected from the bus; reconnecting", "error", err)
+		}
+	}), nats.ReconnectHandler(func(*nats.Conn) {
+		l.log.Info("controller: reconnected to the bus")
+	})}
+}
+
+// attach makes conn and js the session's, and the Controller's for Health and SeatWork.
+func (l *loop) attach(conn *busclient.Conn, js jetstream.JetStream) {
+	l.conn, l.js = conn, js
+	l.mu.Lock()
+	l.Controller.conn, l.Controller.js, l.joined = conn, js, true
+	l.mu.Unlock()
+}
+
+// detach takes the ended session's connection from the Controller: off the bus, Health says so
+// and SeatWork reads nothing.
+func (l *loop) detach() {
+	l.mu.Lock()
+	l.Controller.conn, l.Controller.js = nil, nil
+	l.mu.Unlock()
+}
+
+// serve is the session's loop: it takes one delivery, heartbeat, description or timer at a time
+// until sctx ends, and returns why it ended — nil when ctx did. inbox is the session's binding
+// of CONTROL, bound anew here when a description changes the consumer's kind.
+func (l *loop) serve(ctx, sctx context.Context, inbox *controlInbox, deliveries chan jetstream.Msg, beats <-chan *nats.Msg) error {
 	for {
 		select {
 		case <-sctx.Done():
@@ -348,21 +366,9 @@ func (l *loop) session(ctx context.Context) error {
 		case m := <-beats:
 			l.heard(m)
 		case m := <-l.meshes:
-			l.mesh = m
-			if push := m.Bus.Consumers == model.ConsumersPush; push != (inbox.kind == model.ConsumersPush) {
-				// The reconcile that handed m over replaced the CONTROL consumer with one of
-				// the other kind (the server turns neither into the other): a push
-				// subscription would wait on a deliver subject nothing delivers to, a puller
-				// would ask a consumer that no longer pulls.
-				inbox.cc.Stop()
-				if inbox, err = l.bindControl(sctx, js, deliveries); err != nil {
-					return err
-				}
+			if err := l.described(sctx, m, inbox, deliveries); err != nil {
+				return err
 			}
-			l.mu.Lock()
-			l.Controller.mesh = m
-			l.mu.Unlock()
-			l.declarePass(sctx)
 		case <-l.redeclare.C:
 			l.declarePass(sctx)
 		case <-l.poll.C:
@@ -371,6 +377,28 @@ func (l *loop) session(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// described takes m, the description the bus was last reconciled with: it binds CONTROL anew
+// when m's consumer is of another kind than inbox's, and declares to the nodes.
+func (l *loop) described(sctx context.Context, m *model.Mesh, inbox *controlInbox, deliveries chan<- jetstream.Msg) error {
+	l.mesh = m
+	if push := m.Bus.Consumers == model.ConsumersPush; push != (inbox.kind == model.ConsumersPush) {
+		// The reconcile that handed m over replaced the CONTROL consumer with one of the
+		// other kind (the server turns neither into the other): a push subscription would
+		// wait on a deliver subject nothing delivers to, a puller would ask a consumer that
+		// no longer pulls.
+		inbox.cc.Stop()
+		var err error
+		if *inbox, err = l.bindControl(sctx, l.js, deliveries); err != nil {
+			return err
+		}
+	}
+	l.mu.Lock()
+	l.Controller.mesh = m
+	l.mu.Unlock()
+	l.declarePass(sctx)
+	return nil
 }
 
 // The backoff between attempts at joining the bus and binding the CONTROL consumer: from
@@ -474,423 +502,4 @@ func (l *loop) kept(ctx context.Context, err error) error {
 // storeCtx bounds one store operation.
 func (l *loop) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, l.cfg.StoreTimeout)
-}
-
-// take settles one delivery from CONTROL, and logs it once: a message let go says why, each
-// value it carried quoted (model.Quote), so that what a node sent cannot forge a log line or
-// fill the log.
-func (l *loop) take(ctx context.Context, m jetstream.Msg) {
-	kind, node := Classify(m.Subject())
-	subject := m.Subject() // a subject Classify accepted is one render spells: safe to show
-	var s Settle
-	switch kind {
-	case KindReport:
-		s = l.report(ctx, node, m)
-	case KindEnrol:
-		s = l.enrol(ctx, node, m)
-	default:
-		subject = model.Quote(subject)
-		s = Settle{Verb: Term, Reason: "not a subject the mesh derives for CONTROL"}
-	}
-	l.settle(ctx, m, s)
-	l.mu.Lock()
-	l.lastTaken = time.Now()
-	l.mu.Unlock()
-	ev := Event{Kind: kind, Node: node, Subject: m.Subject(), Settle: s}
-	attrs := []any{"subject", subject, "settled", string(s.Verb), "why", s.Reason}
-	switch s.Verb {
-	case Term:
-		l.log.Warn("controller: let a message go", attrs...)
-	case Nak:
-		l.log.Warn("controller: holding a message the store did not take", append(attrs, "again_in", s.Delay)...)
-	default:
-		l.log.Info("controller: took a message", attrs...)
-	}
-	if l.cfg.Observe != nil {
-		l.cfg.Observe(ev)
-	}
-}
-
-// settle tells the server what became of a delivery. An ack waits for the server's word, so
-// that "recorded" means "left the work queue"; a failed one is delivered again and recorded
-// again, which a report's last-per-node row takes without harm.
-func (l *loop) settle(ctx context.Context, m jetstream.Msg, s Settle) {
-	var err error
-	switch s.Verb {
-	case Ack:
-		actx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
-		err = m.DoubleAck(actx)
-		cancel()
-	case Nak:
-		err = m.NakWithDelay(s.Delay)
-	case Term:
-		err = m.Term()
-	}
-	if err != nil {
-		l.log.Error("controller: settling a message failed; the server delivers it again after the ack wait",
-			"subject", m.Subject(), "settle", string(s.Verb), "error", err)
-	}
-}
-
-// published is when the bus took m, or now for a message without JetStream metadata.
-func published(m jetstream.Msg) time.Time {
-	if meta, err := m.Metadata(); err == nil {
-		return meta.Timestamp
-	}
-	return time.Now()
-}
-
-// generation is the generation last declared to node, read from the store once.
-func (l *loop) generation(ctx context.Context, node string) (uint64, error) {
-	if l.declared == nil {
-		sctx, cancel := l.storeCtx(ctx)
-		defer cancel()
-		g, err := l.cfg.Store.Generations(sctx)
-		if err != nil {
-			return 0, err
-		}
-		l.declared = g
-	}
-	return l.declared[node], nil
-}
-
-func (l *loop) report(ctx context.Context, node string, m jetstream.Msg) Settle {
-	declared, err := l.generation(ctx, node)
-	if err != nil {
-		return l.window.After(err, published(m), time.Now())
-	}
-	r, err := JudgeReport(node, m.Data(), declared)
-	switch {
-	case errors.Is(err, ErrSuperseded):
-		// Settled, not acted on: what it says is about what the node no longer runs.
-		return Settle{Verb: Ack, Reason: err.Error()}
-	case err != nil:
-		return Settle{Verb: Term, Reason: err.Error()}
-	}
-	sctx, cancel := l.storeCtx(ctx)
-	defer cancel()
-	stored := l.kept(ctx, l.cfg.Store.RecordReport(sctx, state.Report{Node: node, Generation: r.Generation, Applied: r.Applied,
-		Failed: r.Failed, ReportedAt: published(m)}))
-	s := l.window.After(stored, published(m), time.Now())
-	if s.Verb == Ack {
-		s.Reason = fmt.Sprintf("recorded node %s's report of generation %d (%d applied, %d failed)", node, r.Generation, len(r.Applied), len(r.Failed))
-	}
-	return s
-}
-
-func (l *loop) heard(m *nats.Msg) {
-	kind, node := Classify(m.Subject)
-	if kind != KindHeartbeat {
-		return
-	}
-	hb, err := JudgeHeartbeat(m.Data)
-	if err != nil {
-		l.log.Warn("controller: let a heartbeat go", "subject", m.Subject, "why", err.Error())
-		if l.cfg.Observe != nil {
-			l.cfg.Observe(Event{Kind: KindHeartbeat, Node: node, Subject: m.Subject, Settle: Settle{Verb: Term, Reason: err.Error()}})
-		}
-		return
-	}
-	l.mu.Lock()
-	l.beats[node] = Seen{At: time.Now(), Generation: hb.Generation}
-	l.mu.Unlock()
-	if l.cfg.Observe != nil {
-		l.cfg.Observe(Event{Kind: KindHeartbeat, Node: node, Subject: m.Subject, Settle: Settle{Reason: "heard"}})
-	}
-}
-
-// enrol answers an enrolment request at the address its payload carries.
-func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
-	if l.mesh == nil {
-		// Which nodes exist is the description's to say, and none was handed over yet.
-		return Settle{Verb: Nak, Delay: l.cfg.Retry, Reason: "no description reconciled yet to check the node against"}
-	}
-	ask, err := JudgeEnrolment(l.mesh, m.Subject(), m.Data())
-	if errors.Is(err, wire.ErrNotEnrolment) {
-		// No address of the node's own to answer at: nothing can be said to anyone.
-		return Settle{Verb: Term, Reason: err.Error()}
-	}
-	if err != nil {
-		l.refuse(ask, err)
-		return Settle{Verb: Ack, Reason: err.Error()}
-	}
-	sctx, cancel := l.storeCtx(ctx)
-	password, err := l.cfg.Store.EnrolNode(sctx, state.NodeEnrolment{Node: node, EnrolPrincipal: render.EnrolUser(node),
-		NodePrincipal: render.NodeUser(node), PublicKey: ask.Key, Nkey: l.mesh.Bus.Nkeys()}, l.cfg.Cost)
-	cancel()
-	err = l.kept(ctx, err)
-	if errors.Is(err, state.ErrNoEnrolmentCredential) {
-		err = fmt.Errorf("%w: a replayed or second enrolment of node %s: its enrolment credential was used already "+
-			"or never issued; issue a fresh one with `meshctl credentials issue %s`", ErrRefused, node, render.EnrolUser(node))
-		l.refuse(ask, err)
-		return Settle{Verb: Ack, Reason: err.Error()}
-	}
-	if err != nil {
-		return l.window.After(err, published(m), time.Now())
-	}
-	l.window.After(nil, published(m), time.Now())
-	answer := wire.EnrolAnswer{Node: node}
-	membership, _ := json.Marshal(l.membershipOf(render.NodeUser(node), password))
-	if answer.Membership, err = wire.Seal(ask.Key, membership); err != nil {
-		return Settle{Verb: Term, Reason: err.Error()}
-	}
-	// Answered before the credentials change on the bus: the reload that makes the node's
-	// credential live also locks the enrolment identity out, and the server disconnects it,
-	// answer unheard, if the answer comes after. So the node joins moments after it is told,
-	// trying until its credential is live.
-	answerErr := l.answer(ask.Reply, answer)
-	if err := l.sync(ctx); err != nil {
-		l.log.Error("controller: node enrolled, but its credential is not live yet; the next reconcile makes it so",
-			"node", node, "error", err)
-	}
-	if answerErr != nil {
-		// The credential is used: a redelivery would be refused as a second enrolment.
-		return Settle{Verb: Ack, Reason: fmt.Sprintf("enrolled node %s, but the answer could not be sent (%v): issue a fresh enrolment credential", node, answerErr)}
-	}
-	l.Mesh(l.mesh) // declared to next, on this goroutine: the pass owns its retry
-	return Settle{Verb: Ack, Reason: fmt.Sprintf("enrolled node %s and answered at the address its request carried", node)}
-}
-
-// refuse answers a refused enrolment, when there is an address to answer at, and logs it.
-func (l *loop) refuse(ask EnrolAsk, why error) {
-	l.log.Warn("controller: refused an enrolment", "node", ask.Node, "why", why.Error())
-	if ask.Reply == "" {
-		return
-	}
-	if err := l.answer(ask.Reply, wire.EnrolAnswer{Node: ask.Node, Refused: why.Error()}); err != nil {
-		l.log.Error("controller: the refusal could not be sent", "node", ask.Node, "error", err)
-	}
-}
-
-// answer sends an enrolment answer on core NATS and waits for the server to have it.
-func (l *loop) answer(reply string, a wire.EnrolAnswer) error {
-	data, _ := json.Marshal(a)
-	if err := l.conn.Publish(reply, data); err != nil {
-		return err
-	}
-	return l.conn.FlushTimeout(l.cfg.StoreTimeout)
-}
-
-// maxRedeclare caps the backoff between attempts at a declaration that keeps failing: each
-// attempt may mint and ask for a reconcile, and a bus that refuses every plan (data at stake)
-// must not be asked every few seconds for as long as it does.
-const maxRedeclare = time.Minute
-
-// declarePass declares to the enrolled nodes, arming the redeclare timer when a declaration
-// failed: after Retry, doubling with each failure in a row up to maxRedeclare.
-func (l *loop) declarePass(ctx context.Context) {
-	// What the next polls compare the store with is the hashes as this pass found them, with
-	// what it minted and revoked itself: its own doing is no change to act on, but another
-	// process's is, even one made while the pass ran (a revocation between a node's
-	// declaration going out and the pass's end), which a digest read after the pass would
-	// take in as seen.
-	sctx, cancel := l.storeCtx(ctx)
-	found, ferr := l.cfg.Store.Hashes(sctx)
-	cancel()
-	own := map[string]string{}
-	published, err := l.declareAll(ctx, own)
-	if l.mesh != nil && ferr == nil {
-		for u, h := range own {
-			if h == "" {
-				delete(found, u)
-			} else {
-				found[u] = h
-			}
-		}
-		l.credentials = digestOf(found)
-	}
-	switch {
-	case err != nil && ctx.Err() != nil:
-		// Cut off by the session's end — watch stopping, or the connection lost, after which
-		// the session that joins again declares anew: no failure to retry or alert on.
-	case err != nil:
-		l.failedPasses++
-		wait := backoff.After(l.cfg.Retry, max(maxRedeclare, l.cfg.Retry), l.failedPasses)
-		l.log.Error("controller: declaring to the nodes failed; trying again", "error", err, "retry_in", wait)
-		l.redeclare.Reset(wait)
-	default:
-		l.failedPasses = 0
-	}
-	if l.cfg.Observe != nil {
-		l.cfg.Observe(Event{Declared: published, Err: err})
-	}
-}
-
-// credentialsChanged reports whether the store's credentials changed since the last declaration
-// pass. Another process changes them without a word to this one — `credentials rotate` revokes
-// an instance's credential and has the bus reloaded through its control socket — and the
-// controller, the only carrier of an enrolled node's credentials, must declare the new one then,
-// not at watch's next resync. A store it cannot read says nothing changed: the next poll asks
-// again.
-func (l *loop) credentialsChanged(ctx context.Context) bool {
-	if l.mesh == nil || l.credentials == "" {
-		return false
-	}
-	d, err := l.credentialDigest(ctx)
-	return err == nil && d != l.credentials
-}
-
-// credentialDigest identifies every principal's hash in the store.
-func (l *loop) credentialDigest(ctx context.Context) (string, error) {
-	sctx, cancel := l.storeCtx(ctx)
-	defer cancel()
-	hashes, err := l.cfg.Store.Hashes(sctx)
-	if err != nil {
-		return "", err
-	}
-	return digestOf(hashes), nil
-}
-
-// digestOf identifies every principal's hash in hashes.
-func digestOf(hashes map[string]string) string {
-	users := make([]string, 0, len(hashes))
-	for u := range hashes {
-		users = append(users, u)
-	}
-	slices.Sort(users)
-	sum := sha256.New()
-	for _, u := range users {
-		fmt.Fprintf(sum, "%s\x00%s\x00", u, hashes[u])
-	}
-	return hex.EncodeToString(sum.Sum(nil))
-}
-
-// errNotConnected is why a declaration pass did nothing while the controller was off the bus.
-var errNotConnected = errors.New("the controller is not connected to the bus; the declarations wait for it")
-
-// declareAll declares to every enrolled node in the description what it runs, where that
-// changed, and returns the nodes it published to. A converged pass publishes nothing and mints
-// nothing. What it minted and revoked goes into own (declare).
-func (l *loop) declareAll(ctx context.Context, own map[string]string) ([]string, error) {
-	if l.mesh == nil {
-		return nil, nil
-	}
-	if !l.conn.IsConnected() {
-		// Off the bus (nats.go reconnecting): a declaration would mint and have the bus
-		// reloaded only to fail at its publish, and the retry would mint again. Nothing is
-		// minted until it can go out.
-		return nil, errNotConnected
-	}
-	sctx, cancel := l.storeCtx(ctx)
-	enrolled, err := l.cfg.Store.Enrolments(sctx)
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	var errs []error
-	var published []string
-	for _, e := range enrolled {
-		if !slices.ContainsFunc(l.mesh.Nodes, func(n model.Node) bool { return n.Name == e.Node }) {
-			continue
-		}
-		did, err := l.declare(ctx, e, own)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("declaring to node %s: %w", e.Node, err))
-		}
-		if did {
-			published = append(published, e.Node)
-		}
-	}
-	return published, errors.Join(errs...)
-}
-
-// declare publishes node's declaration when it changed: a new generation carrying every
-// instance's membership sealed to the node's key — the sealed copy kept from last time where the
-// credential is unchanged, a fresh one minted where it is new or was minted again elsewhere.
-// Credentials are made live before the node hears of them; those of instances that left the
-// node are revoked. The hash of each credential it minted goes into own, and "" for each it
-// revoked.
-func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]string) (published bool, err error) {
-	d := DeclarationFor(l.mesh, e.Node)
-	prev, err := l.cfg.Store.Declared(ctx, e.Node)
-	if err != nil {
-		return false, err
-	}
-	hashes, err := l.cfg.Store.Hashes(ctx)
-	if err != nil {
-		return false, err
-	}
-	declaredHash := map[string]string{}
-	for u, c := range prev.Credentials {
-		declaredHash[u] = c.Hash
-	}
-	keep, mint := Credentials(d, declaredHash, hashes)
-	digest := d.Digest()
-	var departed []string
-	for u := range prev.Credentials {
-		if !slices.ContainsFunc(d.Instances, func(in wire.Instance) bool { return in.User == u }) {
-			departed = append(departed, u)
-		}
-	}
-	if digest == prev.Digest && len(mint) == 0 && len(departed) == 0 {
-		return false, nil
-	}
-	var passwords map[string]string
-	if l.mesh.Bus.Nkeys() {
-		passwords, err = l.cfg.Store.MintNkeys(ctx, mint, "declare")
-	} else {
-		passwords, err = l.cfg.Store.Mint(ctx, mint, l.cfg.Cost, "declare")
-	}
-	if err = l.kept(ctx, err); err != nil {
-		return false, err
-	}
-	for _, u := range departed {
-		if _, err := l.cfg.Store.Revoke(ctx, u); l.kept(ctx, err) != nil {
-			return false, err
-		}
-	}
-	if hashes, err = l.cfg.Store.Hashes(ctx); err != nil {
-		return false, err
-	}
-	for _, u := range slices.Concat(mint, departed) {
-		own[u] = hashes[u]
-	}
-	creds := map[string]state.DeclaredCredential{}
-	for i := range d.Instances {
-		in := &d.Instances[i]
-		if slices.Contains(keep, in.User) {
-			in.Membership = prev.Credentials[in.User].Sealed
-		} else {
-			membership, _ := json.Marshal(l.membershipOf(in.User, passwords[in.User]))
-			if in.Membership, err = wire.Seal(e.PublicKey, membership); err != nil {
-				return false, err
-			}
-		}
-		creds[in.User] = state.DeclaredCredential{Hash: hashes[in.User], Sealed: in.Membership}
-	}
-	if len(mint) > 0 || len(departed) > 0 {
-		if err := l.sync(ctx); err != nil {
-			return false, fmt.Errorf("making the node's credentials live: %w", err)
-		}
-	}
-	d.Generation = prev.Generation + 1
-	data, err := json.Marshal(d)
-	if err != nil {
-		return false, err
-	}
-	if _, err := l.js.Publish(ctx, render.DeclareSubject(e.Node), data); err != nil {
-		return false, fmt.Errorf("publishing generation %d: %w", d.Generation, err)
-	}
-	if err := l.kept(ctx, l.cfg.Store.RecordDeclaration(ctx, e.Node, state.Declared{Generation: d.Generation, Digest: digest,
-		DeclaredAt: time.Now(), Credentials: creds})); err != nil {
-		return false, err
-	}
-	if l.declared != nil {
-		l.declared[e.Node] = d.Generation
-	}
-	l.log.Info("controller: declared to a node what it runs", "node", e.Node, "generation", d.Generation,
-		"instances", len(d.Instances), "minted", len(mint), "kept", len(keep), "departed", len(departed))
-	return true, nil
-}
-
-// membershipOf is user's membership with its freshly minted secret: a password, or where the
-// mesh's hosts log in with nkeys (bus.auth: nkey) the seed of its nkey, sealed to the node
-// like a password, and like it never logged or kept.
-func (l *loop) membershipOf(user, secret string) host.Membership {
-	if !l.mesh.Bus.Nkeys() {
-		return host.NewMembership(l.cfg.Target, user, secret)
-	}
-	m := host.NewMembership(l.cfg.Target, user, "")
-	m.Seed = secret
-	return m
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
 	"github.com/meshbus/meshctl/wire"
 )
 
@@ -301,17 +302,52 @@ func DeclarationFor(m *model.Mesh, node string) wire.Declaration {
 	return d
 }
 
-// Credentials says, for each instance of a declaration, whether the credential declared last
-// time can be declared again: it can when a sealed copy was kept and the store's hash for the
-// user is still the one that copy was minted with. Every other instance — new on the node,
-// minted again by an operator, or enrolled anew with another key — needs a fresh credential.
-func Credentials(d wire.Declaration, declaredHash, currentHash map[string]string) (keep, mint []string) {
+// DeclarationChange is what declaring a node anew changes from what it was declared last: whose
+// credential is declared again, who gets a fresh one, who left the node, and whether what the
+// node runs changed. The loop acts on it; deciding it reads nothing but its arguments.
+type DeclarationChange struct {
+	// Keep is the instances whose sealed credential from last time is declared again.
+	Keep []string
+	// Mint is the instances that get a freshly minted credential.
+	Mint []string
+	// Departed is the principals declared last time that are no instance of the node now,
+	// sorted: their credentials are revoked.
+	Departed []string
+	// Digest is the new declaration's (wire.Declaration.Digest), recorded with it.
+	Digest string
+	// DigestChanged is whether Digest differs from the one declared last: what the node runs
+	// changed, credentials aside.
+	DigestChanged bool
+}
+
+// Changed reports whether the node is to be declared a new generation: what it runs changed,
+// or a credential it is to hold did.
+func (c DeclarationChange) Changed() bool { return c.DigestChanged || c.ChangesCredentials() }
+
+// ChangesCredentials reports whether the declaration mints or revokes a credential, which is
+// to be made live on the bus before the node hears of it.
+func (c DeclarationChange) ChangesCredentials() bool { return len(c.Mint) > 0 || len(c.Departed) > 0 }
+
+// ChangeOf decides what declaring d to its node changes, given what was declared to the node
+// last and the store's hash of each principal. An instance keeps the credential declared last
+// time when a sealed copy was kept and the store's hash for the user is still the one that copy
+// was minted with. Every other instance — new on the node, minted again by an operator, or
+// enrolled anew with another key — needs a fresh credential. Keep and Mint follow d's order.
+func ChangeOf(last state.Declared, hashes map[string]string, d wire.Declaration) DeclarationChange {
+	c := DeclarationChange{Digest: d.Digest()}
+	c.DigestChanged = c.Digest != last.Digest
 	for _, in := range d.Instances {
-		if h, ok := declaredHash[in.User]; ok && h != "" && h == currentHash[in.User] {
-			keep = append(keep, in.User)
+		if h := last.Credentials[in.User].Hash; h != "" && h == hashes[in.User] {
+			c.Keep = append(c.Keep, in.User)
 		} else {
-			mint = append(mint, in.User)
+			c.Mint = append(c.Mint, in.User)
 		}
 	}
-	return keep, mint
+	for u := range last.Credentials {
+		if !slices.ContainsFunc(d.Instances, func(in wire.Instance) bool { return in.User == u }) {
+			c.Departed = append(c.Departed, u)
+		}
+	}
+	slices.Sort(c.Departed)
+	return c
 }

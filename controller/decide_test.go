@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/state"
 	"github.com/meshbus/meshctl/wire"
 )
 
@@ -198,10 +201,78 @@ func TestTheDeclarationOfANode(t *testing.T) {
 	}
 }
 
-func TestOnlyANewOrRemintedCredentialIsMinted(t *testing.T) {
-	d := wire.Declaration{Instances: []wire.Instance{{User: "one.a"}, {User: "one.b"}, {User: "one.c"}}}
-	keep, mint := Credentials(d, map[string]string{"one.a": "h1", "one.b": "h2"}, map[string]string{"one.a": "h1", "one.b": "other"})
-	if !slices.Equal(keep, []string{"one.a"}) || !slices.Equal(mint, []string{"one.b", "one.c"}) {
-		t.Errorf("keep %v, mint %v; want one.a kept, one.b (minted again elsewhere) and one.c (new) minted", keep, mint)
+// What declaring a node anew changes: a credential whose sealed copy still matches the store's
+// hash is kept, every other one minted; a principal no longer on the node departs; and the node
+// hears a new generation only when one of those, or what it runs, changed.
+func TestWhatADeclarationChanges(t *testing.T) {
+	d := wire.Declaration{Node: "one", Instances: []wire.Instance{{User: "one.a"}, {User: "one.b"}, {User: "one.c"}}}
+	digest := d.Digest()
+	sealed := func(hashes map[string]string) map[string]state.DeclaredCredential {
+		creds := map[string]state.DeclaredCredential{}
+		for u, h := range hashes {
+			creds[u] = state.DeclaredCredential{Hash: h, Sealed: []byte("sealed for " + u)}
+		}
+		return creds
+	}
+	current := map[string]string{"one.a": "h1", "one.b": "h2", "one.c": "h3"}
+	for name, tc := range map[string]struct {
+		last                    state.Declared
+		hashes                  map[string]string
+		want                    DeclarationChange
+		changed, mintsOrRevokes bool
+	}{
+		"the first declaration mints every credential": {
+			last:    state.Declared{},
+			hashes:  map[string]string{},
+			want:    DeclarationChange{Mint: []string{"one.a", "one.b", "one.c"}, Digest: digest, DigestChanged: true},
+			changed: true, mintsOrRevokes: true,
+		},
+		"a converged node keeps every credential and hears nothing": {
+			last:   state.Declared{Generation: 4, Digest: digest, Credentials: sealed(current)},
+			hashes: current,
+			want:   DeclarationChange{Keep: []string{"one.a", "one.b", "one.c"}, Digest: digest},
+		},
+		"only a new or reminted credential is minted": {
+			last:    state.Declared{Generation: 4, Digest: digest, Credentials: sealed(map[string]string{"one.a": "h1", "one.b": "h2"})},
+			hashes:  map[string]string{"one.a": "h1", "one.b": "minted again elsewhere"},
+			want:    DeclarationChange{Keep: []string{"one.a"}, Mint: []string{"one.b", "one.c"}, Digest: digest},
+			changed: true, mintsOrRevokes: true,
+		},
+		"a credential revoked in the store is minted": {
+			last:    state.Declared{Generation: 4, Digest: digest, Credentials: sealed(current)},
+			hashes:  map[string]string{"one.a": "h1", "one.c": "h3"},
+			want:    DeclarationChange{Keep: []string{"one.a", "one.c"}, Mint: []string{"one.b"}, Digest: digest},
+			changed: true, mintsOrRevokes: true,
+		},
+		"a copy kept without its hash is minted, though the store has none either": {
+			last:    state.Declared{Generation: 4, Digest: digest, Credentials: sealed(map[string]string{"one.a": "", "one.b": "h2", "one.c": "h3"})},
+			hashes:  map[string]string{"one.b": "h2", "one.c": "h3"},
+			want:    DeclarationChange{Keep: []string{"one.b", "one.c"}, Mint: []string{"one.a"}, Digest: digest},
+			changed: true, mintsOrRevokes: true,
+		},
+		"instances that left the node depart, in order": {
+			last: state.Declared{Generation: 4, Digest: "what it ran before",
+				Credentials: sealed(map[string]string{"one.a": "h1", "one.b": "h2", "one.c": "h3", "one.old": "h4", "one.gone": "h5"})},
+			hashes: map[string]string{"one.a": "h1", "one.b": "h2", "one.c": "h3", "one.old": "h4", "one.gone": "h5"},
+			want: DeclarationChange{Keep: []string{"one.a", "one.b", "one.c"}, Departed: []string{"one.gone", "one.old"},
+				Digest: digest, DigestChanged: true},
+			changed: true, mintsOrRevokes: true,
+		},
+		"what the node runs changed, its credentials not": {
+			last:    state.Declared{Generation: 4, Digest: "what it ran before", Credentials: sealed(current)},
+			hashes:  current,
+			want:    DeclarationChange{Keep: []string{"one.a", "one.b", "one.c"}, Digest: digest, DigestChanged: true},
+			changed: true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := ChangeOf(tc.last, tc.hashes, d)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ChangeOf (-want +got):\n%s", diff)
+			}
+			if got.Changed() != tc.changed || got.ChangesCredentials() != tc.mintsOrRevokes {
+				t.Errorf("Changed() = %v, ChangesCredentials() = %v; want %v, %v", got.Changed(), got.ChangesCredentials(), tc.changed, tc.mintsOrRevokes)
+			}
+		})
 	}
 }

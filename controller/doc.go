@@ -7,9 +7,20 @@
 //
 //   - What a message means, decided as values and tested without a server (decide.go): which
 //     node and what kind a CONTROL subject names, whether a report is about a superseded
-//     declaration, what an enrolment request may ask, what to declare to a node and whether
-//     that changed (a digest), and the store window — what to do with a message the store did
-//     not take.
+//     declaration, what an enrolment request may ask, what to declare to a node, what
+//     declaring it anew changes (ChangeOf: whose sealed credential is kept, whose is minted,
+//     who departed, whether the digest changed), and the store window — what to do with a
+//     message the store did not take.
+//   - The loop (Run, controller.go): one goroutine, one message at a time. Deliveries,
+//     heartbeats and new descriptions arrive on channels and the loop selects on them; no
+//     library callback ever runs the controller's logic, because the window's bookkeeping is
+//     unlocked. A connection lost for good (nats.go gives up after some of the server's
+//     errors) ends a session: the loop joins again with a capped backoff and binds CONTROL and
+//     the heartbeats anew, what it had not settled being delivered again; off the bus it mints
+//     nothing for a declaration that could not go out. Health says whether it is on the bus
+//     and when it last took a message, for watch's /healthz and metrics.
+//   - Taking the nodes' messages (take.go): each delivery from CONTROL settled and logged
+//     once, a report recorded; each heartbeat kept in memory.
 //   - The store window (seed 002): a report or enrolment the SQLite store cannot take is
 //     nak'd with a delay and stays the server's, in the stream; it is recorded when the store
 //     returns, and let go (term) and logged once the store has been failing for longer than
@@ -21,25 +32,28 @@
 //     the node, a report's users the node's own instances. A message out of bounds is let go
 //     (term) and logged once, its values quoted; never held as a store failure, never
 //     answered. FuzzControlMessage holds the decisions to the bounds.
-//   - The loop (Run): one goroutine, one message at a time. Deliveries, heartbeats and new
-//     descriptions arrive on channels and the loop selects on them; no library callback ever
-//     runs the controller's logic, because the window's bookkeeping is unlocked. A connection
-//     lost for good (nats.go gives up after some of the server's errors) ends a session: the
-//     loop joins again with a capped backoff and binds CONTROL and the heartbeats anew, what
-//     it had not settled being delivered again; off the bus it mints nothing for a
-//     declaration that could not go out. Health says whether it is on the bus and when it
-//     last took a message, for watch's /healthz and metrics.
+//   - Enrolment (enrol.go): a node's enrolment credential used in the store, the node's own
+//     credential minted and answered, sealed, at the address the request carries; a refusal
+//     answered there too.
+//   - Declaration (declare.go): a pass over the enrolled nodes after each description, each
+//     failed pass retried with a capped backoff; for each node, the loop acts on ChangeOf —
+//     mints, revokes, makes the credentials live, publishes a new generation and records it.
 //   - Rotation: the controller is the only carrier of an enrolled node's instance credentials
-//     (Distributes). `credentials rotate` revokes one in the store and has the bus reloaded;
-//     the loop notices the store's hashes changed (it polls them, since that process tells
-//     watch nothing) and declares a fresh credential in a new generation (Redeclared).
+//     (Distributes, rotate.go). `credentials rotate` revokes one in the store and has the bus
+//     reloaded; the loop notices the store's hashes changed (it polls them, since that process
+//     tells watch nothing: credentialsChanged, declare.go) and declares a fresh credential in
+//     a new generation (Redeclared).
 //   - Sync is bounded (SyncTimeout): the loop takes nothing else while it waits for watch's
 //     reconcile, so a reconcile held up must not hold the reports and heartbeats for long.
-//   - Sealing: every membership it sends is sealed (wire.Seal) to the key of the node it is
-//     for; the store keeps its hash and the sealed copy, never the plaintext.
-//   - What a membership carries: a password, or where the mesh's hosts log in with nkeys
-//     (bus.auth: nkey) an nkey seed, minted with its public key in the store (membershipOf),
-//     for the node's own principal at enrolment as for its instances at a declaration.
+//   - Sealing (membership.go): every membership it sends is sealed (wire.Seal) to the key of
+//     the node it is for; the store keeps its hash and the sealed copy, never the plaintext.
+//   - What a membership carries (membership.go): a password, or where the mesh's hosts log in
+//     with nkeys (bus.auth: nkey) an nkey seed, minted with its public key in the store
+//     (membershipOf), for the node's own principal at enrolment as for its instances at a
+//     declaration.
+//   - What the store and the bus say of the mesh, read for status: each node's enrolment,
+//     declaration and report (status.go), each seat's work queue and the consumers with work
+//     pending (work.go).
 //
 // It joins the bus as the `controller` principal, with its derived grants and nothing more:
 // deliveries on `_DELIVER.controller` and their acks, heartbeats on `mesh.control.>`, the

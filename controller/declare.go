@@ -1,0 +1,247 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/meshbus/meshctl/internal/backoff"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/wire"
+)
+
+// maxRedeclare caps the backoff between attempts at a declaration that keeps failing: each
+// attempt may mint and ask for a reconcile, and a bus that refuses every plan (data at stake)
+// must not be asked every few seconds for as long as it does.
+const maxRedeclare = time.Minute
+
+// declarePass declares to the enrolled nodes, arming the redeclare timer when a declaration
+// failed: after Retry, doubling with each failure in a row up to maxRedeclare.
+func (l *loop) declarePass(ctx context.Context) {
+	// What the next polls compare the store with is the hashes as this pass found them, with
+	// what it minted and revoked itself: its own doing is no change to act on, but another
+	// process's is, even one made while the pass ran (a revocation between a node's
+	// declaration going out and the pass's end), which a digest read after the pass would
+	// take in as seen.
+	sctx, cancel := l.storeCtx(ctx)
+	found, ferr := l.cfg.Store.Hashes(sctx)
+	cancel()
+	own := map[string]string{}
+	published, err := l.declareAll(ctx, own)
+	if l.mesh != nil && ferr == nil {
+		for u, h := range own {
+			if h == "" {
+				delete(found, u)
+			} else {
+				found[u] = h
+			}
+		}
+		l.credentials = digestOf(found)
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Cut off by the session's end — watch stopping, or the connection lost, after which
+		// the session that joins again declares anew: no failure to retry or alert on.
+	case err != nil:
+		l.failedPasses++
+		wait := backoff.After(l.cfg.Retry, max(maxRedeclare, l.cfg.Retry), l.failedPasses)
+		l.log.Error("controller: declaring to the nodes failed; trying again", "error", err, "retry_in", wait)
+		l.redeclare.Reset(wait)
+	default:
+		l.failedPasses = 0
+	}
+	if l.cfg.Observe != nil {
+		l.cfg.Observe(Event{Declared: published, Err: err})
+	}
+}
+
+// credentialsChanged reports whether the store's credentials changed since the last declaration
+// pass. Another process changes them without a word to this one — `credentials rotate` revokes
+// an instance's credential and has the bus reloaded through its control socket — and the
+// controller, the only carrier of an enrolled node's credentials, must declare the new one then,
+// not at watch's next resync. A store it cannot read says nothing changed: the next poll asks
+// again.
+func (l *loop) credentialsChanged(ctx context.Context) bool {
+	if l.mesh == nil || l.credentials == "" {
+		return false
+	}
+	d, err := l.credentialDigest(ctx)
+	return err == nil && d != l.credentials
+}
+
+// credentialDigest identifies every principal's hash in the store.
+func (l *loop) credentialDigest(ctx context.Context) (string, error) {
+	sctx, cancel := l.storeCtx(ctx)
+	defer cancel()
+	hashes, err := l.cfg.Store.Hashes(sctx)
+	if err != nil {
+		return "", err
+	}
+	return digestOf(hashes), nil
+}
+
+// digestOf identifies every principal's hash in hashes.
+func digestOf(hashes map[string]string) string {
+	users := make([]string, 0, len(hashes))
+	for u := range hashes {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	sum := sha256.New()
+	for _, u := range users {
+		fmt.Fprintf(sum, "%s\x00%s\x00", u, hashes[u])
+	}
+	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// errNotConnected is why a declaration pass did nothing while the controller was off the bus.
+var errNotConnected = errors.New("the controller is not connected to the bus; the declarations wait for it")
+
+// declareAll declares to every enrolled node in the description what it runs, where that
+// changed, and returns the nodes it published to. A converged pass publishes nothing and mints
+// nothing. What it minted and revoked goes into own (declare).
+func (l *loop) declareAll(ctx context.Context, own map[string]string) ([]string, error) {
+	if l.mesh == nil {
+		return nil, nil
+	}
+	if !l.conn.IsConnected() {
+		// Off the bus (nats.go reconnecting): a declaration would mint and have the bus
+		// reloaded only to fail at its publish, and the retry would mint again. Nothing is
+		// minted until it can go out.
+		return nil, errNotConnected
+	}
+	sctx, cancel := l.storeCtx(ctx)
+	enrolled, err := l.cfg.Store.Enrolments(sctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	var published []string
+	for _, e := range enrolled {
+		if !slices.ContainsFunc(l.mesh.Nodes, func(n model.Node) bool { return n.Name == e.Node }) {
+			continue
+		}
+		did, err := l.declare(ctx, e, own)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("declaring to node %s: %w", e.Node, err))
+		}
+		if did {
+			published = append(published, e.Node)
+		}
+	}
+	return published, errors.Join(errs...)
+}
+
+// declare publishes node's declaration when it changed: a new generation carrying every
+// instance's membership sealed to the node's key — the sealed copy kept from last time where the
+// credential is unchanged, a fresh one minted where it is new or was minted again elsewhere
+// (ChangeOf decides which). Credentials are made live before the node hears of them; those of
+// instances that left the node are revoked. The hash of each credential it minted goes into
+// own, and "" for each it revoked.
+func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]string) (published bool, err error) {
+	d := DeclarationFor(l.mesh, e.Node)
+	last, err := l.cfg.Store.Declared(ctx, e.Node)
+	if err != nil {
+		return false, err
+	}
+	hashes, err := l.cfg.Store.Hashes(ctx)
+	if err != nil {
+		return false, err
+	}
+	change := ChangeOf(last, hashes, d)
+	if !change.Changed() {
+		return false, nil
+	}
+	secrets, hashes, err := l.renew(ctx, change, own)
+	if err != nil {
+		return false, err
+	}
+	creds, err := l.sealMemberships(&d, e.PublicKey, last, change.Keep, secrets, hashes)
+	if err != nil {
+		return false, err
+	}
+	if change.ChangesCredentials() {
+		if err := l.sync(ctx); err != nil {
+			return false, fmt.Errorf("making the node's credentials live: %w", err)
+		}
+	}
+	d.Generation = last.Generation + 1
+	if err := l.publishDeclaration(ctx, d, change.Digest, creds); err != nil {
+		return false, err
+	}
+	if l.declared != nil {
+		l.declared[e.Node] = d.Generation
+	}
+	l.log.Info("controller: declared to a node what it runs", "node", e.Node, "generation", d.Generation,
+		"instances", len(d.Instances), "minted", len(change.Mint), "kept", len(change.Keep), "departed", len(change.Departed))
+	return true, nil
+}
+
+// renew mints the credentials change mints and revokes those of the departed, and returns the
+// minted secrets with the store's hashes after; each of those principals' new hash ("" once
+// revoked) goes into own.
+func (l *loop) renew(ctx context.Context, change DeclarationChange, own map[string]string) (secrets, hashes map[string]string, err error) {
+	if l.mesh.Bus.Nkeys() {
+		secrets, err = l.cfg.Store.MintNkeys(ctx, change.Mint, "declare")
+	} else {
+		secrets, err = l.cfg.Store.Mint(ctx, change.Mint, l.cfg.Cost, "declare")
+	}
+	if err = l.kept(ctx, err); err != nil {
+		return nil, nil, err
+	}
+	for _, u := range change.Departed {
+		if _, err := l.cfg.Store.Revoke(ctx, u); l.kept(ctx, err) != nil {
+			return nil, nil, err
+		}
+	}
+	if hashes, err = l.cfg.Store.Hashes(ctx); err != nil {
+		return nil, nil, err
+	}
+	for _, u := range slices.Concat(change.Mint, change.Departed) {
+		own[u] = hashes[u]
+	}
+	return secrets, hashes, nil
+}
+
+// sealMemberships gives each instance of d its membership — the sealed copy declared last time
+// for the users in keep, its freshly minted secret sealed to key for the others — and returns
+// the credentials to record with the declaration.
+func (l *loop) sealMemberships(d *wire.Declaration, key []byte, last state.Declared, keep []string,
+	secrets, hashes map[string]string) (map[string]state.DeclaredCredential, error) {
+	creds := map[string]state.DeclaredCredential{}
+	for i := range d.Instances {
+		in := &d.Instances[i]
+		if slices.Contains(keep, in.User) {
+			in.Membership = last.Credentials[in.User].Sealed
+		} else {
+			var err error
+			if in.Membership, err = l.sealedMembership(key, in.User, secrets[in.User]); err != nil {
+				return nil, err
+			}
+		}
+		creds[in.User] = state.DeclaredCredential{Hash: hashes[in.User], Sealed: in.Membership}
+	}
+	return creds, nil
+}
+
+// publishDeclaration publishes d to its node and records it, with its digest and the
+// credentials it carries, as what the node was declared last.
+func (l *loop) publishDeclaration(ctx context.Context, d wire.Declaration, digest string, creds map[string]state.DeclaredCredential) error {
+	data, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	if _, err := l.js.Publish(ctx, render.DeclareSubject(d.Node), data); err != nil {
+		return fmt.Errorf("publishing generation %d: %w", d.Generation, err)
+	}
+	return l.kept(ctx, l.cfg.Store.RecordDeclaration(ctx, d.Node, state.Declared{Generation: d.Generation, Digest: digest,
+		DeclaredAt: time.Now(), Credentials: creds}))
+}

@@ -1,0 +1,27 @@
+package controller
+
+import (
+	"encoding/json"
+
+	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/wire"
+)
+
+// membershipOf is user's membership with its freshly minted secret: a password, or where the
+// mesh's hosts log in with nkeys (bus.auth: nkey) the seed of its nkey, sealed to the node
+// like a password, and like it never logged or kept.
+func (l *loop) membershipOf(user, secret string) host.Membership {
+	if !l.mesh.Bus.Nkeys() {
+		return host.NewMembership(l.cfg.Target, user, secret)
+	}
+	m := host.NewMembership(l.cfg.Target, user, "")
+	m.Seed = secret
+	return m
+}
+
+// sealedMembership is user's membership with its freshly minted secret, sealed (wire.Seal) to
+// key, the public key of the node it goes to.
+func (l *loop) sealedMembership(key []byte, user, secret string) ([]byte, error) {
+	membership, _ := json.Marshal(l.membershipOf(user, secret))
+	return wire.Seal(key, membership)
+}
