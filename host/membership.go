@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/meshbus/meshctl/busclient"
@@ -25,7 +26,7 @@ type Membership struct {
 	// seed, `bus.auth: nkey`). A membership carries exactly one of the two.
 	Password string `json:"password,omitempty"`
 	Seed     string `json:"seed,omitempty"`
-	// Servers, for a bus of several servers, is every server's URL, Address first (cluster.go):
+	// Servers, for a bus of several servers, is every server's URL, Address first (NewMembership):
 	// the host connects to whichever answers and moves on when its server goes away. A
 	// membership of one server has none, as before clusters.
 	Servers []string `json:"servers,omitempty"`
@@ -95,4 +96,35 @@ func ReadMembership(r io.Reader) (Membership, error) {
 		kp.Wipe() // only checked here: Join makes its own when it dials
 	}
 	return m, nil
+}
+
+// NewMembership is the membership of user on the bus t reaches: for a cluster, with every
+// server listed, so the host can reach the bus through any of them.
+func NewMembership(t busclient.Target, user, password string) Membership {
+	m := Membership{Address: t.URL, Fingerprint: t.Fingerprint, User: user, Password: password}
+	if t.Others != "" {
+		m.Servers = append([]string{t.URL}, strings.Split(t.Others, ",")...)
+	}
+	return m
+}
+
+// target is where the membership's bus is: its address, and every other server it lists. An
+// address without a scheme is taken as nats://.
+func (m Membership) target() busclient.Target {
+	address := withScheme(m.Address)
+	var others []string
+	for _, s := range m.Servers {
+		if s = withScheme(s); s != "" && s != address && !slices.Contains(others, s) {
+			others = append(others, s)
+		}
+	}
+	return busclient.Target{URL: address, Fingerprint: m.Fingerprint, Others: strings.Join(others, ",")}
+}
+
+func withScheme(address string) string {
+	address = strings.TrimSpace(address)
+	if address != "" && !strings.Contains(address, "://") {
+		return "nats://" + address
+	}
+	return address
 }
