@@ -294,7 +294,12 @@ func (l *loop) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { inbox.cc.Stop() }()
+	defer func() {
+		// A binding anew that failed (described) leaves no consumer to stop.
+		if inbox.cc != nil {
+			inbox.cc.Stop()
+		}
+	}()
 	beats := make(chan *nats.Msg, heartbeatBuffer)
 	hsub, err := conn.ChanSubscribe(render.HeartbeatSubject("*"), beats)
 	if err != nil {
