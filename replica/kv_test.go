@@ -220,13 +220,18 @@ func clusterJS(ctx context.Context, t *testing.T, c *bustest.TestCluster) jetstr
 	var js jetstream.JetStream
 	for {
 		// The servers take the new users one after another; retry until one lets us in.
+		// A server that has taken them may not yet have enabled JetStream for the account
+		// ("JetStream not enabled for account"): retry until the account answers too.
 		nc, err := nats.Connect(strings.Join(urls, ","), login, nats.MaxReconnects(-1))
 		if err == nil {
-			t.Cleanup(nc.Close)
 			if js, err = jetstream.New(nc); err != nil {
 				t.Fatal(err)
 			}
-			break
+			if _, err = js.AccountInfo(ctx); err == nil {
+				t.Cleanup(nc.Close)
+				break
+			}
+			nc.Close()
 		}
 		if ctx.Err() != nil {
 			t.Fatal(err)
