@@ -187,15 +187,44 @@ func set(list []string) map[string]bool {
 // not wait for the last one.
 func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, error) {
 	m := &Mesh{}
-	ix := &index{
+	ix := newIndex()
+	m.Bus = r.validateBus(diags)
+	var err error
+	if m.Nodes, err = r.validateNodes(ctx, diags, ix); err != nil {
+		return nil, err
+	}
+	// Seats first, with their former names, so every reference below can resolve.
+	if m.Seats, err = r.validateSeats(ctx, diags, ix); err != nil {
+		return nil, err
+	}
+	// Modules: names and what they offer, before anyone's references to them.
+	if m.Modules, err = r.validateModules(ctx, diags, ix); err != nil {
+		return nil, err
+	}
+	if r.controller != nil {
+		m.Controller = ix.controller(diags, r.controller)
+	}
+	if m.Holders, m.Holding, err = r.resolveHolders(ctx, diags, ix, m); err != nil {
+		return nil, err
+	}
+	r.requireNodes(diags)
+	return m, nil
+}
+
+// newIndex is an index with nothing in it yet.
+func newIndex() *index {
+	return &index{
 		nodes: map[string]Pos{}, seats: map[string]*rawSeat{}, formerly: map[string]string{},
 		modules: map[string]*rawModule{}, modEvents: map[string]map[string]bool{},
 		modTools: map[string]map[string]bool{}, seatEvents: map[string]map[string]bool{},
 		seatTools: map[string]map[string]bool{}, seatAccepts: map[string]map[string]bool{},
 		dupModules: map[string][]*rawModule{},
 	}
-	m.Bus = r.validateBus(diags)
+}
 
+// validateNodes checks the node names and indexes the valid ones, each once.
+func (r *rawMesh) validateNodes(ctx context.Context, diags *diagnostics, ix *index) ([]Node, error) {
+	var nodes []Node
 	for _, n := range r.nodes {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -213,13 +242,36 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 		}
 		ix.nodes[n.name.val] = n.name.pos
 		ix.nodeNames = append(ix.nodeNames, n.name.val)
-		m.Nodes = append(m.Nodes, Node{Name: n.name.val, Pos: n.pos})
+		nodes = append(nodes, Node{Name: n.name.val, Pos: n.pos})
 	}
+	return nodes, nil
+}
 
-	// Seats first, with their former names, so every reference below can resolve.
+// validateSeats checks the seats: their names, then their former names, then what each
+// accepts, emits and serves; and indexes them, duplicates merged.
+func (r *rawMesh) validateSeats(ctx context.Context, diags *diagnostics, ix *index) ([]Seat, error) {
+	if err := r.indexSeats(ctx, diags, ix); err != nil {
+		return nil, err
+	}
+	r.indexFormerNames(diags, ix)
+	var seats []Seat
+	for i := range r.seats {
+		s := &r.seats[i]
+		if ix.seats[s.name.val] != s {
+			continue
+		}
+		seats = append(seats, ix.validateSeat(diags, s))
+	}
+	ix.mergeDuplicateSeats()
+	return seats, nil
+}
+
+// indexSeats checks the seat names and indexes each seat by its name, setting a second
+// declaration of one aside.
+func (r *rawMesh) indexSeats(ctx context.Context, diags *diagnostics, ix *index) error {
 	for i := range r.seats {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		s := &r.seats[i]
 		if !checkName(diags, s.name, "seat") {
@@ -233,6 +285,12 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 		ix.seats[s.name.val] = s
 		ix.seatNames = append(ix.seatNames, s.name.val)
 	}
+	return nil
+}
+
+// indexFormerNames checks the former names of the indexed seats and indexes each one that
+// names no current seat and no other seat's past.
+func (r *rawMesh) indexFormerNames(diags *diagnostics, ix *index) {
 	for i := range r.seats {
 		s := &r.seats[i]
 		if ix.seats[s.name.val] != s {
@@ -253,36 +311,37 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 			ix.formerly[old.val] = s.name.val
 		}
 	}
-	for i := range r.seats {
-		s := &r.seats[i]
-		if ix.seats[s.name.val] != s {
-			continue
-		}
-		seat := Seat{Name: s.name.val, Scope: ScopeModule, Pos: s.pos}
-		if s.scope.val != "" {
-			if s.scope.val != ScopeModule && s.scope.val != ScopeMesh {
-				diags.add(s.scope.pos, "seat scope %s must be %s or %s", Quote(s.scope.val), Quote(ScopeModule), Quote(ScopeMesh))
-			} else {
-				seat.Scope = s.scope.val
-			}
-		}
-		owner := "seat " + s.name.val
-		seat.Accepts = uniquePaths(diags, s.accepts, "accept", owner)
-		seat.Emits = uniquePaths(diags, s.emits, "event", owner)
-		seat.Serves = uniquePaths(diags, s.serves, "tool", owner)
-		for _, old := range s.formerly {
-			if ix.formerly[old.val] == s.name.val && !slices.Contains(seat.Formerly, old.val) {
-				seat.Formerly = append(seat.Formerly, old.val)
-			}
-		}
-		ix.seatAccepts[seat.Name] = set(seat.Accepts)
-		ix.seatEvents[seat.Name] = set(seat.Emits)
-		ix.seatTools[seat.Name] = set(seat.Serves)
-		m.Seats = append(m.Seats, seat)
-	}
-	ix.mergeDuplicateSeats()
+}
 
-	// Modules: names and what they offer, before anyone's references to them.
+// validateSeat checks an indexed seat's scope and what it accepts, emits and serves, and
+// indexes those for the references to the seat.
+func (ix *index) validateSeat(diags *diagnostics, s *rawSeat) Seat {
+	seat := Seat{Name: s.name.val, Scope: ScopeModule, Pos: s.pos}
+	if s.scope.val != "" {
+		if s.scope.val != ScopeModule && s.scope.val != ScopeMesh {
+			diags.add(s.scope.pos, "seat scope %s must be %s or %s", Quote(s.scope.val), Quote(ScopeModule), Quote(ScopeMesh))
+		} else {
+			seat.Scope = s.scope.val
+		}
+	}
+	owner := "seat " + s.name.val
+	seat.Accepts = uniquePaths(diags, s.accepts, "accept", owner)
+	seat.Emits = uniquePaths(diags, s.emits, "event", owner)
+	seat.Serves = uniquePaths(diags, s.serves, "tool", owner)
+	for _, old := range s.formerly {
+		if ix.formerly[old.val] == s.name.val && !slices.Contains(seat.Formerly, old.val) {
+			seat.Formerly = append(seat.Formerly, old.val)
+		}
+	}
+	ix.seatAccepts[seat.Name] = set(seat.Accepts)
+	ix.seatEvents[seat.Name] = set(seat.Emits)
+	ix.seatTools[seat.Name] = set(seat.Serves)
+	return seat
+}
+
+// validateModules checks the modules: first their names and what they offer, indexed with
+// duplicates merged, then each one's nodes, claims and references.
+func (r *rawMesh) validateModules(ctx context.Context, diags *diagnostics, ix *index) ([]Module, error) {
 	for i := range r.modules {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -303,6 +362,7 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 		ix.modTools[mod.name.val] = set(uniquePaths(diags, mod.serves, "tool", owner))
 	}
 	ix.mergeDuplicateModules()
+	var modules []Module
 	for i := range r.modules {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -311,21 +371,22 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 		if ix.modules[mod.name.val] != mod {
 			continue
 		}
-		m.Modules = append(m.Modules, r.validateModule(diags, ix, mod))
+		modules = append(modules, r.validateModule(diags, ix, mod))
 	}
+	return modules, nil
+}
 
-	if r.controller != nil {
-		c := r.controller
-		m.Controller = Controller{Pos: c.pos}
-		m.Controller.Follows = ix.follows(diags, c.follows, "the controller")
-		m.Controller.Sends = ix.sends(diags, c.sends, "the controller")
-		m.Controller.Calls = ix.calls(diags, c.calls, "the controller")
-	}
+// controller checks what the controller follows, sends and calls.
+func (ix *index) controller(diags *diagnostics, c *rawController) Controller {
+	out := Controller{Pos: c.pos}
+	out.Follows = ix.follows(diags, c.follows, "the controller")
+	out.Sends = ix.sends(diags, c.sends, "the controller")
+	out.Calls = ix.calls(diags, c.calls, "the controller")
+	return out
+}
 
-	var err error
-	if m.Holders, m.Holding, err = r.resolveHolders(ctx, diags, ix, m); err != nil {
-		return nil, err
-	}
+// requireNodes refuses a description without nodes.
+func (r *rawMesh) requireNodes(diags *diagnostics) {
 	if len(r.nodes) == 0 && len(*diags) == 0 {
 		// A description with no nodes derives no principal but the controller, and an
 		// apply of it would delete every user, consumer and seat stream of the mesh: an
@@ -338,7 +399,6 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 		}
 		diags.add(at, "the description declares no nodes: a mesh needs at least one under `nodes:` (is this the right directory?)")
 	}
-	return m, nil
 }
 
 func (r *rawMesh) validateModule(diags *diagnostics, ix *index, mod *rawModule) Module {
@@ -606,6 +666,7 @@ func validFingerprint(fp string) bool {
 	return err == nil && len(raw) == 32
 }
 
+// validateBus checks the bus section and fills in the defaults of what it leaves out.
 func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 	b := Bus{Replicas: 1, EventsMaxAge: DefaultEventsMaxAge, Consumers: ConsumersPull, Auth: AuthPassword}
 	if r.bus == nil {
@@ -614,6 +675,24 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 	}
 	rb := r.bus
 	b.Pos = rb.pos
+	external := rb.url.val != "" || rb.serversPos != (Pos{})
+	validateBusAddress(diags, rb, &b, external)
+	if rb.serversPos != (Pos{}) {
+		validateServers(diags, rb, &b)
+	} else {
+		validateOneServer(diags, rb, &b, external)
+	}
+	validateBusSettings(diags, rb, &b)
+	if rb.serversPos != (Pos{}) && rb.replicasPos != (Pos{}) && b.Replicas > len(b.Servers) && len(b.Servers) > 0 {
+		diags.add(rb.replicasPos, "bus.replicas is %d, but bus.servers names %d server(s): a stream cannot have more replicas than the cluster has servers",
+			b.Replicas, len(b.Servers))
+	}
+	return b
+}
+
+// validateBusAddress reads into b where the bus is (bus.url, bus.fingerprint) or, for the
+// embedded bus, where it listens (bus.listen, bus.allow_plaintext_listen).
+func validateBusAddress(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 	if rb.url.val != "" {
 		b.URL = checkURL(diags, rb.url, "bus.url")
 	}
@@ -625,7 +704,6 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 			b.Fingerprint = fp
 		}
 	}
-	external := rb.url.val != "" || rb.serversPos != (Pos{})
 	b.Listen = DefaultListen
 	if rb.listen.pos != (Pos{}) {
 		if external {
@@ -640,25 +718,31 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 		}
 		b.AllowPlaintextListen = rb.allowPlaintext
 	}
-	if rb.serversPos != (Pos{}) {
-		validateServers(diags, rb, &b)
-	} else {
-		if rb.accountsFile.val != "" {
-			b.AccountsFile = rb.accountsFile.val
-		} else if external {
-			diags.add(rb.pos, "bus.accounts_file is required with bus.url: it is the file meshctl writes the users to and the server includes")
-		}
-		if rb.reload != nil && !external {
-			diags.add(rb.reload.pos, "bus.reload is for an external bus: meshctl reloads its embedded bus itself")
-		}
-		if external {
-			b.Reload = rb.reload.value()
-			// One server is a cluster of one: everything past the description reads Servers.
-			b.Servers = []Server{{URL: b.URL, AccountsFile: b.AccountsFile, Reload: b.Reload, Fingerprint: b.Fingerprint, Pos: rb.pos}}
-		} else if rb.reload != nil {
-			b.Reload = rb.reload.value()
-		}
+}
+
+// validateOneServer reads into b the accounts file and the reload of a bus without
+// bus.servers: the embedded bus, or one external server.
+func validateOneServer(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
+	if rb.accountsFile.val != "" {
+		b.AccountsFile = rb.accountsFile.val
+	} else if external {
+		diags.add(rb.pos, "bus.accounts_file is required with bus.url: it is the file meshctl writes the users to and the server includes")
 	}
+	if rb.reload != nil && !external {
+		diags.add(rb.reload.pos, "bus.reload is for an external bus: meshctl reloads its embedded bus itself")
+	}
+	if external {
+		b.Reload = rb.reload.value()
+		// One server is a cluster of one: everything past the description reads Servers.
+		b.Servers = []Server{{URL: b.URL, AccountsFile: b.AccountsFile, Reload: b.Reload, Fingerprint: b.Fingerprint, Pos: rb.pos}}
+	} else if rb.reload != nil {
+		b.Reload = rb.reload.value()
+	}
+}
+
+// validateBusSettings reads into b what the streams and users are made with: bus.replicas,
+// bus.events_max_age, bus.consumers and bus.auth.
+func validateBusSettings(diags *diagnostics, rb *rawBus, b *Bus) {
 	if rb.replicasPos != (Pos{}) {
 		if rb.replicas < 1 || rb.replicas > 5 {
 			diags.add(rb.replicasPos, "bus.replicas must be between 1 and 5, not %d", rb.replicas)
@@ -688,9 +772,4 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 	default:
 		diags.add(rb.auth.pos, "bus.auth must be password or nkey, not %s", Quote(v))
 	}
-	if rb.serversPos != (Pos{}) && rb.replicasPos != (Pos{}) && b.Replicas > len(b.Servers) && len(b.Servers) > 0 {
-		diags.add(rb.replicasPos, "bus.replicas is %d, but bus.servers names %d server(s): a stream cannot have more replicas than the cluster has servers",
-			b.Replicas, len(b.Servers))
-	}
-	return b
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -25,11 +23,11 @@ func diffAccounts(target Target, live Live) (Change, bool) {
 		c.Reason, c.Risk = live.AccountsNotServed, RiskDisruptive
 		return c, true
 	}
-	before, after := map[string]*server.User{}, map[string]*server.User(nil)
+	before, after := map[string]ServedUser{}, map[string]ServedUser(nil)
 	if !live.AccountsKnown {
 		c.Action = Create
 		c.Reason = "no accounts config is in use yet"
-	} else if inUse, compared, err := usersInUse(live.Accounts, target.Rendering(), target); err != nil {
+	} else if inUse, compared, err := usersInUse(live.Accounts, target.Rendering(), live.reader(), target); err != nil {
 		c.Reason = fmt.Sprintf("the config in use does not parse (%v); it is rewritten whole", err)
 	} else {
 		before, after = inUse, compared
@@ -37,56 +35,10 @@ func diffAccounts(target Target, live Live) (Change, bool) {
 	if after == nil {
 		after = targetUsers(target)
 	}
-	for _, name := range sortedKeys(after) {
-		a := after[name]
-		b, existed := before[name]
-		if !existed {
-			u := UserChange{User: name, Action: Create,
-				PublishAdded: allow(a, true), SubscribeAdded: allow(a, false)}
-			if a.Permissions.Response != nil {
-				u.AllowResponses = "granted"
-			}
-			if !locked(a.Password) {
-				u.Credential = "issued"
-			}
-			c.Users = append(c.Users, u)
-			continue
-		}
-		u := UserChange{User: name, Action: Update}
-		u.PublishAdded, u.PublishRemoved = setDiff(allow(b, true), allow(a, true))
-		u.SubscribeAdded, u.SubscribeRemoved = setDiff(allow(b, false), allow(a, false))
-		switch {
-		case b.Permissions != nil && b.Permissions.Response == nil && a.Permissions.Response != nil:
-			u.AllowResponses = "granted"
-		case b.Permissions != nil && b.Permissions.Response != nil && a.Permissions.Response == nil:
-			u.AllowResponses = "revoked"
-		}
-		switch {
-		case b.Password == a.Password:
-		case locked(b.Password):
-			u.Credential = "issued"
-		case locked(a.Password):
-			u.Credential = lockedHow(target, name)
-		default:
-			u.Credential = "rotated"
-		}
-		if len(u.PublishAdded)+len(u.PublishRemoved)+len(u.SubscribeAdded)+len(u.SubscribeRemoved) > 0 ||
-			u.AllowResponses != "" || u.Credential != "" {
-			c.Users = append(c.Users, u)
-		}
-	}
-	for _, name := range sortedKeys(before) {
-		if _, kept := after[name]; !kept {
-			b := before[name]
-			c.Users = append(c.Users, UserChange{User: name, Action: Delete,
-				PublishRemoved: allow(b, true), SubscribeRemoved: allow(b, false)})
-		}
-	}
-	for _, u := range c.Users {
-		if u.Action == Delete || len(u.PublishRemoved)+len(u.SubscribeRemoved) > 0 || u.AllowResponses == "revoked" || u.Credential == "revoked" || u.Credential == "rotated" {
-			// Somebody connected loses something at the reload.
-			c.Risk = RiskDisruptive
-		}
+	c.Users = userChanges(target, before, after)
+	if slices.ContainsFunc(c.Users, losesSomething) {
+		// Somebody connected loses something at the reload.
+		c.Risk = RiskDisruptive
 	}
 	if c.Action == Update && len(c.Users) == 0 {
 		c.Reason = "the file in use differs from the rendering in layout only (edited by hand?); it is rewritten"
@@ -99,20 +51,75 @@ func diffAccounts(target Target, live Live) (Change, bool) {
 	return c, true
 }
 
-// ParseUsers reads an accounts config with the server's own parser, so what is compared
-// is what the server would enforce. An nkey user is keyed by the principal its entry's
-// comment names, its credential being its public key (addNkeyUsers).
-func ParseUsers(conf []byte) (map[string]*server.User, error) {
-	opts := &server.Options{}
-	if err := opts.ProcessConfigString(string(conf)); err != nil {
-		return nil, err
+// userChanges is what changes for each user from before (the config in use) to after (the
+// target's users): each user after creates or changes, by name, then each one it drops.
+func userChanges(target Target, before, after map[string]ServedUser) []UserChange {
+	var users []UserChange
+	for _, name := range sortedKeys(after) {
+		a := after[name]
+		b, existed := before[name]
+		if !existed {
+			users = append(users, createdUser(name, a))
+			continue
+		}
+		if u, changed := updatedUser(target, name, b, a); changed {
+			users = append(users, u)
+		}
 	}
-	out := map[string]*server.User{}
-	for _, u := range opts.Users {
-		out[u.Username] = u
+	for _, name := range sortedKeys(before) {
+		if _, kept := after[name]; !kept {
+			b := before[name]
+			users = append(users, UserChange{User: name, Action: Delete,
+				PublishRemoved: allow(b, true), SubscribeRemoved: allow(b, false)})
+		}
 	}
-	addNkeyUsers(out, conf, opts.Nkeys)
-	return out, nil
+	return users
+}
+
+// createdUser is the change of a user the config in use does not have: everything it is
+// granted is added.
+func createdUser(name string, a ServedUser) UserChange {
+	u := UserChange{User: name, Action: Create, PublishAdded: allow(a, true), SubscribeAdded: allow(a, false)}
+	if a.AllowResponses {
+		u.AllowResponses = "granted"
+	}
+	if !locked(a.Credential) {
+		u.Credential = "issued"
+	}
+	return u
+}
+
+// updatedUser is the change of a user from b, as the config in use has it, to a, as the
+// target has it; changed is false when nothing the plan compares differs.
+func updatedUser(target Target, name string, b, a ServedUser) (u UserChange, changed bool) {
+	u = UserChange{User: name, Action: Update}
+	u.PublishAdded, u.PublishRemoved = setDiff(allow(b, true), allow(a, true))
+	u.SubscribeAdded, u.SubscribeRemoved = setDiff(allow(b, false), allow(a, false))
+	switch {
+	case b.Restricted && !b.AllowResponses && a.AllowResponses:
+		u.AllowResponses = "granted"
+	case b.Restricted && b.AllowResponses && !a.AllowResponses:
+		u.AllowResponses = "revoked"
+	}
+	switch {
+	case b.Credential == a.Credential:
+	case locked(b.Credential):
+		u.Credential = "issued"
+	case locked(a.Credential):
+		u.Credential = lockedHow(target, name)
+	default:
+		u.Credential = "rotated"
+	}
+	changed = len(u.PublishAdded)+len(u.PublishRemoved)+len(u.SubscribeAdded)+len(u.SubscribeRemoved) > 0 ||
+		u.AllowResponses != "" || u.Credential != ""
+	return u, changed
+}
+
+// losesSomething reports whether a user's change takes something from someone connected:
+// the user, a grant, answering requests or a working credential.
+func losesSomething(u UserChange) bool {
+	return u.Action == Delete || len(u.PublishRemoved)+len(u.SubscribeRemoved) > 0 || u.AllowResponses == "revoked" ||
+		u.Credential == "revoked" || u.Credential == "rotated"
 }
 
 // usersInUse reads the users of the config in use as the server would hold them (before),
@@ -122,16 +129,17 @@ func ParseUsers(conf []byte) (map[string]*server.User, error) {
 // since nothing of it changes, and only the other blocks go through the server's parser. A
 // 20,000-instance mesh's config is 28,000 users, and parsing all of them, or holding each as
 // the server would, for a merge that changes ten took most of the plan. Anything else is
-// parsed whole, and compared with every user of the target.
-func usersInUse(conf, rendered []byte, target Target) (before, after map[string]*server.User, err error) {
+// parsed whole, and compared with every user of the target. read is the server's parser
+// (Live.ReadUsers).
+func usersInUse(conf, rendered []byte, read UsersReader, target Target) (before, after map[string]ServedUser, err error) {
 	have, ok := render.SplitAccountsConfig(conf)
 	want, wantOK := render.SplitAccountsConfig(rendered)
 	if !ok || !wantOK || !bytes.Equal(have.Head, want.Head) {
-		before, err = ParseUsers(conf)
+		before, err = read(conf)
 		return before, targetUsers(target), err
 	}
 	changed, compared := changedEntries(have.Entries, want.Entries)
-	after = map[string]*server.User{}
+	after = map[string]ServedUser{}
 	for _, p := range target.Principals() {
 		// A user the target writes in the header (meshctl's system user) is unchanged too,
 		// unless the config in use has it among the entries: the headers are the same bytes.
@@ -139,7 +147,7 @@ func usersInUse(conf, rendered []byte, target Target) (before, after map[string]
 			after[p.User] = principalUser(p, target.Hashes)
 		}
 	}
-	before = make(map[string]*server.User, len(changed))
+	before = make(map[string]ServedUser, len(changed))
 	if len(changed) == 0 {
 		return before, after, nil
 	}
@@ -149,16 +157,16 @@ func usersInUse(conf, rendered []byte, target Target) (before, after map[string]
 	for _, e := range changed {
 		text = append(text, e.Text...)
 	}
-	parsed, err := ParseUsers(append(text, have.Tail...))
+	parsed, err := read(append(text, have.Tail...))
 	if err != nil {
 		// Reported as the whole file's error, with the whole file's positions.
-		before, err = ParseUsers(conf)
+		before, err = read(conf)
 		return before, targetUsers(target), err
 	}
 	for _, e := range changed {
 		u, ok := parsed[e.User]
 		if !ok {
-			before, err = ParseUsers(conf)
+			before, err = read(conf)
 			return before, targetUsers(target), err
 		}
 		before[e.User] = u
@@ -223,9 +231,9 @@ func byUser(entries []render.AccountsEntry) bool {
 }
 
 // targetUsers is every user of the target, as the server would hold it.
-func targetUsers(target Target) map[string]*server.User {
+func targetUsers(target Target) map[string]ServedUser {
 	principals := target.Principals()
-	users := make(map[string]*server.User, len(principals))
+	users := make(map[string]ServedUser, len(principals))
 	for _, p := range principals {
 		users[p.User] = principalUser(p, target.Hashes)
 	}
@@ -255,15 +263,9 @@ func splitUsers(conf []byte) (renderedUsers, bool) {
 }
 
 // principalUser is a principal as the server would hold it, without parsing its rendering.
-func principalUser(p render.Principal, hashes map[string]string) *server.User {
-	u := &server.User{Username: p.User, Password: entryCredential(render.CredentialOf(p, hashes)), Permissions: &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: grantStrings(p.Publish)},
-		Subscribe: &server.SubjectPermission{Allow: grantStrings(p.Subscribe)},
-	}}
-	if p.AllowResponses {
-		u.Permissions.Response = &server.ResponsePermission{MaxMsgs: 1}
-	}
-	return u
+func principalUser(p render.Principal, hashes map[string]string) ServedUser {
+	return ServedUser{Credential: entryCredential(render.CredentialOf(p, hashes)), Restricted: true,
+		Publish: grantStrings(p.Publish), Subscribe: grantStrings(p.Subscribe), AllowResponses: p.AllowResponses}
 }
 
 func grantStrings(gs []render.Grant) []string {
@@ -276,18 +278,13 @@ func grantStrings(gs []render.Grant) []string {
 
 func locked(hash string) bool { return hash == "" || hash == render.LockedHash }
 
-func allow(u *server.User, publish bool) []string {
-	if u.Permissions == nil {
-		return nil
-	}
-	sp := u.Permissions.Subscribe
+// allow is the subjects u may publish to (or subscribe to), sorted.
+func allow(u ServedUser, publish bool) []string {
+	subjects := u.Subscribe
 	if publish {
-		sp = u.Permissions.Publish
+		subjects = u.Publish
 	}
-	if sp == nil {
-		return nil
-	}
-	out := slices.Clone(sp.Allow)
+	out := slices.Clone(subjects)
 	slices.Sort(out)
 	return out
 }

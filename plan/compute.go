@@ -20,144 +20,11 @@ func Compute(target Target, live Live, o Options) *Plan {
 	if p.Baseline == "" {
 		p.Baseline = BaselineBus
 	}
-	liveStreams := make(map[string]*LiveStream, len(live.Streams))
-	for i := range live.Streams {
-		liveStreams[live.Streams[i].Config.Name] = &live.Streams[i]
-	}
-	// Consumers are keyed by stream and name as they stand: a key joined into one string
-	// would be made for each of tens of thousands of consumers, on either side.
-	liveConsumers := make(map[consumerKey]*LiveConsumer, len(live.Consumers))
-	for i := range live.Consumers {
-		c := &live.Consumers[i]
-		liveConsumers[consumerKey{c.Stream, c.Config.Durable}] = c
-	}
-
-	var conflicts, streamChanges, consumerChanges, consumerDeletes, streamDeletes []Change
-	// A stream that is replaced, or in conflict, takes its consumers with it: they are
-	// created afresh after it (replace), or left alone with it (conflict). Nothing else
-	// depends on a conflict, so the rest of the plan is applied: the accounts config grants
-	// subjects, and its grants naming the consumers of a stream in conflict reach nothing
-	// until meshctl's own stream and consumers are there.
-	recreated := map[string]bool{}
-	blocked := map[string]bool{}
-
-	desiredStreams := map[string]bool{}
-	for i := range target.Bus.Streams {
-		want := &target.Bus.Streams[i]
-		desiredStreams[want.Name] = true
-		have, ok := liveStreams[want.Name]
-		switch {
-		case !ok:
-			streamChanges = append(streamChanges, Change{Kind: KindStream, Name: want.Name, Action: Create,
-				Reason: "derived from the mesh and not on the bus", Risk: RiskNone, After: want})
-		case !target.owns(have.Config.Metadata):
-			blocked[want.Name] = true
-			reason := target.notOwned("the stream "+want.Name, have.Config.Metadata)
-			if reason == "" {
-				reason = fmt.Sprintf("a stream named %s exists without meshctl's ownership marker (%s=%s); meshctl will not adopt or change it: rename or remove it, or mark it deliberately",
-					want.Name, render.OwnerKey, render.OwnerValue)
-			}
-			conflicts = append(conflicts, Change{Kind: KindStream, Name: want.Name, Action: Conflict,
-				Reason: reason, Risk: RiskNone, Before: &have.Config})
-		default:
-			fields := diffStream(have.Config, *want)
-			if len(fields) == 0 {
-				continue
-			}
-			c := Change{Kind: KindStream, Name: want.Name, Action: Update, Risk: RiskNone,
-				Fields: fields, Before: &have.Config, After: want}
-			if imm := immutable(fields); len(imm) > 0 {
-				c.Action = Replace
-				recreated[want.Name] = true
-				c.AtStake = &AtStake{Messages: have.Messages}
-				c.Reason = "the server refuses to update " + strings.Join(imm, ", ") + " in place"
-				grade(&c, o, "replacing")
-			} else {
-				c.Reason = "its config differs from the derivation"
-			}
-			streamChanges = append(streamChanges, c)
-		}
-	}
-
-	desiredConsumers := make(map[consumerKey]bool, len(target.Bus.Consumers))
-	for i := range target.Bus.Consumers {
-		want := &target.Bus.Consumers[i]
-		key := consumerKey{want.Stream, want.Name()}
-		desiredConsumers[key] = true
-		if blocked[want.Stream] {
-			continue
-		}
-		have, ok := liveConsumers[key]
-		switch {
-		case !ok || recreated[want.Stream]:
-			reason := "derived from the mesh and not on the bus"
-			if ok {
-				reason = "its stream is replaced"
-			}
-			consumerChanges = append(consumerChanges, Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream,
-				Action: Create, Reason: reason, Risk: RiskNone, After: &want.Config})
-		case !target.owns(have.Config.Metadata):
-			reason := target.notOwned("the consumer "+want.Name()+" on "+want.Stream, have.Config.Metadata)
-			if reason == "" {
-				reason = fmt.Sprintf("a consumer named %s on %s exists without meshctl's ownership marker; meshctl will not adopt or change it", want.Name(), want.Stream)
-			}
-			conflicts = append(conflicts, Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream, Action: Conflict,
-				Reason: reason, Risk: RiskNone, Before: &have.Config})
-		default:
-			fields := diffConsumer(have.Config, want.Config)
-			if len(fields) == 0 {
-				continue
-			}
-			c := Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream, Action: Update, Risk: RiskNone,
-				Fields: fields, Before: &have.Config, After: &want.Config, Reason: "its config differs from the derivation"}
-			if imm := immutable(fields); len(imm) > 0 {
-				c.Action = Replace
-				c.Reason = "the server refuses to update " + strings.Join(imm, ", ") + " in place"
-				c.AtStake = &AtStake{Pending: have.Pending, AckPending: have.AckPending}
-				grade(&c, o, "replacing")
-			}
-			consumerChanges = append(consumerChanges, c)
-		}
-	}
-
-	for i := range live.Consumers {
-		have := &live.Consumers[i]
-		key := consumerKey{have.Stream, have.Config.Durable}
-		if desiredConsumers[key] || !target.owns(have.Config.Metadata) {
-			continue
-		}
-		if !desiredStreams[have.Stream] || recreated[have.Stream] {
-			continue // goes with its stream
-		}
-		c := Change{Kind: KindConsumer, Name: have.Config.Durable, Stream: have.Stream, Action: Delete,
-			Reason: "meshctl made it and the mesh no longer derives it", Before: &have.Config,
-			AtStake: &AtStake{Pending: have.Pending, AckPending: have.AckPending}}
-		grade(&c, o, "deleting")
-		consumerDeletes = append(consumerDeletes, c)
-	}
-	for i := range live.Streams {
-		have := &live.Streams[i]
-		if desiredStreams[have.Config.Name] || !target.owns(have.Config.Metadata) {
-			continue
-		}
-		c := Change{Kind: KindStream, Name: have.Config.Name, Action: Delete,
-			Reason: "meshctl made it and the mesh no longer derives it", Before: &have.Config,
-			AtStake: &AtStake{Messages: have.Messages}}
-		m := moveOf(target.Bus, have.Config.Name)
-		if m != nil && blocked[m.Stream] {
-			// Its work has nowhere to go while the new queue's name is someone else's: it
-			// stays, with its consumers, until the conflict is resolved.
-			continue
-		}
-		if m != nil {
-			// Its work moves to the new queue first (reconcile/drain.go): nothing is lost.
-			c.Reason = "seat " + m.Seat + " was renamed: its work queue is now " + m.Stream + movedWork(have.Messages)
-			c.Move, c.AtStake, c.Risk = m, nil, RiskDisruptive
-		} else {
-			grade(&c, o, "deleting")
-		}
-		streamDeletes = append(streamDeletes, c)
-	}
+	d := newObjectDiff(target, live, o)
+	d.diffStreams()
+	d.diffConsumers()
+	d.deleteConsumers()
+	d.deleteStreams()
 
 	var accounts []Change
 	if c, ok := diffAccounts(target, live); ok {
@@ -172,8 +39,8 @@ func Compute(target Target, live Live, o Options) *Plan {
 		p.Accounts = target.Accounts
 	}
 
-	sortChanges(conflicts)
-	for _, group := range [][]Change{conflicts, byAction(streamChanges), byAction(consumerChanges), accounts, consumerDeletes, streamDeletes} {
+	sortChanges(d.conflicts)
+	for _, group := range [][]Change{d.conflicts, byAction(d.streamChanges), byAction(d.consumerChanges), accounts, d.consumerDeletes, d.streamDeletes} {
 		p.Changes = append(p.Changes, group...)
 	}
 	if p.Baseline == BaselineDescription {
@@ -186,6 +53,183 @@ func Compute(target Target, live Live, o Options) *Plan {
 	p.Holders = holderMoves(live.Holding, target.Bus.Holding, target.Bus.Formerly)
 	p.MassDelete = massDelete(p, target, live, o)
 	return p
+}
+
+// objectDiff compares the streams and consumers of a target with those on the bus, and
+// collects the changes in the groups an apply performs them in.
+type objectDiff struct {
+	target Target
+	live   Live
+	o      Options
+
+	liveStreams   map[string]*LiveStream
+	liveConsumers map[consumerKey]*LiveConsumer
+	// desiredStreams and desiredConsumers are what the target derives, once compared.
+	desiredStreams   map[string]bool
+	desiredConsumers map[consumerKey]bool
+	// A stream that is replaced, or in conflict, takes its consumers with it: they are
+	// created afresh after it (recreated), or left alone with it (blocked). Nothing else
+	// depends on a conflict, so the rest of the plan is applied: the accounts config grants
+	// subjects, and its grants naming the consumers of a stream in conflict reach nothing
+	// until meshctl's own stream and consumers are there.
+	recreated, blocked map[string]bool
+
+	conflicts, streamChanges, consumerChanges, consumerDeletes, streamDeletes []Change
+}
+
+// newObjectDiff indexes the streams and consumers on the bus by name, for a diff of target's.
+func newObjectDiff(target Target, live Live, o Options) *objectDiff {
+	d := &objectDiff{target: target, live: live, o: o,
+		liveStreams:      make(map[string]*LiveStream, len(live.Streams)),
+		liveConsumers:    make(map[consumerKey]*LiveConsumer, len(live.Consumers)),
+		desiredStreams:   map[string]bool{},
+		desiredConsumers: make(map[consumerKey]bool, len(target.Bus.Consumers)),
+		recreated:        map[string]bool{},
+		blocked:          map[string]bool{},
+	}
+	for i := range live.Streams {
+		d.liveStreams[live.Streams[i].Config.Name] = &live.Streams[i]
+	}
+	// Consumers are keyed by stream and name as they stand: a key joined into one string
+	// would be made for each of tens of thousands of consumers, on either side.
+	for i := range live.Consumers {
+		c := &live.Consumers[i]
+		d.liveConsumers[consumerKey{c.Stream, c.Config.Durable}] = c
+	}
+	return d
+}
+
+// diffStreams plans each stream the target derives: created where the bus has none, in
+// conflict where the bus's is not meshctl's, updated or replaced where its config differs.
+func (d *objectDiff) diffStreams() {
+	for i := range d.target.Bus.Streams {
+		want := &d.target.Bus.Streams[i]
+		d.desiredStreams[want.Name] = true
+		have, ok := d.liveStreams[want.Name]
+		switch {
+		case !ok:
+			d.streamChanges = append(d.streamChanges, Change{Kind: KindStream, Name: want.Name, Action: Create,
+				Reason: "derived from the mesh and not on the bus", Risk: RiskNone, After: want})
+		case !d.target.owns(have.Config.Metadata):
+			d.blocked[want.Name] = true
+			reason := d.target.notOwned("the stream "+want.Name, have.Config.Metadata)
+			if reason == "" {
+				reason = fmt.Sprintf("a stream named %s exists without meshctl's ownership marker (%s=%s); meshctl will not adopt or change it: rename or remove it, or mark it deliberately",
+					want.Name, render.OwnerKey, render.OwnerValue)
+			}
+			d.conflicts = append(d.conflicts, Change{Kind: KindStream, Name: want.Name, Action: Conflict,
+				Reason: reason, Risk: RiskNone, Before: &have.Config})
+		default:
+			fields := diffStream(have.Config, *want)
+			if len(fields) == 0 {
+				continue
+			}
+			c := Change{Kind: KindStream, Name: want.Name, Action: Update, Risk: RiskNone,
+				Fields: fields, Before: &have.Config, After: want}
+			if imm := immutable(fields); len(imm) > 0 {
+				c.Action = Replace
+				d.recreated[want.Name] = true
+				c.AtStake = &AtStake{Messages: have.Messages}
+				c.Reason = "the server refuses to update " + strings.Join(imm, ", ") + " in place"
+				grade(&c, d.o, "replacing")
+			} else {
+				c.Reason = "its config differs from the derivation"
+			}
+			d.streamChanges = append(d.streamChanges, c)
+		}
+	}
+}
+
+// diffConsumers plans each consumer the target derives, as diffStreams plans streams: but
+// none on a stream in conflict, and each one afresh on a stream that is replaced.
+func (d *objectDiff) diffConsumers() {
+	for i := range d.target.Bus.Consumers {
+		want := &d.target.Bus.Consumers[i]
+		key := consumerKey{want.Stream, want.Name()}
+		d.desiredConsumers[key] = true
+		if d.blocked[want.Stream] {
+			continue
+		}
+		have, ok := d.liveConsumers[key]
+		switch {
+		case !ok || d.recreated[want.Stream]:
+			reason := "derived from the mesh and not on the bus"
+			if ok {
+				reason = "its stream is replaced"
+			}
+			d.consumerChanges = append(d.consumerChanges, Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream,
+				Action: Create, Reason: reason, Risk: RiskNone, After: &want.Config})
+		case !d.target.owns(have.Config.Metadata):
+			reason := d.target.notOwned("the consumer "+want.Name()+" on "+want.Stream, have.Config.Metadata)
+			if reason == "" {
+				reason = fmt.Sprintf("a consumer named %s on %s exists without meshctl's ownership marker; meshctl will not adopt or change it", want.Name(), want.Stream)
+			}
+			d.conflicts = append(d.conflicts, Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream, Action: Conflict,
+				Reason: reason, Risk: RiskNone, Before: &have.Config})
+		default:
+			fields := diffConsumer(have.Config, want.Config)
+			if len(fields) == 0 {
+				continue
+			}
+			c := Change{Kind: KindConsumer, Name: want.Name(), Stream: want.Stream, Action: Update, Risk: RiskNone,
+				Fields: fields, Before: &have.Config, After: &want.Config, Reason: "its config differs from the derivation"}
+			if imm := immutable(fields); len(imm) > 0 {
+				c.Action = Replace
+				c.Reason = "the server refuses to update " + strings.Join(imm, ", ") + " in place"
+				c.AtStake = &AtStake{Pending: have.Pending, AckPending: have.AckPending}
+				grade(&c, d.o, "replacing")
+			}
+			d.consumerChanges = append(d.consumerChanges, c)
+		}
+	}
+}
+
+// deleteConsumers plans the deletion of each consumer of meshctl's the target no longer
+// derives, unless its stream goes or is replaced, which takes it along.
+func (d *objectDiff) deleteConsumers() {
+	for i := range d.live.Consumers {
+		have := &d.live.Consumers[i]
+		key := consumerKey{have.Stream, have.Config.Durable}
+		if d.desiredConsumers[key] || !d.target.owns(have.Config.Metadata) {
+			continue
+		}
+		if !d.desiredStreams[have.Stream] || d.recreated[have.Stream] {
+			continue // goes with its stream
+		}
+		c := Change{Kind: KindConsumer, Name: have.Config.Durable, Stream: have.Stream, Action: Delete,
+			Reason: "meshctl made it and the mesh no longer derives it", Before: &have.Config,
+			AtStake: &AtStake{Pending: have.Pending, AckPending: have.AckPending}}
+		grade(&c, d.o, "deleting")
+		d.consumerDeletes = append(d.consumerDeletes, c)
+	}
+}
+
+// deleteStreams plans the deletion of each stream of meshctl's the target no longer derives;
+// a renamed seat's queue moves its work to the new one first.
+func (d *objectDiff) deleteStreams() {
+	for i := range d.live.Streams {
+		have := &d.live.Streams[i]
+		if d.desiredStreams[have.Config.Name] || !d.target.owns(have.Config.Metadata) {
+			continue
+		}
+		c := Change{Kind: KindStream, Name: have.Config.Name, Action: Delete,
+			Reason: "meshctl made it and the mesh no longer derives it", Before: &have.Config,
+			AtStake: &AtStake{Messages: have.Messages}}
+		m := moveOf(d.target.Bus, have.Config.Name)
+		if m != nil && d.blocked[m.Stream] {
+			// Its work has nowhere to go while the new queue's name is someone else's: it
+			// stays, with its consumers, until the conflict is resolved.
+			continue
+		}
+		if m != nil {
+			// Its work moves to the new queue first (reconcile/drain.go): nothing is lost.
+			c.Reason = "seat " + m.Seat + " was renamed: its work queue is now " + m.Stream + movedWork(have.Messages)
+			c.Move, c.AtStake, c.Risk = m, nil, RiskDisruptive
+		} else {
+			grade(&c, d.o, "deleting")
+		}
+		d.streamDeletes = append(d.streamDeletes, c)
+	}
 }
 
 // consumerKey names a consumer: its stream and its durable name.

@@ -185,7 +185,8 @@ func TestAccountsAreDiffedUserByUserWithoutSecrets(t *testing.T) {
 
 // meshctl's system user sits in its own account ahead of the mesh's users: a change to one
 // mesh user is that one change, read block by block, with the system user neither created nor
-// deleted; turning reload by request off takes the system user out.
+// deleted; turning reload by request off takes the system user out. (The same read through the
+// server's parser: reconcile's TestTheServerReadsTheSystemUserBesideTheMesh.)
 func TestTheSystemUserIsDiffedBesideTheMesh(t *testing.T) {
 	t.Parallel()
 	m, err := model.Load("../examples/quickstart")
@@ -199,20 +200,17 @@ func TestTheSystemUserIsDiffedBesideTheMesh(t *testing.T) {
 	if !strings.Contains(string(before.Accounts), `"$SYS" { users: [`) {
 		t.Fatalf("the rendering has no system account:\n%s", before.Accounts)
 	}
-	if _, err := ParseUsers(before.Accounts); err != nil {
-		t.Fatalf("the server's parser refuses the rendering with a system user: %v", err)
-	}
+	inUse := LiveOf(before) // before renders with hashes as they are now
 	hashes["node.alpha"] = "$2a$11$" + strings.Repeat("h", 53)
 	after := TargetOf(render.Derive(m), hashes)
-	live := Live{Accounts: before.Accounts, AccountsKnown: true}
-	c, changed := diffAccounts(after, live)
+	c, changed := diffAccounts(after, inUse)
 	if !changed || len(c.Users) != 1 || c.Users[0].User != "node.alpha" || c.Users[0].Credential != "issued" {
 		t.Fatalf("one credential issued beside the system user: %+v", c)
 	}
 
 	m.Bus.Servers[0].Reload = model.Reload{PIDFile: "/run/nats.pid"}
 	off := TargetOf(render.Derive(m), hashes)
-	c, changed = diffAccounts(off, Live{Accounts: after.Accounts, AccountsKnown: true})
+	c, changed = diffAccounts(off, LiveOf(after))
 	if !changed || len(c.Users) != 1 || c.Users[0].User != render.SystemUser || c.Users[0].Action != Delete {
 		t.Fatalf("reload by request turned off does not delete the system user: %+v", c)
 	}

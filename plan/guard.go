@@ -111,9 +111,9 @@ func massDelete(p *Plan, target Target, live Live, o Options) *MassDelete {
 // LockedOut names (the first few) and counts the users of the accounts config in use, live,
 // that rendering target's accounts config in its place would lock out without the store
 // knowing it (MassDelete.LockedOut): for what rewrites the file without a whole plan, as
-// `credentials issue` does.
-func LockedOut(live []byte, target Target) ([]string, int) {
-	c, changed := diffAccounts(target, Live{Accounts: live, AccountsKnown: true})
+// `credentials issue` does. read reads live as the server would (Live.ReadUsers).
+func LockedOut(live []byte, read UsersReader, target Target) ([]string, int) {
+	c, changed := diffAccounts(target, Live{Accounts: live, AccountsKnown: true, ReadUsers: read})
 	if !changed {
 		return nil, 0
 	}

@@ -1,79 +1,26 @@
 package plan
 
 import (
-	"bytes"
 	"fmt"
-	"strconv"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
 
 // The plan compares users by principal, each holding one credential string: a password
-// user's bcrypt hash, or an nkey user's public key marked as such (nkeyCredential), so that
+// user's bcrypt hash, or an nkey user's public key marked as such (NkeyCredential), so that
 // the two kinds never compare equal and a change of kind reads as the credential changing.
 
-// nkeyCredential is how the plan holds an nkey user's credential beside password users'.
-func nkeyCredential(publicKey string) string { return "nkey:" + publicKey }
+// NkeyCredential is how the plan holds an nkey user's credential beside password users'
+// (ServedUser.Credential), and the name of an nkey user whose entry names no principal.
+func NkeyCredential(publicKey string) string { return "nkey:" + publicKey }
 
 // entryCredential is the credential string of an entry render writes with c.
 func entryCredential(c render.Credential) string {
 	if c.Nkey != "" {
-		return nkeyCredential(c.Nkey)
+		return NkeyCredential(c.Nkey)
 	}
 	return c.Hash
-}
-
-// addNkeyUsers adds the nkey users the server parsed from conf to users, as password users
-// are held: by the principal the comment above each entry names (render's layout), with the
-// public key as its credential. An entry no such comment names — written by hand — is keyed
-// by its public key, `nkey:U…`: no principal of the mesh, so the plan removes it.
-func addNkeyUsers(users map[string]*server.User, conf []byte, nks []*server.NkeyUser) {
-	if len(nks) == 0 {
-		return
-	}
-	names := nkeyNames(conf)
-	for _, nk := range nks {
-		name, ok := names[nk.Nkey]
-		if !ok {
-			name = nkeyCredential(nk.Nkey)
-		}
-		users[name] = &server.User{Username: name, Password: nkeyCredential(nk.Nkey), Permissions: nk.Permissions}
-	}
-}
-
-// nkeyNames maps the public key of each nkey entry in conf laid out as render writes one to
-// the principal its comment names.
-func nkeyNames(conf []byte) map[string]string {
-	names := map[string]string{}
-	start := []byte("\n" + render.NkeyEntryStart)
-	for rest := conf; ; {
-		i := bytes.Index(rest, start)
-		if i < 0 {
-			return names
-		}
-		rest = rest[i+len(start):]
-		name, after, ok := quotedPrefix(rest)
-		if !ok || !bytes.HasPrefix(after, []byte(render.NkeyEntryKey)) {
-			continue
-		}
-		key, _, ok := quotedPrefix(after[len(render.NkeyEntryKey):])
-		if ok {
-			names[key] = name
-		}
-	}
-}
-
-// quotedPrefix reads the double-quoted string b begins with.
-func quotedPrefix(b []byte) (s string, rest []byte, ok bool) {
-	q, err := strconv.QuotedPrefix(string(b[:min(len(b), 512)]))
-	if err != nil || q[0] != '"' {
-		return "", nil, false
-	}
-	s, err = strconv.Unquote(q)
-	return s, b[len(q):], err == nil
 }
 
 // lockedHow is what happens to the credential of a user the target locks: "reissue" when
@@ -156,9 +103,10 @@ func authOf(conf []byte) string {
 // Reissues counts the users of the accounts config in use, live, that rendering target's
 // accounts config in its place would lock out because bus.auth changed (CredentialReissue):
 // for what rewrites the file without a whole plan, as `credentials issue` does, and must
-// leave a change of bus.auth to an apply that allows it.
-func Reissues(live []byte, target Target) int {
-	c, changed := diffAccounts(target, Live{Accounts: live, AccountsKnown: true})
+// leave a change of bus.auth to an apply that allows it. read reads live as the server
+// would (Live.ReadUsers).
+func Reissues(live []byte, read UsersReader, target Target) int {
+	c, changed := diffAccounts(target, Live{Accounts: live, AccountsKnown: true, ReadUsers: read})
 	n := 0
 	for _, u := range c.Users {
 		if changed && u.Credential == CredentialReissue {

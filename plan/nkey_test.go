@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,50 +104,12 @@ func TestNkeyCredentialsArePlannedByPrincipal(t *testing.T) {
 	}
 }
 
-// Reading only the changed users of an nkey mesh's config plans what a whole parse plans,
-// as for a password mesh (TestReadingChangedUsersOnlyPlansWhatAWholeParsePlans).
-func TestReadingChangedNkeyUsersOnlyPlansWhatAWholeParsePlans(t *testing.T) {
+// An nkey mesh's rendering is laid out block by block, one per principal, as a password mesh's
+// is: a plan reads only the blocks that changed (reconcile's
+// TestReadingChangedNkeyUsersOnlyPlansWhatAWholeParsePlans).
+func TestAnNkeyMeshsRenderingIsReadBlockByBlock(t *testing.T) {
 	t.Parallel()
-	k1, k2 := userKey(t), userKey(t)
-	base := authTarget(t, model.AuthNkey, map[string]string{"alpha.shop": k1, "beta.postman": k2})
-	for name, c := range map[string]struct {
-		target Target
-		inUse  []byte
-	}{
-		"issued":               {base, authTarget(t, model.AuthNkey, nil).Accounts},
-		"revoked":              {authTarget(t, model.AuthNkey, map[string]string{"alpha.shop": k1}), base.Accounts},
-		"rotated":              {authTarget(t, model.AuthNkey, map[string]string{"alpha.shop": k2, "beta.postman": k1}), base.Accounts},
-		"to nkey, from issued": {base, authTarget(t, model.AuthPassword, map[string]string{"alpha.shop": bcryptLike("a")}).Accounts},
-		"an nkey no comment names": {base, bytes.Replace(base.Accounts, []byte(render.NkeyEntryStart+`"alpha.shop"`+render.NkeyEntryKey),
-			[]byte(strings.TrimPrefix(render.NkeyEntryKey, "\n")), 1)},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			got, gotOK := diffAccounts(c.target, Live{Accounts: c.inUse, AccountsKnown: true})
-			want, wantOK := diffAccounts(c.target, Live{Accounts: append([]byte("# edited\n"), c.inUse...), AccountsKnown: true})
-			if !gotOK || !wantOK {
-				t.Fatalf("planned a change: %v, with a whole parse: %v; every case differs from the rendering", gotOK, wantOK)
-			}
-			if d := cmp.Diff(want.Users, got.Users); d != "" || want.Risk != got.Risk {
-				t.Errorf("the users planned differ from a whole parse's (-whole +changed only):\n%s", d)
-			}
-			named := map[string]Action{}
-			for _, u := range got.Users {
-				named[u.User] = u.Action
-			}
-			if name == "an nkey no comment names" {
-				if named["nkey:"+k1] != Delete || named["alpha.shop"] != Create {
-					t.Errorf("an nkey entry no principal names is not replaced by the principal's: %v", named)
-				}
-				return
-			}
-			for user := range named {
-				if strings.HasPrefix(user, "nkey:") {
-					t.Errorf("user %s is named by its key", user)
-				}
-			}
-		})
-	}
+	base := authTarget(t, model.AuthNkey, map[string]string{"alpha.shop": userKey(t), "beta.postman": userKey(t)})
 	if users, ok := splitUsers(base.Accounts); !ok || len(users.blocks) != len(base.Bus.Principals) {
 		t.Errorf("an nkey mesh's rendering is not read block by block: %v, %d blocks", ok, len(users.blocks))
 	}
@@ -181,7 +142,7 @@ func TestChangingBusAuthIsRefusedWhileCredentialsAreInUse(t *testing.T) {
 		!strings.Contains(c.Refused, "--allow-reissue") || !strings.Contains(c.Refused, "2 host(s)") {
 		t.Errorf("the accounts change does not say what changing bus.auth does: %+v", c)
 	}
-	if n := Reissues(old.Accounts, tg); n != 2 {
+	if n := Reissues(old.Accounts, LiveOf(old).ReadUsers, tg); n != 2 {
 		t.Errorf("Reissues counts %d; want 2", n)
 	}
 	if diff := cmp.Diff([]string{"alpha.shop", "node.beta"}, Reissued(tg)); diff != "" {

@@ -355,6 +355,10 @@ type Live struct {
 	// not kept: Accounts is nil and stands for that rendering. A converged bus then holds
 	// neither text of a config of megabytes.
 	AccountsRendered bool
+	// ReadUsers reads Accounts, or the part of it that differs from the rendering, as the
+	// server would serve it, for a plan that compares its users with the target's: needed
+	// wherever Accounts is known and may differ from the rendering (UsersReader).
+	ReadUsers UsersReader
 }
 
 // LiveStream is a stream as the server reports it.
@@ -435,9 +439,11 @@ func (t Target) notOwned(what string, metadata map[string]string) string {
 
 // LiveOf is the bus exactly as a target describes it, as though it had been applied and
 // nothing had happened since: `meshctl diff --from OLD` plans from it, without a bus. Nothing
-// is at stake in it, since no bus says how much is queued.
+// is at stake in it, since no bus says how much is queued. Its accounts config is t's
+// rendering, whose users are read from t without a parser (renderingReader).
 func LiveOf(t Target) Live {
-	l := Live{Accounts: t.Rendering(), AccountsKnown: true, Holding: t.Bus.Holding, Baseline: BaselineDescription}
+	l := Live{Accounts: t.Rendering(), AccountsKnown: true, Holding: t.Bus.Holding, Baseline: BaselineDescription,
+		ReadUsers: t.renderingReader()}
 	for _, s := range t.Bus.Streams {
 		l.Streams = append(l.Streams, LiveStream{Config: s})
 	}

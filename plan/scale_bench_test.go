@@ -36,8 +36,8 @@ func BenchmarkPlanConverged(b *testing.B) {
 }
 
 // BenchmarkPlanOnePercent plans a merge that touches 1% of the module instances: as many
-// consumers to update, and an accounts config that differs, so the one in use is parsed and
-// compared user by user.
+// consumers to update, and an accounts config that differs, so the users of the one in use are
+// read (the older description's own, with no parser: plan.LiveOf) and compared user by user.
 func BenchmarkPlanOnePercent(b *testing.B) {
 	for _, n := range meshgen.Sizes {
 		g := meshgen.Scaled(n)

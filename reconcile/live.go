@@ -34,6 +34,7 @@ func readLive(ctx context.Context, api API, accountsPath string, holding []model
 		return live, err
 	}
 	live.Accounts, live.AccountsKnown, err = readAccounts(accountsPath)
+	live.ReadUsers = readServedUsers
 	return live, err
 }
 

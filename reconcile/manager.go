@@ -129,7 +129,7 @@ func mayInstall(ctx context.Context, store *state.Store, a Accounts, t busclient
 
 // fileUnmanaged is mayInstall for the file in use, data.
 func fileUnmanaged(ctx context.Context, store *state.Store, a Accounts, data []byte) error {
-	users, err := plan.ParseUsers(data)
+	users, err := parseUsers(data)
 	if err != nil {
 		// Not a file a meshctl wrote, nor one any server would serve: the rendering replaces it.
 		return nil
@@ -202,7 +202,7 @@ func mayRewrite(ctx context.Context, store *state.Store, a Accounts, target plan
 		}
 	}
 	live, _ := unstamp(data)
-	if names, n := plan.LockedOut(live, target); n > 0 {
+	if names, n := plan.LockedOut(live, readServedUsers, target); n > 0 {
 		return fmt.Errorf("%w: rewriting the accounts config at %s would lock out %d user(s) that log in today (%s) "+
 			"with credentials this state store neither minted nor revoked; %s", ErrNotManager, a.Path, n, strings.Join(names, ", "), wayOut)
 	}

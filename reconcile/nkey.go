@@ -30,7 +30,7 @@ var ErrAuthChange = errors.New("the description changes bus.auth, which only an 
 // authUnchanged refuses a rewrite of the accounts config at path, in use as live, with target's
 // rendering, when that would lock hosts out for a change of bus.auth.
 func authUnchanged(path string, live []byte, target plan.Target) error {
-	n := plan.Reissues(live, target)
+	n := plan.Reissues(live, readServedUsers, target)
 	if n == 0 {
 		return nil
 	}

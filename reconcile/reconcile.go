@@ -168,6 +168,7 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 		return live, err
 	}
 	live.Accounts, live.AccountsKnown, live.AccountsNotServed = accounts, known, notServed
+	live.ReadUsers = readServedUsers
 	live.AccountsRendered = rendered
 	return live, aerr
 }

@@ -382,7 +382,7 @@ func TestAGenerationIsAddedAndTakenOutWhole(t *testing.T) {
 	if _, _, err := stamp(one, "accounts.conf", ""); err == nil {
 		t.Error("a file already stamped was stamped again")
 	}
-	users, err := plan.ParseUsers(one)
+	users, err := parseUsers(one)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
-	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
 	"github.com/meshbus/meshctl/state"
@@ -305,7 +304,7 @@ func (s *Session) controllerCanLogIn(path string) bool {
 // admitsController reports whether the accounts config data lets the controller in with
 // password.
 func admitsController(data []byte, password string) bool {
-	users, err := plan.ParseUsers(data)
+	users, err := parseUsers(data)
 	if err != nil {
 		return false
 	}

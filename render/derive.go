@@ -284,9 +284,26 @@ func systemPrincipal() Principal {
 	return Principal{User: SystemUser, Kind: KindSystem, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
 
+// controllerPrincipal is meshctl's controller: what it needs to manage the bus, to take from
+// its consumers and to run the mesh's own flows.
 func controllerPrincipal(m *model.Mesh) Principal {
 	var pub, sub grants
-	c := m.Controller
+	controllerBusGrants(&pub, &sub)
+	controllerConsumerGrants(&pub, &sub, m)
+	controllerFlowGrants(&pub, &sub, m)
+	// No allow_responses, although the seeds set it: the controller serves no request at its
+	// reply subject. Enrolment is answered at the address the request's payload carries, which
+	// `_INBOX.enrol.>` grants, and its acks are granted by name, because a reload forgets the
+	// replies allow_responses allowed (NATS-FACTS.md). Without it on a live bus every controller
+	// job is done (host's TestEveryGrantIsNeeded); with it, any message with a reply subject
+	// that reached the controller would let it publish there once.
+	return Principal{User: ControllerUser, Kind: KindController, Publish: pub.sorted(), Subscribe: sub.sorted()}
+}
+
+// controllerBusGrants are what the controller is granted whatever the mesh: the JetStream
+// API, the store and the leases kept on the bus, the advisories watch heals by, the nodes'
+// control traffic and its own inbox.
+func controllerBusGrants(pub, sub *grants) {
 	// The controller owns the streams: it is the only writer of stream definitions, so it
 	// alone reaches the JetStream API.
 	//
@@ -327,6 +344,11 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	// the enrolling node's own inbox: the enrol identity can hear nothing else.
 	pub.add("answer enrolment requests", "_INBOX.enrol.>")
 	sub.add("its own inbox", Inbox(ControllerUser)+".>")
+}
+
+// controllerConsumerGrants are what taking from its CONTROL consumer, and from its EVENTS
+// consumer when it follows events, needs beyond the API, by the mesh's kind of consumer.
+func controllerConsumerGrants(pub, sub *grants, m *model.Mesh) {
 	pub.add("acknowledge what its CONTROL consumer delivers", ackSubject(StreamControl, ControllerUser))
 	// A push consumer delivers on `_DELIVER.<its name>`, and a client bound to it subscribes
 	// exactly that: the server refused the first binding without it (seed 002). Pulling needs
@@ -335,7 +357,7 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	if !pull {
 		sub.add("take deliveries of its CONTROL consumer", DeliverSubject(ControllerUser))
 	}
-	if len(c.Follows) > 0 {
+	if len(m.Controller.Follows) > 0 {
 		if !pull {
 			sub.add("take deliveries of its EVENTS consumer", DeliverSubject(ControllerUser)+".>")
 		}
@@ -343,6 +365,12 @@ func controllerPrincipal(m *model.Mesh) Principal {
 		// controller could not have consumed a module event").
 		pub.add("acknowledge what its EVENTS consumer delivers", ackSubject(StreamEvents, ControllerUser))
 	}
+}
+
+// controllerFlowGrants are the mesh's own flows the controller runs: the events it follows,
+// the work it sends, the tools it calls, and the work it moves out of renamed seats' queues.
+func controllerFlowGrants(pub, sub *grants, m *model.Mesh) {
+	c := m.Controller
 	for _, f := range c.Follows {
 		sub.add("follow "+f.String(), EventSubject(f))
 	}
@@ -364,13 +392,6 @@ func controllerPrincipal(m *model.Mesh) Principal {
 			pub.add("move the work queued under seat "+s.Name+"'s former names", "mesh.seat."+s.Name+".accept.>")
 		}
 	}
-	// No allow_responses, although the seeds set it: the controller serves no request at its
-	// reply subject. Enrolment is answered at the address the request's payload carries, which
-	// `_INBOX.enrol.>` grants, and its acks are granted by name, because a reload forgets the
-	// replies allow_responses allowed (NATS-FACTS.md). Without it on a live bus every controller
-	// job is done (host's TestEveryGrantIsNeeded); with it, any message with a reply subject
-	// that reached the controller would let it publish there once.
-	return Principal{User: ControllerUser, Kind: KindController, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
 
 func nodePrincipal(node string, pull bool) Principal {
@@ -490,38 +511,59 @@ const ControlPerSubject = 16
 // streamsAndConsumers derives the streams and consumers; modules indexes m.Modules by name,
 // so a mesh of thousands of instances is derived in one pass rather than a search each.
 func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instances []model.Instance) ([]jetstream.StreamConfig, []Consumer) {
-	replicas := m.Bus.Replicas
-	ackWait := 30 * time.Second
-	pull := m.Bus.Consumers != model.ConsumersPush
-	// Every object carries the same marker: one map, shared and never written, rather than a
-	// copy for each of a large mesh's tens of thousands of consumers.
-	marker := map[string]string{OwnerKey: OwnerValue}
-	owned := func(description string) (string, map[string]string) { return description, marker }
-
-	// consumer is a durable with explicit acks in either kind; a pull consumer has no deliver
-	// subject (the server refuses to turn one kind into the other, so a change of
-	// bus.consumers replaces every consumer).
-	consumer := func(stream, name, deliver, description string, filters []string) Consumer {
-		if pull {
-			deliver = ""
-		}
-		desc, meta := owned(description)
-		cfg := jetstream.ConsumerConfig{
-			Durable: name, Description: desc, DeliverSubject: deliver,
-			DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckExplicitPolicy,
-			AckWait: ackWait, MaxDeliver: -1, ReplayPolicy: jetstream.ReplayInstantPolicy,
-			Metadata: meta,
-		}
-		slices.Sort(filters)
-		if len(filters) == 1 {
-			cfg.FilterSubject = filters[0]
-		} else if len(filters) > 1 {
-			cfg.FilterSubjects = filters
-		}
-		return Consumer{Stream: stream, Config: cfg}
-	}
-
+	o := objectMaker{replicas: m.Bus.Replicas, pull: m.Bus.Consumers != model.ConsumersPush,
+		marker: map[string]string{OwnerKey: OwnerValue}}
 	// Sized once: a consumer per module instance that follows anything, and one per node.
+	events := eventsConsumers(m, modules, instances)
+	consumers := make([]Consumer, 0, 1+events+len(m.Nodes)+len(m.Seats))
+	consumers = o.meshConsumers(consumers, m, modules, instances)
+	streams := o.meshStreams(m, events)
+	// A seat's work queue exists from registration, not assignment: work queues until a
+	// holder appears, and "the holder is not here yet" must not mean "your messages are
+	// gone". Changing or removing a holder never touches it.
+	for _, s := range m.Seats {
+		streams = append(streams, o.seatStream(s))
+		consumers = append(consumers, o.workerConsumer(s))
+	}
+	slices.SortFunc(streams, func(a, b jetstream.StreamConfig) int { return strings.Compare(a.Name, b.Name) })
+	return streams, sortedConsumers(consumers)
+}
+
+// objectMaker makes the streams and consumers of one mesh alike: marked as meshctl's, on the
+// mesh's replicas, of the mesh's kind of consumer.
+type objectMaker struct {
+	replicas int
+	pull     bool
+	// marker is every object's metadata: one map, shared and never written, rather than a
+	// copy for each of a large mesh's tens of thousands of consumers.
+	marker map[string]string
+}
+
+// consumer is a durable with explicit acks in either kind; a pull consumer has no deliver
+// subject (the server refuses to turn one kind into the other, so a change of
+// bus.consumers replaces every consumer).
+func (o objectMaker) consumer(stream, name, deliver, description string, filters []string) Consumer {
+	if o.pull {
+		deliver = ""
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable: name, Description: description, DeliverSubject: deliver,
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxDeliver: -1, ReplayPolicy: jetstream.ReplayInstantPolicy,
+		Metadata: o.marker,
+	}
+	slices.Sort(filters)
+	if len(filters) == 1 {
+		cfg.FilterSubject = filters[0]
+	} else if len(filters) > 1 {
+		cfg.FilterSubjects = filters
+	}
+	return Consumer{Stream: stream, Config: cfg}
+}
+
+// eventsConsumers counts the consumers of EVENTS: the controller's when it follows anything,
+// and one per module instance that does.
+func eventsConsumers(m *model.Mesh, modules map[string]*model.Module, instances []model.Instance) int {
 	events := 0
 	if len(m.Controller.Follows) > 0 {
 		events++
@@ -531,13 +573,18 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 			events++
 		}
 	}
-	consumers := make([]Consumer, 0, 1+events+len(m.Nodes)+len(m.Seats))
+	return events
+}
+
+// meshConsumers appends to consumers the controller's, each following instance's on EVENTS
+// and each node's on NODES.
+func (o objectMaker) meshConsumers(consumers []Consumer, m *model.Mesh, modules map[string]*model.Module, instances []model.Instance) []Consumer {
 	// No max-deliver on CONTROL: the controller's own window bounds redelivery, and a
 	// server that dead-lettered first would discard the report the stream exists to keep.
-	consumers = append(consumers, consumer(StreamControl, ControllerUser, DeliverSubject(ControllerUser),
+	consumers = append(consumers, o.consumer(StreamControl, ControllerUser, DeliverSubject(ControllerUser),
 		"meshctl: the controller takes nodes' reports and enrolment requests", nil))
 	if f := m.Controller.Follows; len(f) > 0 {
-		consumers = append(consumers, consumer(StreamEvents, ControllerUser, controllerEventsDeliver,
+		consumers = append(consumers, o.consumer(StreamEvents, ControllerUser, controllerEventsDeliver,
 			"meshctl: the events the controller follows", eventSubjects(f)))
 	}
 	followed := make(map[string][]string, len(m.Modules))
@@ -553,67 +600,68 @@ func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instan
 			followed[mod.Name] = filters
 		}
 		name := InstanceConsumer(inst)
-		consumers = append(consumers, consumer(StreamEvents, name, DeliverSubject(name),
+		consumers = append(consumers, o.consumer(StreamEvents, name, DeliverSubject(name),
 			"meshctl: the events "+InstanceUser(inst)+" follows", slices.Clone(filters)))
 	}
 	for _, n := range m.Nodes {
-		consumers = append(consumers, consumer(StreamNodes, n.Name, DeliverSubject(n.Name),
+		consumers = append(consumers, o.consumer(StreamNodes, n.Name, DeliverSubject(n.Name),
 			"meshctl: declarations to node "+n.Name, []string{DeclareSubject(n.Name)}))
 	}
+	return consumers
+}
 
-	desc, meta := owned("meshctl: nodes' reports and enrolment requests, until the controller takes them")
+// meshStreams are CONTROL, EVENTS (with room for events consumers) and NODES.
+func (o objectMaker) meshStreams(m *model.Mesh, events int) []jetstream.StreamConfig {
 	// CONTROL is bounded per subject, so per node and kind: a node's reports while the
 	// controller cannot take them (the store down, watch stopped) keep at most
 	// ControlPerSubject, and at the bound the oldest is dropped (DiscardOld), since only a
 	// node's latest report matters and a refused publish would leave the node retrying. One
 	// node cannot crowd out another's, and its reports never its own enrolment request, which
 	// has a subject of its own. Both fields update in place (NATS-FACTS: max_* and discard).
-	streams := []jetstream.StreamConfig{
+	return []jetstream.StreamConfig{
 		{
-			Name: StreamControl, Description: desc, Metadata: meta,
+			Name: StreamControl, Description: "meshctl: nodes' reports and enrolment requests, until the controller takes them",
+			Metadata:  o.marker,
 			Subjects:  []string{"mesh.control.*.enrol", "mesh.control.*.report"},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: o.replicas,
 			MaxMsgsPerSubject: ControlPerSubject, Discard: jetstream.DiscardOld,
 		},
+		{
+			Name: StreamEvents, Description: "meshctl: module and seat events", Metadata: o.marker,
+			Subjects:  []string{"mesh.mod.*.event.>", "mesh.seat.*.event.>"},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: o.replicas,
+			MaxAge: m.Bus.EventsMaxAge, MaxConsumers: maxConsumersFor(events),
+		},
+		{
+			Name: StreamNodes, Description: "meshctl: the controller's declarations, the latest per node", Metadata: o.marker,
+			Subjects:  []string{"mesh.node.*.declare"},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: o.replicas,
+			MaxMsgsPerSubject: 1, MaxConsumers: maxConsumersFor(len(m.Nodes)),
+		},
 	}
-	desc, meta = owned("meshctl: module and seat events")
-	streams = append(streams, jetstream.StreamConfig{
-		Name: StreamEvents, Description: desc, Metadata: meta,
-		Subjects:  []string{"mesh.mod.*.event.>", "mesh.seat.*.event.>"},
-		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
-		MaxAge: m.Bus.EventsMaxAge, MaxConsumers: maxConsumersFor(events),
-	})
-	desc, meta = owned("meshctl: the controller's declarations, the latest per node")
-	streams = append(streams, jetstream.StreamConfig{
-		Name: StreamNodes, Description: desc, Metadata: meta,
-		Subjects:  []string{"mesh.node.*.declare"},
-		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
-		MaxMsgsPerSubject: 1, MaxConsumers: maxConsumersFor(len(m.Nodes)),
-	})
-	// A seat's work queue exists from registration, not assignment: work queues until a
-	// holder appears, and "the holder is not here yet" must not mean "your messages are
-	// gone". Changing or removing a holder never touches it.
-	for _, s := range m.Seats {
-		stream := SeatStreamName(s.Name)
-		desc, meta := owned("meshctl: work addressed to seat " + s.Name)
-		streams = append(streams, jetstream.StreamConfig{
-			Name: stream, Description: desc, Metadata: meta,
-			Subjects:  []string{"mesh.seat." + s.Name + ".accept.>"},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
-		})
-		// A queue group even though the seat guarantees one holder: the seat is authority,
-		// the queue group is delivery, and the day two holders are allowed no message is
-		// processed twice. A pull consumer needs none: every puller of one durable shares its
-		// messages, each handed to one of them.
-		c := consumer(stream, WorkerConsumer(s.Name), DeliverSubject(WorkerConsumer(s.Name)),
-			"meshctl: the holder of seat "+s.Name+" takes its work", nil)
-		if !pull {
-			c.Config.DeliverGroup = WorkerConsumer(s.Name)
-		}
-		consumers = append(consumers, c)
+}
+
+// seatStream is seat s's work queue.
+func (o objectMaker) seatStream(s model.Seat) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: SeatStreamName(s.Name), Description: "meshctl: work addressed to seat " + s.Name, Metadata: o.marker,
+		Subjects:  []string{"mesh.seat." + s.Name + ".accept.>"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: o.replicas,
 	}
-	slices.SortFunc(streams, func(a, b jetstream.StreamConfig) int { return strings.Compare(a.Name, b.Name) })
-	return streams, sortedConsumers(consumers)
+}
+
+// workerConsumer is the consumer seat s's holder takes its work from.
+func (o objectMaker) workerConsumer(s model.Seat) Consumer {
+	// A queue group even though the seat guarantees one holder: the seat is authority,
+	// the queue group is delivery, and the day two holders are allowed no message is
+	// processed twice. A pull consumer needs none: every puller of one durable shares its
+	// messages, each handed to one of them.
+	c := o.consumer(SeatStreamName(s.Name), WorkerConsumer(s.Name), DeliverSubject(WorkerConsumer(s.Name)),
+		"meshctl: the holder of seat "+s.Name+" takes its work", nil)
+	if !o.pull {
+		c.Config.DeliverGroup = WorkerConsumer(s.Name)
+	}
+	return c
 }
 
 // sortedConsumers is consumers by stream and name. The order is found on their indices and

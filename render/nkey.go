@@ -80,7 +80,8 @@ func CredentialOf(p Principal, stored map[string]string) Credential {
 // How an nkey user's entry begins: NkeyEntryStart and the principal's quoted name, then
 // NkeyEntryKey and the quoted public key. The server's entry takes no name beside a key
 // ("Nkey users do not take usernames or passwords"), so the principal is named in a comment
-// line above it, where the plan reads it back (plan's ParseUsers) and so does a person.
+// line above it, where the reading of the config in use for the plan finds it again
+// (plan.UsersReader) and so does a person.
 const (
 	NkeyEntryStart = "      # user "
 	NkeyEntryKey   = "\n      { nkey: "

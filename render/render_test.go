@@ -55,15 +55,15 @@ type deviation struct {
 // (host's TestEveryGrantIsNeeded takes each grant away in turn). allow_responses is listed
 // as the list "allow_responses" with no subject.
 var seedDeviations = []deviation{
-	{"controller", "subscribe", "_DELIVER.controller", true, "a push consumer delivers on _DELIVER.<name>; binding the CONTROL consumer subscribes it (seed 002, 2026-09-28)"},
+	{"controller", "subscribe", "_DELIVER.controller", true, "a push consumer delivers on _DELIVER.<name>; binding the CONTROL consumer subscribes it (seed 002)"},
 	{"controller", "subscribe", "_DELIVER.controller.>", true, "the controller's EVENTS consumer delivers on _DELIVER.controller.events"},
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.STREAM.DELETED.*", true, "watch heals a stream deleted by hand as the server announces it, not at the next resync"},
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.STREAM.UPDATED.*", true, "watch heals a stream's config changed by hand as the server announces it"},
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.CONSUMER.DELETED.*.*", true, "watch heals a consumer deleted by hand as the server announces it"},
-	{"controller", "publish", StateSubjects, true, "the store is kept on the bus, in a KV bucket only the controller may write (issue 23; host's matrix refuses it to everybody else)"},
-	{"controller", "publish", LeaseSubjects, true, "which watch leads and who holds the apply lock are leases in a KV bucket only the controller may write (issue 23; host's matrix refuses it to everybody else)"},
+	{"controller", "publish", StateSubjects, true, "the store is kept on the bus, in a KV bucket only the controller may write (host's matrix refuses it to everybody else)"},
+	{"controller", "publish", LeaseSubjects, true, "which watch leads and who holds the apply lock are leases in a KV bucket only the controller may write (host's matrix refuses it to everybody else)"},
 	{"node.one", "subscribe", "_DELIVER.one", true, "binding the declaration consumer subscribes its deliver subject (seed 002)"},
-	{"node.one", "publish", "mesh.control.one.>", false, "the wildcard also grants the enrolment subject, so a node's own credential could re-enrol with a key of its choosing and cut off its agent (issue 22); re-enrolling is enrol.one's alone"},
+	{"node.one", "publish", "mesh.control.one.>", false, "the wildcard also grants the enrolment subject, so a node's own credential could re-enrol with a key of its choosing and cut off its agent; re-enrolling is enrol.one's alone"},
 	{"node.one", "publish", "mesh.control.one.report", true, "its reports, by name instead of mesh.control.one.> (host's TestEveryGrantIsNeeded)"},
 	{"node.one", "publish", "mesh.control.one.heartbeat", true, "its heartbeats, by name instead of mesh.control.one.> (host's TestEveryGrantIsNeeded)"},
 	{"one.telegram", "publish", "$JS.API.CONSUMER.INFO.SEAT_TELEGRAM_SENDER.SEAT_TELEGRAM_SENDER_worker", true, "binding the worker consumer asks about it (seed 002)"},
