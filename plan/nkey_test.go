@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nkeys"
 
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
@@ -27,19 +27,6 @@ func authTarget(tb testing.TB, auth string, hashes map[string]string) Target {
 	return TargetOf(render.Derive(m), hashes)
 }
 
-func userKey(tb testing.TB) string {
-	tb.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return pub
-}
-
 func accountUsers(p *Plan) map[string]UserChange {
 	out := map[string]UserChange{}
 	for _, c := range p.Changes {
@@ -55,7 +42,7 @@ func accountUsers(p *Plan) map[string]UserChange {
 // and another created.
 func TestNkeyCredentialsArePlannedByPrincipal(t *testing.T) {
 	t.Parallel()
-	k1, k2 := userKey(t), userKey(t)
+	k1, k2 := testnats.UserPublicKey(t), testnats.UserPublicKey(t)
 	controller := map[string]string{render.ControllerUser: bcryptLike("c")}
 	with := func(extra map[string]string) map[string]string {
 		out := map[string]string{}
@@ -109,7 +96,7 @@ func TestNkeyCredentialsArePlannedByPrincipal(t *testing.T) {
 // TestReadingChangedNkeyUsersOnlyPlansWhatAWholeParsePlans).
 func TestAnNkeyMeshsRenderingIsReadBlockByBlock(t *testing.T) {
 	t.Parallel()
-	base := authTarget(t, model.AuthNkey, map[string]string{"alpha.shop": userKey(t), "beta.postman": userKey(t)})
+	base := authTarget(t, model.AuthNkey, map[string]string{"alpha.shop": testnats.UserPublicKey(t), "beta.postman": testnats.UserPublicKey(t)})
 	if users, ok := splitUsers(base.Accounts); !ok || len(users.blocks) != len(base.Bus.Principals) {
 		t.Errorf("an nkey mesh's rendering is not read block by block: %v, %d blocks", ok, len(users.blocks))
 	}

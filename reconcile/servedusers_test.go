@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nkeys"
 
 	"github.com/meshbus/meshctl/bench/meshgen"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -29,6 +29,22 @@ func planUsers(target plan.Target, inUse []byte) (c plan.Change, ok bool) {
 		}
 	}
 	return plan.Change{}, false
+}
+
+// plansAsAWholeParse plans target against inUse reading only the users whose text changed,
+// and again with a comment before the config, which makes its layout unrecognised so the
+// whole config is parsed; it fails t unless both plan the same users at the same risk.
+func plansAsAWholeParse(t *testing.T, target plan.Target, inUse []byte) (got, want plan.Change) {
+	t.Helper()
+	got, gotOK := planUsers(target, inUse)
+	want, wantOK := planUsers(target, append([]byte("# edited\n"), inUse...))
+	if !gotOK || !wantOK {
+		t.Fatalf("planned a change: %v, with a whole parse: %v; every case differs from the rendering", gotOK, wantOK)
+	}
+	if d := cmp.Diff(want.Users, got.Users); d != "" || want.Risk != got.Risk {
+		t.Errorf("the users planned differ from a whole parse's (-whole +changed only):\n%s", d)
+	}
+	return got, want
 }
 
 // Reading only the users whose text changed must plan exactly what parsing the whole
@@ -63,14 +79,7 @@ func TestReadingChangedUsersOnlyPlansWhatAWholeParsePlans(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			got, gotOK := planUsers(c.target, c.inUse)
-			want, wantOK := planUsers(c.target, append([]byte("# edited\n"), c.inUse...))
-			if !gotOK || !wantOK {
-				t.Fatalf("planned a change: %v, with a whole parse: %v; every case differs from the rendering", gotOK, wantOK)
-			}
-			if d := cmp.Diff(want.Users, got.Users); d != "" || want.Risk != got.Risk {
-				t.Errorf("the users planned differ from a whole parse's (-whole +changed only):\n%s", d)
-			}
+			got, want := plansAsAWholeParse(t, c.target, c.inUse)
 			if strings.Contains(want.Reason, "does not parse") != strings.Contains(got.Reason, "does not parse") {
 				t.Errorf("reason %q, with a whole parse %q", got.Reason, want.Reason)
 			}
@@ -82,7 +91,7 @@ func TestReadingChangedUsersOnlyPlansWhatAWholeParsePlans(t *testing.T) {
 // as for a password mesh (TestReadingChangedUsersOnlyPlansWhatAWholeParsePlans).
 func TestReadingChangedNkeyUsersOnlyPlansWhatAWholeParsePlans(t *testing.T) {
 	t.Parallel()
-	k1, k2 := userKey(t), userKey(t)
+	k1, k2 := testnats.UserPublicKey(t), testnats.UserPublicKey(t)
 	base := authTarget(t, model.AuthNkey, map[string]string{"alpha.shop": k1, "beta.postman": k2})
 	for name, c := range map[string]struct {
 		target plan.Target
@@ -97,14 +106,7 @@ func TestReadingChangedNkeyUsersOnlyPlansWhatAWholeParsePlans(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			got, gotOK := planUsers(c.target, c.inUse)
-			want, wantOK := planUsers(c.target, append([]byte("# edited\n"), c.inUse...))
-			if !gotOK || !wantOK {
-				t.Fatalf("planned a change: %v, with a whole parse: %v; every case differs from the rendering", gotOK, wantOK)
-			}
-			if d := cmp.Diff(want.Users, got.Users); d != "" || want.Risk != got.Risk {
-				t.Errorf("the users planned differ from a whole parse's (-whole +changed only):\n%s", d)
-			}
+			got, _ := plansAsAWholeParse(t, c.target, c.inUse)
 			named := map[string]plan.Action{}
 			for _, u := range got.Users {
 				named[u.User] = u.Action
@@ -191,17 +193,4 @@ func authTarget(tb testing.TB, auth string, hashes map[string]string) plan.Targe
 		tb.Fatal(err)
 	}
 	return plan.TargetOf(render.Derive(m), hashes)
-}
-
-func userKey(tb testing.TB) string {
-	tb.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return pub
 }

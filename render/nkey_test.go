@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nkeys"
 
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/model"
 )
 
@@ -31,25 +31,12 @@ func quickstartWith(tb testing.TB, auth string) *model.Mesh {
 	return m
 }
 
-func publicKey(tb testing.TB) string {
-	tb.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return pub
-}
-
 // With bus.auth: nkey each host principal issued an nkey is an nkey user of the MESH account,
 // with exactly the permissions its password user has; meshctl's own users, an unissued host
 // and a host still holding a password's hash are password users, the latter two locked.
 func TestNkeyMeshRendersHostsAsNkeyUsers(t *testing.T) {
 	t.Parallel()
-	nodeKey, shopKey := publicKey(t), publicKey(t)
+	nodeKey, shopKey := testnats.UserPublicKey(t), testnats.UserPublicKey(t)
 	controllerHash := "$2a$04$" + strings.Repeat("c", 53)
 	stored := map[string]string{
 		ControllerUser:  controllerHash,
@@ -57,7 +44,7 @@ func TestNkeyMeshRendersHostsAsNkeyUsers(t *testing.T) {
 		"alpha.shop":    shopKey,
 		"beta.postman":  "$2a$04$" + strings.Repeat("p", 53), // minted before bus.auth changed
 		"enrol.beta":    "",
-		"never.derived": publicKey(t),
+		"never.derived": testnats.UserPublicKey(t),
 	}
 	conf := AccountsConfig(Derive(quickstartWith(t, model.AuthNkey)).Principals, stored)
 	opts := &server.Options{}
@@ -110,7 +97,7 @@ func TestNkeyMeshRendersHostsAsNkeyUsers(t *testing.T) {
 // anyone who read the key could send.
 func TestPasswordMeshLocksAStoredPublicKey(t *testing.T) {
 	t.Parallel()
-	key := publicKey(t)
+	key := testnats.UserPublicKey(t)
 	conf := AccountsConfig(Derive(quickstartWith(t, "")).Principals, map[string]string{"alpha.shop": key})
 	users := parseUsers(t, string(conf))
 	if users["alpha.shop"].Password != LockedHash {
@@ -123,7 +110,7 @@ func TestPasswordMeshLocksAStoredPublicKey(t *testing.T) {
 
 func TestCredentialOf(t *testing.T) {
 	t.Parallel()
-	key, hash := publicKey(t), "$2a$04$"+strings.Repeat("h", 53)
+	key, hash := testnats.UserPublicKey(t), "$2a$04$"+strings.Repeat("h", 53)
 	host := Principal{User: "alpha.shop", Kind: KindModule}
 	nkeyHost := host
 	nkeyHost.Nkey = true
