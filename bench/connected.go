@@ -87,55 +87,38 @@ func measureConnected(ctx context.Context, sizes []int, auths []string, runs int
 	return nil
 }
 
+// runConnected measures the connected rows of a mesh of n instances whose principals have
+// credentials of kind auth into res: every run with the hosts connected and with none, in
+// turn, watch serving the bus.
 func (r *waitRunner) runConnected(n int, auth string, res *connectedResult) error {
 	x, err := r.onFreePort(n, func(g *meshgen.Mesh) { g.Auth = auth })
 	if err != nil {
 		return err
 	}
-	g, desc, m := x.g, x.desc, x.m
-	if len(m.Nodes) < 3 {
-		return fmt.Errorf("a mesh of %d nodes: the connected rows hold two aside", len(m.Nodes))
-	}
-	issued, enrolled := m.Nodes[len(m.Nodes)-1].Name, m.Nodes[len(m.Nodes)-2].Name
-	var hosts []string
-	var rotated string
-	var enrolledUsers []string
-	for _, in := range m.Instances() {
-		switch in.Node {
-		case issued:
-			rotated = render.InstanceUser(in)
-		case enrolled:
-			enrolledUsers = append(enrolledUsers, render.InstanceUser(in))
-		default:
-			hosts = append(hosts, render.InstanceUser(in))
-		}
-	}
-	if rotated == "" || len(enrolledUsers) == 0 {
-		return fmt.Errorf("nodes %s and %s, held aside, run no module", issued, enrolled)
-	}
-	enrolledUsers = append(enrolledUsers, render.NodeUser(enrolled))
-	res.hosts = len(hosts)
-	fmt.Fprintf(r.log, "with hosts connected: %s principals, %s instances, %s hosts, %d runs each\n", auth, num(n), num(len(hosts)), r.runs)
-
-	state := filepath.Join(r.dir, "state")
-	w, err := r.startWatch(desc, state)
+	held, err := holdAside(x.m)
 	if err != nil {
 		return err
 	}
-	defer func() { w.kill() }()
+	res.hosts = len(held.hosts)
+	fmt.Fprintf(r.log, "with hosts connected: %s principals, %s instances, %s hosts, %d runs each\n", auth, num(n), num(len(held.hosts)), r.runs)
+
+	c := &connectedMesh{res: res, g: x.g, desc: x.desc, state: filepath.Join(r.dir, "state"), held: held}
+	if c.w, err = r.startWatch(c.desc, c.state); err != nil {
+		return err
+	}
+	defer func() { c.w.kill() }()
 	members := filepath.Join(r.dir, "hosts.jsonl")
-	if err := mintHosts(r.ctx, state, m, hosts, members); err != nil {
+	if err := mintHosts(r.ctx, c.state, x.m, held.hosts, members); err != nil {
 		return err
 	}
 	// The credentials minted straight into the store are made live by one apply.
-	if _, err := r.checkedApply(desc, state, "applied ", nil); err != nil {
+	if _, err := r.checkedApply(c.desc, c.state, "applied ", nil); err != nil {
 		return err
 	}
-	l, err := r.startLoad(members)
-	if err != nil {
+	if c.l, err = r.startLoad(members); err != nil {
 		return err
 	}
-	defer l.stop()
+	defer c.l.stop()
 	syscall.Sync()
 
 	touched := 0
@@ -146,67 +129,134 @@ func (r *waitRunner) runConnected(n int, auth string, res *connectedResult) erro
 			slices.Reverse(phases)
 		}
 		for _, phase := range phases {
-			if phase == "hosts" {
-				a, err := l.ask("up")
-				if err != nil {
-					return err
-				}
-				if a.Connected != len(hosts) {
-					return fmt.Errorf("%d of %d hosts connected", a.Connected, len(hosts))
-				}
-				if a.Joined > 0 { // not up already, from the run before
-					res.connect.add(time.Duration(a.NS), 0)
-					fmt.Fprintf(r.log, "  %s hosts connected in %s\n", num(a.Connected), time.Duration(a.NS).Round(time.Millisecond))
-				}
-			} else if _, err := l.ask("down"); err != nil {
-				return err
-			}
-			timed := func(id string, args ...string) error {
-				before := cpuOf(w.cmd.Process.Pid)
-				p, err := r.meshctlRun(args...)
-				if err != nil {
-					return err
-				}
-				cpu := cpuOf(w.cmd.Process.Pid) - before
-				res.row(res.rows, id, phase).add(p.wall, p.peak)
-				res.row(res.cpu, id, phase).add(cpu, 0)
-				r.progress(id+"/"+phase, i, p.wall, p.peak, fmt.Sprintf("(server CPU %s)", cpu.Round(time.Millisecond)))
-				return nil
-			}
-			if err := timed("apply", "apply", "-f", desc, "--state", state); err != nil {
-				return err
-			}
-			next := g
 			touched = 1 - touched
-			next.Touched = touched
-			if err := next.Write(desc); err != nil {
+			if err := r.connectedPhase(c, phase, i, touched); err != nil {
 				return err
-			}
-			if err := timed("one-change", "apply", "-f", desc, "--state", state); err != nil {
-				return err
-			}
-			out := filepath.Join(r.dir, "issued.json")
-			if err := timed("issue", "credentials", "issue", rotated, "-f", desc, "--state", state, "-o", out, "--force"); err != nil {
-				return err
-			}
-			if err := timed("rotate", "credentials", "rotate", rotated, "-f", desc, "--state", state, "-o", out, "--force"); err != nil {
-				return err
-			}
-			if err := r.enrolment(res, phase, i, w, desc, state, enrolled, enrolledUsers); err != nil {
-				return err
-			}
-			if phase == "hosts" {
-				a, err := l.ask("stats")
-				if err != nil {
-					return err
-				}
-				res.disconnects = a.Disconnects
-				if a.Connected != len(hosts) {
-					return fmt.Errorf("after the rows %d of %d hosts were connected", a.Connected, len(hosts))
-				}
 			}
 		}
 	}
+	return nil
+}
+
+// heldAside is who the connected rows hold aside from the hosts the load process connects.
+type heldAside struct {
+	hosts         []string // the users of every other instance: the hosts connected
+	rotated       string   // the user of an instance of the node issued, issued and rotated
+	enrolled      string   // the node enrolled by `meshctl agent`
+	enrolledUsers []string // the users of its instances and of the node itself
+}
+
+// holdAside holds the last node of m aside to issue and rotate a credential of one of its
+// instances, and the node before it to enrol; every other instance is a host.
+func holdAside(m *model.Mesh) (heldAside, error) {
+	if len(m.Nodes) < 3 {
+		return heldAside{}, fmt.Errorf("a mesh of %d nodes: the connected rows hold two aside", len(m.Nodes))
+	}
+	issued, enrolled := m.Nodes[len(m.Nodes)-1].Name, m.Nodes[len(m.Nodes)-2].Name
+	h := heldAside{enrolled: enrolled}
+	for _, in := range m.Instances() {
+		switch in.Node {
+		case issued:
+			h.rotated = render.InstanceUser(in)
+		case enrolled:
+			h.enrolledUsers = append(h.enrolledUsers, render.InstanceUser(in))
+		default:
+			h.hosts = append(h.hosts, render.InstanceUser(in))
+		}
+	}
+	if h.rotated == "" || len(h.enrolledUsers) == 0 {
+		return heldAside{}, fmt.Errorf("nodes %s and %s, held aside, run no module", issued, enrolled)
+	}
+	h.enrolledUsers = append(h.enrolledUsers, render.NodeUser(enrolled))
+	return h, nil
+}
+
+// connectedMesh is what every run of the connected rows of one mesh shares.
+type connectedMesh struct {
+	res         *connectedResult
+	g           meshgen.Mesh
+	desc, state string
+	held        heldAside
+	w           *watchProc // serving the bus
+	l           *loadProc  // connecting the hosts
+}
+
+// connectedPhase runs every connected row once in phase ("hosts" or "none") of run i, the
+// one change writing the mesh with touched modules.
+func (r *waitRunner) connectedPhase(c *connectedMesh, phase string, i, touched int) error {
+	if err := r.enterPhase(c, phase); err != nil {
+		return err
+	}
+	desc, state := c.desc, c.state
+	if err := r.timedRow(c, "apply", phase, i, "apply", "-f", desc, "--state", state); err != nil {
+		return err
+	}
+	next := c.g
+	next.Touched = touched
+	if err := next.Write(desc); err != nil {
+		return err
+	}
+	if err := r.timedRow(c, "one-change", phase, i, "apply", "-f", desc, "--state", state); err != nil {
+		return err
+	}
+	out := filepath.Join(r.dir, "issued.json")
+	if err := r.timedRow(c, "issue", phase, i, "credentials", "issue", c.held.rotated, "-f", desc, "--state", state, "-o", out, "--force"); err != nil {
+		return err
+	}
+	if err := r.timedRow(c, "rotate", phase, i, "credentials", "rotate", c.held.rotated, "-f", desc, "--state", state, "-o", out, "--force"); err != nil {
+		return err
+	}
+	if err := r.enrolment(c.res, phase, i, c.w, desc, state, c.held.enrolled, c.held.enrolledUsers); err != nil {
+		return err
+	}
+	if phase != "hosts" {
+		return nil
+	}
+	a, err := c.l.ask("stats")
+	if err != nil {
+		return err
+	}
+	c.res.disconnects = a.Disconnects
+	if a.Connected != len(c.held.hosts) {
+		return fmt.Errorf("after the rows %d of %d hosts were connected", a.Connected, len(c.held.hosts))
+	}
+	return nil
+}
+
+// enterPhase has the load process connect every host for phase "hosts", recording how long
+// they took when they were not up already, or disconnect them all for "none".
+func (r *waitRunner) enterPhase(c *connectedMesh, phase string) error {
+	if phase != "hosts" {
+		_, err := c.l.ask("down")
+		return err
+	}
+	a, err := c.l.ask("up")
+	if err != nil {
+		return err
+	}
+	if a.Connected != len(c.held.hosts) {
+		return fmt.Errorf("%d of %d hosts connected", a.Connected, len(c.held.hosts))
+	}
+	if a.Joined > 0 { // not up already, from the run before
+		c.res.connect.add(time.Duration(a.NS), 0)
+		fmt.Fprintf(r.log, "  %s hosts connected in %s\n", num(a.Connected), time.Duration(a.NS).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// timedRow runs meshctl with args once into row id of phase, with the CPU the process
+// serving the bus spent meanwhile.
+func (r *waitRunner) timedRow(c *connectedMesh, id, phase string, i int, args ...string) error {
+	pid := c.w.cmd.Process.Pid
+	before := cpuOf(pid)
+	p, err := r.meshctlRun(args...)
+	if err != nil {
+		return err
+	}
+	cpu := cpuOf(pid) - before
+	c.res.row(c.res.rows, id, phase).add(p.wall, p.peak)
+	c.res.row(c.res.cpu, id, phase).add(cpu, 0)
+	r.progress(id+"/"+phase, i, p.wall, p.peak, fmt.Sprintf("(server CPU %s)", cpu.Round(time.Millisecond)))
 	return nil
 }
 

@@ -43,16 +43,7 @@ func measureExternal(ctx context.Context, sizes []int, runs int, meshctl, tmp st
 	// nats-server is built from the module's pinned version, the release the embedded bus
 	// links, once for every size.
 	defer testnats.RemoveBuiltServer()
-	for _, n := range sizes {
-		r, err := newWaitRunner(ctx, meshctl, tmp, fmt.Sprintf("external-%d", n), runs, log, waitAt(waits, n))
-		if err != nil {
-			return err
-		}
-		if err := r.runExternal(n); err != nil {
-			return fmt.Errorf("on an external server, the store on the bus, at %d instances: %w", n, err)
-		}
-	}
-	return nil
+	return measureSizes(ctx, sizes, runs, meshctl, tmp, log, waits, "external", "on an external server, the store on the bus,", (*waitRunner).runExternal)
 }
 
 func (r *waitRunner) runExternal(n int) error {

@@ -3,20 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bench/floor"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -64,19 +61,8 @@ func runFloor(ctx context.Context, a floorArgs, stdin io.Reader, stdout io.Write
 	return json.NewEncoder(stdout).Encode(res)
 }
 
-// floorAccounts configures the floor's bus as meshctl's (the MESH account with JetStream,
-// users that must log in) with one unrestricted user: the floor measures JetStream, not
-// permissions or plans.
-const floorAccounts = `accounts {
-  ` + render.Account + ` {
-    jetstream: enabled
-    users = [ { user: floor, password: floor } ]
-  }
-}
-`
-
 // floorCreate starts an embedded bus in a.dir, or uses the one a floor process serves at
-// a.url, and creates the mesh's streams, then its consumers, 16 calls in flight, timing the
+// a.url, and creates the mesh's streams, then its consumers (floor.Create), timing the
 // creation alone. It exits without stopping a bus of its own (the caller puts the store
 // aside): the stop is not part of the floor.
 func floorCreate(ctx context.Context, a floorArgs) (floorResult, error) {
@@ -87,13 +73,13 @@ func floorCreate(ctx context.Context, a floorArgs) (floorResult, error) {
 	d := render.Derive(m)
 	url := a.url
 	if url == "" {
-		e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: a.dir, Listen: "127.0.0.1:-1", InitialAccounts: []byte(floorAccounts)})
+		e, err := floor.StartBus(ctx, a.dir)
 		if err != nil {
 			return floorResult{}, err
 		}
 		url = e.URL()
 	}
-	nc, err := nats.Connect(url, nats.UserInfo("floor", "floor"))
+	nc, err := floor.Connect(url)
 	if err != nil {
 		return floorResult{}, err
 	}
@@ -105,21 +91,7 @@ func floorCreate(ctx context.Context, a floorArgs) (floorResult, error) {
 	// would otherwise land in the measurement.
 	syscall.Sync()
 	start := time.Now()
-	if err := each(d.Streams, func(cfg jetstream.StreamConfig) error {
-		_, err := js.CreateStream(ctx, cfg)
-		return err
-	}); err != nil {
-		return floorResult{}, err
-	}
-	if err := each(d.Consumers, func(c render.Consumer) error {
-		var err error
-		if c.Config.DeliverSubject == "" {
-			_, err = js.CreateConsumer(ctx, c.Stream, c.Config)
-		} else {
-			_, err = js.CreatePushConsumer(ctx, c.Stream, c.Config)
-		}
-		return err
-	}); err != nil {
+	if err := floor.Create(ctx, js, d); err != nil {
 		return floorResult{}, err
 	}
 	return floorResult{NS: time.Since(start).Nanoseconds(), Objects: len(d.Streams) + len(d.Consumers)}, nil
@@ -130,7 +102,7 @@ func floorCreate(ctx context.Context, a floorArgs) (floorResult, error) {
 // floor a bare client meets when another process serves the bus, as `watch` does. It exits
 // without stopping the bus.
 func floorServe(ctx context.Context, a floorArgs, stdin io.Reader, stdout io.Writer) error {
-	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: a.dir, Listen: "127.0.0.1:-1", InitialAccounts: []byte(floorAccounts)})
+	e, err := floor.StartBus(ctx, a.dir)
 	if err != nil {
 		return err
 	}
@@ -141,10 +113,9 @@ func floorServe(ctx context.Context, a floorArgs, stdin io.Reader, stdout io.Wri
 	return nil
 }
 
-// floorList lists every stream of the bus at a.url with the library's pager, and each
-// stream's consumers page after page by the CONSUMER.LIST request, 16 streams at a time,
-// as the controller: what a bare client with meshctl's own permissions does to read the
-// bus a diff reads.
+// floorList lists every stream of the bus at a.url and each stream's consumers, in pages
+// (floor.List), as the controller: what a bare client with meshctl's own permissions does to
+// read the bus a diff reads.
 func floorList(ctx context.Context, a floorArgs) (floorResult, error) {
 	nc, err := dialController(ctx, busclient.Target{URL: a.url, Fingerprint: a.fingerprint}, a.passwordFile)
 	if err != nil {
@@ -156,37 +127,8 @@ func floorList(ctx context.Context, a floorArgs) (floorResult, error) {
 		return floorResult{}, err
 	}
 	start := time.Now()
-	var names []string
-	l := js.ListStreams(ctx)
-	for info := range l.Info() {
-		names = append(names, info.Config.Name)
-	}
-	if err := l.Err(); err != nil {
-		return floorResult{}, err
-	}
-	var listed atomic.Int64
-	err = each(names, func(s string) error {
-		for offset := 0; ; {
-			req, _ := json.Marshal(map[string]int{"offset": offset})
-			msg, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LIST."+s, req)
-			if err != nil {
-				return err
-			}
-			var page struct {
-				Total     int                       `json:"total"`
-				Consumers []*jetstream.ConsumerInfo `json:"consumers"`
-			}
-			if err := json.Unmarshal(msg.Data, &page); err != nil {
-				return err
-			}
-			offset += len(page.Consumers)
-			if len(page.Consumers) == 0 || offset >= page.Total {
-				listed.Add(int64(offset))
-				return nil
-			}
-		}
-	})
-	return floorResult{NS: time.Since(start).Nanoseconds(), Objects: len(names) + int(listed.Load())}, err
+	objects, err := floor.List(ctx, js, nc)
+	return floorResult{NS: time.Since(start).Nanoseconds(), Objects: objects}, err
 }
 
 // dialController connects to the bus at t as meshctl's controller does (busclient.Dial: the inbox
@@ -203,23 +145,4 @@ func dialController(ctx context.Context, t busclient.Target, passwordFile string
 		return nil, err
 	}
 	return c.Conn, nil
-}
-
-// inFlight is how many calls a floor keeps in flight: as many as an apply does.
-const inFlight = 16
-
-// each runs do for every item with inFlight calls at a time and returns every error.
-func each[T any](items []T, do func(T) error) error {
-	sem := make(chan struct{}, inFlight)
-	var wg sync.WaitGroup
-	errs := make([]error, len(items))
-	for i, it := range items {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = do(it)
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/bench/floor"
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -53,7 +53,7 @@ func TestServedFloorCreatesOnTheServedBus(t *testing.T) {
 		t.Fatalf("created %d objects in %dns; want %d, in some time", res.Objects, res.NS, want)
 	}
 	// Created there, not on a bus of its own: the served bus holds them all.
-	nc, err := nats.Connect(addr.URL, nats.UserInfo("floor", "floor"))
+	nc, err := floor.Connect(addr.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,88 +41,129 @@ func main() {
 	}
 }
 
+// run is the bench command: it parses args and either plays an internal part (the load
+// process, a floor), writes a generated mesh, or measures and writes the report.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("out", "docs/BENCHMARKS.md", "where to write the report; - for stdout")
-	sizes := fs.String("sizes", joinInts(meshgen.Sizes), "module instances to measure the local stages at")
-	liveSizes := fs.String("live-sizes", joinInts(meshgen.Sizes), "module instances to measure against an embedded bus at")
-	restartSizes := fs.String("restart-sizes", "500,5000", "module instances to stop and start the embedded bus at (about 10 ms per consumer to stop); larger sizes are extrapolated")
-	gen := fs.String("gen", "", "write a generated mesh as YAML into this directory and exit")
-	instances := fs.Int("instances", 5000, "with -gen: module instances (nodes and seats scale with them)")
-	waitSizes := fs.String("wait-sizes", "5000", "module instances to measure what a user waits for at (whole meshctl processes; any size); none to skip")
-	externalSizes := fs.String("external-sizes", "5000", "module instances to measure the converged apply and one change on an external nats-server at, the store on the bus (whole meshctl processes; any size); none to skip")
-	convergedSizes := fs.String("converged-sizes", "20000", "module instances to measure only the converged diff, apply and one change at, watch serving (whole meshctl processes; any size; its first apply is setup, not measured); none to skip")
-	connectedSizes := fs.String("connected-sizes", "2000,5000", "module instances to measure with every host connected at, one connection per instance (whole meshctl processes; any size); none to skip")
-	connectedAuth := fs.String("connected-auth", "password,nkey", "the kinds of principal (bus.auth) the connected rows measure")
-	loadFile := fs.String("load", "", "internal: be the connected rows' hosts, one connection per membership in this file")
-	runs := fs.Int("runs", 5, "runs of each user-wait row (the median and the spread are reported)")
-	var fl floorArgs
-	fs.StringVar(&fl.kind, "floor", "", "internal: run one bare-client floor (create or list) and print its time as JSON")
-	fs.StringVar(&fl.mesh, "floor-mesh", "", "internal: with -floor create, the description")
-	fs.StringVar(&fl.dir, "floor-dir", "", "internal: with -floor create, the store of its bus")
-	fs.StringVar(&fl.url, "floor-url", "", "internal: with -floor list, the bus")
-	fs.StringVar(&fl.passwordFile, "floor-password", "", "internal: with -floor list, the controller's password file")
-	fs.StringVar(&fl.fingerprint, "floor-fingerprint", "", "internal: with -floor list, the pin of an external server's certificate")
-	if err := fs.Parse(args); err != nil {
+	f, err := parseFlags(args, stderr)
+	if err != nil {
 		return err
 	}
-	if *loadFile != "" {
-		return runLoad(ctx, *loadFile, os.Stdin, stdout)
+	if f.loadFile != "" {
+		return runLoad(ctx, f.loadFile, os.Stdin, stdout)
 	}
-	if fl.kind != "" {
-		return runFloor(ctx, fl, os.Stdin, stdout)
+	if f.floor.kind != "" {
+		return runFloor(ctx, f.floor, os.Stdin, stdout)
 	}
-	if *gen != "" {
-		g := meshgen.Scaled(*instances)
-		if err := g.Write(*gen); err != nil {
-			return err
+	if f.gen != "" {
+		return writeGenerated(f.gen, f.instances, stderr)
+	}
+	plan, err := f.plan()
+	if err != nil {
+		return err
+	}
+	return measureAndReport(ctx, plan, f.out, stdout, stderr)
+}
+
+// benchFlags is bench's command line, as given.
+type benchFlags struct {
+	out            string
+	sizes          string
+	liveSizes      string
+	restartSizes   string
+	gen            string
+	instances      int
+	waitSizes      string
+	externalSizes  string
+	convergedSizes string
+	connectedSizes string
+	connectedAuth  string
+	loadFile       string
+	runs           int
+	floor          floorArgs
+}
+
+// parseFlags reads bench's command line, printing usage and errors to stderr.
+func parseFlags(args []string, stderr io.Writer) (benchFlags, error) {
+	var f benchFlags
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.out, "out", "docs/BENCHMARKS.md", "where to write the report; - for stdout")
+	fs.StringVar(&f.sizes, "sizes", joinInts(meshgen.Sizes), "module instances to measure the local stages at")
+	fs.StringVar(&f.liveSizes, "live-sizes", joinInts(meshgen.Sizes), "module instances to measure against an embedded bus at")
+	fs.StringVar(&f.restartSizes, "restart-sizes", "500,5000", "module instances to stop and start the embedded bus at (about 10 ms per consumer to stop); larger sizes are extrapolated")
+	fs.StringVar(&f.gen, "gen", "", "write a generated mesh as YAML into this directory and exit")
+	fs.IntVar(&f.instances, "instances", 5000, "with -gen: module instances (nodes and seats scale with them)")
+	fs.StringVar(&f.waitSizes, "wait-sizes", "5000", "module instances to measure what a user waits for at (whole meshctl processes; any size); none to skip")
+	fs.StringVar(&f.externalSizes, "external-sizes", "5000", "module instances to measure the converged apply and one change on an external nats-server at, the store on the bus (whole meshctl processes; any size); none to skip")
+	fs.StringVar(&f.convergedSizes, "converged-sizes", "20000", "module instances to measure only the converged diff, apply and one change at, watch serving (whole meshctl processes; any size; its first apply is setup, not measured); none to skip")
+	fs.StringVar(&f.connectedSizes, "connected-sizes", "2000,5000", "module instances to measure with every host connected at, one connection per instance (whole meshctl processes; any size); none to skip")
+	fs.StringVar(&f.connectedAuth, "connected-auth", "password,nkey", "the kinds of principal (bus.auth) the connected rows measure")
+	fs.StringVar(&f.loadFile, "load", "", "internal: be the connected rows' hosts, one connection per membership in this file")
+	fs.IntVar(&f.runs, "runs", 5, "runs of each user-wait row (the median and the spread are reported)")
+	fs.StringVar(&f.floor.kind, "floor", "", "internal: run one bare-client floor (create or list) and print its time as JSON")
+	fs.StringVar(&f.floor.mesh, "floor-mesh", "", "internal: with -floor create, the description")
+	fs.StringVar(&f.floor.dir, "floor-dir", "", "internal: with -floor create, the store of its bus")
+	fs.StringVar(&f.floor.url, "floor-url", "", "internal: with -floor list, the bus")
+	fs.StringVar(&f.floor.passwordFile, "floor-password", "", "internal: with -floor list, the controller's password file")
+	fs.StringVar(&f.floor.fingerprint, "floor-fingerprint", "", "internal: with -floor list, the pin of an external server's certificate")
+	return f, fs.Parse(args)
+}
+
+// writeGenerated writes the mesh of the given module instances as YAML into dir.
+func writeGenerated(dir string, instances int, stderr io.Writer) error {
+	g := meshgen.Scaled(instances)
+	if err := g.Write(dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote a mesh of %d nodes, %d module instances and %d seats to %s\n", g.Nodes, g.Instances, g.Seats, dir)
+	return nil
+}
+
+// plan is the sizes, kinds of principal and runs the flags ask for, checked: the local and
+// embedded-bus stages only run at the sizes the benchmarks define.
+func (f benchFlags) plan() (runPlan, error) {
+	var plan runPlan
+	for _, s := range []struct {
+		flag, value string
+		into        *[]int
+	}{
+		{"-sizes", f.sizes, &plan.sizes},
+		{"-live-sizes", f.liveSizes, &plan.live},
+		{"-restart-sizes", f.restartSizes, &plan.restart},
+		{"-wait-sizes", f.waitSizes, &plan.wait},
+		{"-external-sizes", f.externalSizes, &plan.external},
+		{"-converged-sizes", f.convergedSizes, &plan.converged},
+		{"-connected-sizes", f.connectedSizes, &plan.connected},
+	} {
+		var err error
+		if *s.into, err = parseInts(s.value); err != nil {
+			return runPlan{}, fmt.Errorf("%s: %w", s.flag, err)
 		}
-		fmt.Fprintf(stderr, "wrote a mesh of %d nodes, %d module instances and %d seats to %s\n", g.Nodes, g.Instances, g.Seats, *gen)
-		return nil
 	}
-	plan := runPlan{}
-	var err error
-	if plan.sizes, err = parseInts(*sizes); err != nil {
-		return fmt.Errorf("-sizes: %w", err)
-	}
-	if plan.live, err = parseInts(*liveSizes); err != nil {
-		return fmt.Errorf("-live-sizes: %w", err)
-	}
-	if plan.restart, err = parseInts(*restartSizes); err != nil {
-		return fmt.Errorf("-restart-sizes: %w", err)
-	}
-	if plan.wait, err = parseInts(*waitSizes); err != nil {
-		return fmt.Errorf("-wait-sizes: %w", err)
-	}
-	if plan.external, err = parseInts(*externalSizes); err != nil {
-		return fmt.Errorf("-external-sizes: %w", err)
-	}
-	if plan.converged, err = parseInts(*convergedSizes); err != nil {
-		return fmt.Errorf("-converged-sizes: %w", err)
-	}
-	if plan.connected, err = parseInts(*connectedSizes); err != nil {
-		return fmt.Errorf("-connected-sizes: %w", err)
-	}
-	for _, a := range strings.Split(*connectedAuth, ",") {
+	for _, a := range strings.Split(f.connectedAuth, ",") {
 		switch a = strings.TrimSpace(a); a {
 		case "password", "nkey":
 			plan.auths = append(plan.auths, a)
 		case "":
 		default:
-			return fmt.Errorf("-connected-auth: %q is neither password nor nkey", a)
+			return runPlan{}, fmt.Errorf("-connected-auth: %q is neither password nor nkey", a)
 		}
 	}
-	if *runs < 1 {
-		return fmt.Errorf("-runs %d: at least one", *runs)
+	if f.runs < 1 {
+		return runPlan{}, fmt.Errorf("-runs %d: at least one", f.runs)
 	}
-	plan.runs = *runs
+	plan.runs = f.runs
 	for _, n := range append(append(append([]int{}, plan.sizes...), plan.live...), plan.restart...) {
 		if !contains(meshgen.Sizes, n) {
-			return fmt.Errorf("size %d is not one the benchmarks define (%s)", n, joinInts(meshgen.Sizes))
+			return runPlan{}, fmt.Errorf("size %d is not one the benchmarks define (%s)", n, joinInts(meshgen.Sizes))
 		}
 	}
+	return plan, nil
+}
 
+// measureAndReport runs plan and writes the report to out, or stdout for "-", keeping every
+// store the bench made until the report is written.
+func measureAndReport(ctx context.Context, plan runPlan, out string, stdout, stderr io.Writer) error {
 	tmp, err := os.MkdirTemp("", "meshctl-bench-")
 	if err != nil {
 		return err
@@ -140,8 +181,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var w io.Writer = stdout
-	if *out != "-" {
-		f, err := os.Create(*out)
+	if out != "-" {
+		f, err := os.Create(out)
 		if err != nil {
 			return err
 		}
@@ -151,8 +192,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := rep.write(w); err != nil {
 		return err
 	}
-	if *out != "-" {
-		fmt.Fprintf(stderr, "wrote %s\n", *out)
+	if out != "-" {
+		fmt.Fprintf(stderr, "wrote %s\n", out)
 	}
 	return nil
 }

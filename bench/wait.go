@@ -126,13 +126,20 @@ func newWaitRunner(ctx context.Context, meshctl, tmp, dir string, runs int, log 
 // measureWaits runs the user-wait rows on the embedded bus at each size, runs times each,
 // into waits.
 func measureWaits(ctx context.Context, sizes []int, runs int, meshctl, tmp string, log io.Writer, waits *[]*waitResult) error {
+	return measureSizes(ctx, sizes, runs, meshctl, tmp, log, waits, "wait", "what a user waits for,", (*waitRunner).run)
+}
+
+// measureSizes calls run at each size with a runner of its own, its files in kind-N under
+// tmp, its rows into waits; an error is prefixed with what, followed by "at N instances".
+func measureSizes(ctx context.Context, sizes []int, runs int, meshctl, tmp string, log io.Writer, waits *[]*waitResult,
+	kind, what string, run func(r *waitRunner, n int) error) error {
 	for _, n := range sizes {
-		r, err := newWaitRunner(ctx, meshctl, tmp, fmt.Sprintf("wait-%d", n), runs, log, waitAt(waits, n))
+		r, err := newWaitRunner(ctx, meshctl, tmp, fmt.Sprintf("%s-%d", kind, n), runs, log, waitAt(waits, n))
 		if err != nil {
 			return err
 		}
-		if err := r.run(n); err != nil {
-			return fmt.Errorf("what a user waits for, at %d instances: %w", n, err)
+		if err := run(r, n); err != nil {
+			return fmt.Errorf("%s at %d instances: %w", what, n, err)
 		}
 	}
 	return nil
@@ -212,17 +219,44 @@ func (r *waitRunner) onFreePort(n int, configure func(*meshgen.Mesh)) (generated
 	})
 }
 
+// run measures every user-wait row at n instances: the one-shot first applies, the first
+// applies with watch serving the bus, then, with watch serving the last run's store, the
+// converged rows and the heal.
 func (r *waitRunner) run(n int) error {
 	x, err := r.onFreePort(n, nil)
 	if err != nil {
 		return err
 	}
-	g, desc, m, d := x.g, x.desc, x.m, x.d
+	d := x.d
 	fmt.Fprintf(r.log, "what a user waits for at %s instances (%d streams, %d consumers, %d principals), %d runs each\n",
 		num(n), len(d.Streams), len(d.Consumers), len(d.Principals), r.runs)
+	if err := r.oneShotApplies(x.desc); err != nil {
+		return err
+	}
+	watched := filepath.Join(r.dir, "watched")
+	if err := r.watchServedApplies(x, watched); err != nil {
+		return err
+	}
+	state := filepath.Join(r.dir, fmt.Sprintf("watch-%d", r.runs-1))
+	fmt.Fprintf(r.log, "  starting watch on the last run's store\n")
+	w, err := r.startWatch(watched, state)
+	if err != nil {
+		return err
+	}
+	defer w.kill()
+	// The writeback of the stores the floors just made would otherwise land in the first
+	// converged rows, and in meshctl's more than the floor's: it has more to do beside it.
+	syscall.Sync()
+	if err := r.watchedConverged(x, w, watched, state); err != nil {
+		return err
+	}
+	return r.heals(x, w, state)
+}
 
-	// One-shot first applies on the embedded default, each from an empty state directory,
-	// each followed by the bare client's create on a bus of its own.
+// oneShotApplies times runs one-shot first applies of desc on the embedded default, each
+// from an empty state directory, each followed by the bare client's create on a bus of its
+// own.
+func (r *waitRunner) oneShotApplies(desc string) error {
 	for i := range r.runs {
 		state := filepath.Join(r.dir, fmt.Sprintf("oneshot-%d", i))
 		syscall.Sync()
@@ -244,16 +278,21 @@ func (r *waitRunner) run(n int) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// With watch serving the bus: a watch per run, from a description of one node, then the
-	// whole mesh written into its directory and applied by a one-shot apply. Its --debounce
-	// is an hour, so that the description written is applied by the apply measured, not by
-	// watch; the apply has watch reload the bus over its control socket, which starts no
-	// reconcile of watch's. Each watch is killed once its apply is timed (its slow stop is
-	// not waited for), before the floors run: the advisories of the apply's stream updates
-	// have it reconcile the whole mesh afterwards, which would run beside the floors. A
-	// watch started on the last run's store serves the rows after.
-	watched := filepath.Join(r.dir, "watched")
+// watchServedApplies times runs first applies of x with watch serving the bus, each followed
+// by the bare client's create on a bus of its own and on a bus another process serves. The
+// last run's store, under watched, is kept for the rows after.
+//
+// A watch per run, from a description of one node, then the whole mesh written into its
+// directory and applied by a one-shot apply. Its --debounce is an hour, so that the
+// description written is applied by the apply measured, not by watch; the apply has watch
+// reload the bus over its control socket, which starts no reconcile of watch's. Each watch
+// is killed once its apply is timed (its slow stop is not waited for), before the floors
+// run: the advisories of the apply's stream updates have it reconcile the whole mesh
+// afterwards, which would run beside the floors.
+func (r *waitRunner) watchServedApplies(x generated, watched string) error {
 	var w *watchProc
 	defer func() {
 		if w != nil {
@@ -265,13 +304,14 @@ func (r *waitRunner) run(n int) error {
 		if err := r.spend(watched); err != nil {
 			return err
 		}
-		if err := writeOneNode(watched, g.Listen, m.Nodes[0].Name); err != nil {
+		if err := writeOneNode(watched, x.g.Listen, x.m.Nodes[0].Name); err != nil {
 			return err
 		}
+		var err error
 		if w, err = r.startWatch(watched, state); err != nil {
 			return err
 		}
-		if err := g.Write(watched); err != nil {
+		if err := x.g.Write(watched); err != nil {
 			return err
 		}
 		syscall.Sync()
@@ -283,10 +323,10 @@ func (r *waitRunner) run(n int) error {
 		w = nil
 		r.res.row(wWatchApply).add(p.wall, p.peak)
 		r.progress(wWatchApply, i, p.wall, p.peak, "")
-		if err := r.floorCreate(wFloorCreate2, desc, i); err != nil {
+		if err := r.floorCreate(wFloorCreate2, x.desc, i); err != nil {
 			return err
 		}
-		if err := r.floorServedCreate(wFloorServed, desc, i); err != nil {
+		if err := r.floorServedCreate(wFloorServed, x.desc, i); err != nil {
 			return err
 		}
 		if i < r.runs-1 {
@@ -295,21 +335,17 @@ func (r *waitRunner) run(n int) error {
 			}
 		}
 	}
-	state := filepath.Join(r.dir, fmt.Sprintf("watch-%d", r.runs-1))
-	fmt.Fprintf(r.log, "  starting watch on the last run's store\n")
-	if w, err = r.startWatch(watched, state); err != nil {
-		return err
-	}
-	// The writeback of the stores the floors just made would otherwise land in the first
-	// converged rows, and in meshctl's more than the floor's: it has more to do beside it.
-	syscall.Sync()
+	return nil
+}
 
-	controller := filepath.Join(state, "controller.password")
-	if err := r.convergedDiffs(wDiff, wFloorList, watched, state, busclient.Target{URL: "nats://" + g.Listen}, len(d.Streams)+len(d.Consumers)); err != nil {
+// watchedConverged times the converged diff (beside the paged-list floor), the converged
+// apply and one change of x, described in desc, with w serving the bus from state.
+func (r *waitRunner) watchedConverged(x generated, w *watchProc, desc, state string) error {
+	if err := r.convergedDiffs(wDiff, wFloorList, desc, state, busclient.Target{URL: "nats://" + x.g.Listen}, len(x.d.Streams)+len(x.d.Consumers)); err != nil {
 		return err
 	}
 	// A converged apply must not make watch reconcile: it wrote no accounts config.
-	if err := r.convergedApplies(wApply, watched, state, func() (func() error, error) {
+	if err := r.convergedApplies(wApply, desc, state, func() (func() error, error) {
 		mark := w.mark()
 		return func() error {
 			if c := w.since(mark); len(c) > 0 {
@@ -320,11 +356,13 @@ func (r *waitRunner) run(n int) error {
 	}); err != nil {
 		return err
 	}
-	if err := r.oneChanges(wOneChange, g, watched, state, nil); err != nil {
-		return err
-	}
-	// A consumer deleted by hand, recreated by the running watch: a different one each run.
-	nc, err := dialController(r.ctx, busclient.Target{URL: "nats://" + g.Listen}, controller)
+	return r.oneChanges(wOneChange, x.g, desc, state, nil)
+}
+
+// heals times runs consumers of x's events stream deleted by hand, a different one each
+// run, until w, running from state, has recreated them.
+func (r *waitRunner) heals(x generated, w *watchProc, state string) error {
+	nc, err := dialController(r.ctx, busclient.Target{URL: "nats://" + x.g.Listen}, filepath.Join(state, "controller.password"))
 	if err != nil {
 		return err
 	}
@@ -334,7 +372,7 @@ func (r *waitRunner) run(n int) error {
 		return err
 	}
 	var victims []render.Consumer
-	for _, c := range d.Consumers {
+	for _, c := range x.d.Consumers {
 		if c.Stream == render.StreamEvents && c.Name() != render.ControllerUser {
 			victims = append(victims, c)
 		}
@@ -363,16 +401,7 @@ func (r *waitRunner) run(n int) error {
 // in production pays at every change, without the first applies that set a size up (minutes
 // each at 20,000 instances).
 func measureConverged(ctx context.Context, sizes []int, runs int, meshctl, tmp string, log io.Writer, waits *[]*waitResult) error {
-	for _, n := range sizes {
-		r, err := newWaitRunner(ctx, meshctl, tmp, fmt.Sprintf("converged-%d", n), runs, log, waitAt(waits, n))
-		if err != nil {
-			return err
-		}
-		if err := r.runConverged(n); err != nil {
-			return fmt.Errorf("the converged rows at %d instances: %w", n, err)
-		}
-	}
-	return nil
+	return measureSizes(ctx, sizes, runs, meshctl, tmp, log, waits, "converged", "the converged rows", (*waitRunner).runConverged)
 }
 
 func (r *waitRunner) runConverged(n int) error {

@@ -2,13 +2,9 @@ package reconcile_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/bench/floor"
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/model"
@@ -232,20 +229,19 @@ func BenchmarkApplyOneModule(b *testing.B) {
 	})
 }
 
-// The floor: a bare nats.go client on a bus without users, no plan, no accounts config.
+// The floor: a bare nats.go client on a bus without users, no plan, no accounts config
+// (package floor, which the bench command's floor processes run too).
 
 // openBus starts an embedded bus configured as meshctl's is — the MESH account with
 // JetStream, users that must log in — but with one unrestricted user, and connects as it:
 // the floor measures JetStream, not permissions or plans.
 func openBus(b *testing.B) (*bus.Embedded, *nats.Conn) {
 	b.Helper()
-	e, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
-		StateDir: storeDir(b), Listen: "127.0.0.1:-1", InitialAccounts: []byte(floorAccounts),
-	})
+	e, err := floor.StartBus(context.Background(), storeDir(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	nc, err := nats.Connect(e.URL(), nats.UserInfo("floor", "floor"))
+	nc, err := floor.Connect(e.URL())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -254,51 +250,6 @@ func openBus(b *testing.B) (*bus.Embedded, *nats.Conn) {
 		release(b, e)
 	})
 	return e, nc
-}
-
-const floorAccounts = `accounts {
-  ` + render.Account + ` {
-    jetstream: enabled
-    users = [ { user: floor, password: floor } ]
-  }
-}
-`
-
-// inFlight is how many calls the floor keeps in flight: as many as an apply does.
-const inFlight = 16
-
-// each runs do for every item with inFlight calls at a time and returns the first error.
-func each[T any](items []T, do func(T) error) error {
-	sem := make(chan struct{}, inFlight)
-	var wg sync.WaitGroup
-	errs := make([]error, len(items))
-	for i, it := range items {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = do(it)
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// createAll creates the derived streams, then their consumers, the way the floor does.
-func createAll(ctx context.Context, js jetstream.JetStream, d *render.Desired) error {
-	if err := each(d.Streams, func(cfg jetstream.StreamConfig) error {
-		_, err := js.CreateStream(ctx, cfg)
-		return err
-	}); err != nil {
-		return err
-	}
-	return each(d.Consumers, func(c render.Consumer) error {
-		if c.Config.DeliverSubject == "" {
-			_, err := js.CreateConsumer(ctx, c.Stream, c.Config)
-			return err
-		}
-		_, err := js.CreatePushConsumer(ctx, c.Stream, c.Config)
-		return err
-	})
 }
 
 // settle flushes the filesystem before a timed create: a consumer is a directory and files
@@ -321,7 +272,7 @@ func BenchmarkFloorCreate(b *testing.B) {
 			}
 			settle()
 			b.StartTimer()
-			if err := createAll(ctx, js, d); err != nil {
+			if err := floor.Create(ctx, js, d); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -340,11 +291,11 @@ func BenchmarkFloorList(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := createAll(ctx, js, d); err != nil {
+		if err := floor.Create(ctx, js, d); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			n, err := listAll(ctx, js, nc)
+			n, err := floor.List(ctx, js, nc)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -353,43 +304,6 @@ func BenchmarkFloorList(b *testing.B) {
 			}
 		}
 	})
-}
-
-// listAll lists streams with the library's pager, and each stream's consumers page after
-// page by the CONSUMER.LIST request, 16 streams at a time: what a bare client does (the
-// library's own consumer lister would first ask for each stream's info besides).
-func listAll(ctx context.Context, js jetstream.JetStream, nc *nats.Conn) (int, error) {
-	var names []string
-	l := js.ListStreams(ctx)
-	for info := range l.Info() {
-		names = append(names, info.Config.Name)
-	}
-	if err := l.Err(); err != nil {
-		return 0, err
-	}
-	var listed atomic.Int64
-	err := each(names, func(s string) error {
-		for offset := 0; ; {
-			req, _ := json.Marshal(map[string]int{"offset": offset})
-			msg, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LIST."+s, req)
-			if err != nil {
-				return err
-			}
-			var page struct {
-				Total     int                       `json:"total"`
-				Consumers []*jetstream.ConsumerInfo `json:"consumers"`
-			}
-			if err := json.Unmarshal(msg.Data, &page); err != nil {
-				return err
-			}
-			offset += len(page.Consumers)
-			if len(page.Consumers) == 0 || offset >= page.Total {
-				listed.Add(int64(offset))
-				return nil
-			}
-		}
-	})
-	return len(names) + int(listed.Load()), err
 }
 
 // BenchmarkEmbeddedRestart stops the embedded bus holding a converged mesh and starts it

@@ -107,11 +107,29 @@ func (m Mesh) Files() []model.File {
 		panic(fmt.Sprintf("meshgen: a mesh needs a node and an instance: %+v", m))
 	}
 	rng := rand.New(rand.NewPCG(uint64(m.Nodes), uint64(m.Instances)<<20|uint64(m.Seats)))
-	nodes := make([]string, m.Nodes)
+	nodes := nodeNames(m.Nodes)
+	seats := seatList(m.Seats)
+	mods, perFleet := m.placeModules(rng, nodes)
+	wireReferences(rng, mods, seats)
+	apps := mods[len(mods)-countApps(mods):]
+	holders := claimSeats(apps, seats)
+	m.touch(apps, perFleet)
+	return m.files(nodes, seats, holders, mods)
+}
+
+// nodeNames is the names of n nodes, node-00001 on.
+func nodeNames(n int) []string {
+	nodes := make([]string, n)
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("node-%05d", i+1)
 	}
-	seats := make([]seat, m.Seats)
+	return nodes
+}
+
+// seatList is n seats: one in ten mesh-scoped, a third also taking cancellations and serving
+// a status tool, one in fifty renamed.
+func seatList(n int) []seat {
+	seats := make([]seat, n)
 	for i := range seats {
 		s := seat{name: fmt.Sprintf("seat-%04d", i+1), scope: model.ScopeModule,
 			accepts: []string{"job"}, emits: []string{"done", "failed"}}
@@ -127,7 +145,12 @@ func (m Mesh) Files() []model.File {
 		}
 		seats[i] = s
 	}
+	return seats
+}
 
+// placeModules declares the fleet modules, then application modules on one to three nodes
+// each until m.Instances are placed, and returns them with the instances per fleet module.
+func (m Mesh) placeModules(rng *rand.Rand, nodes []string) ([]module, int) {
 	// Fleet modules first: they run everywhere, so they take two instances per node when
 	// the mesh has that many; the rest are application modules.
 	var mods []module
@@ -162,9 +185,13 @@ func (m Mesh) Files() []model.File {
 		}
 		mods = append(mods, mod)
 	}
+	return mods, perFleet
+}
 
-	// References only point backwards (to modules declared earlier) or at seats, as a mesh
-	// grown over time does; the fleet modules follow what the seats report.
+// wireReferences has every module follow, send to and call what was declared before it.
+// References only point backwards (to modules declared earlier) or at seats, as a mesh
+// grown over time does; the fleet modules follow what the seats report.
+func wireReferences(rng *rand.Rand, mods []module, seats []seat) {
 	var servers []int // modules serving a tool
 	for i := range mods {
 		mod := &mods[i]
@@ -175,25 +202,7 @@ func (m Mesh) Files() []model.File {
 		if i >= len(fleet) && i%25 == 24 {
 			n = 0 // a source: emits, follows nothing, has no consumer
 		}
-		seen := map[string]bool{}
-		for range n {
-			var ref string
-			if i == 0 || len(seats) > 0 && rng.IntN(5) == 0 {
-				if len(seats) == 0 {
-					break
-				}
-				s := seats[rng.IntN(len(seats))]
-				ref = "seat:" + s.name + "/" + s.emits[rng.IntN(len(s.emits))]
-			} else {
-				from := mods[rng.IntN(i)]
-				events := followable(from)
-				ref = from.name + "/" + events[rng.IntN(len(events))]
-			}
-			if !seen[ref] {
-				seen[ref] = true
-				mod.follows = append(mod.follows, ref)
-			}
-		}
+		mod.follows = followRefs(rng, mods[:i], seats, n)
 		if len(seats) > 0 && i%4 == 3 {
 			s := seats[rng.IntN(len(seats))]
 			mod.sends = []string{s.name + "/" + s.accepts[rng.IntN(len(s.accepts))]}
@@ -202,9 +211,37 @@ func (m Mesh) Files() []model.File {
 			mod.calls = []string{mods[servers[rng.IntN(len(servers))]].name + "/status"}
 		}
 	}
+}
 
-	// Claims: application modules, spread over the list; a standby for every third seat.
-	apps := mods[len(mods)-countApps(mods):]
+// followRefs draws up to n distinct events for a module to follow: a seat's report one time
+// in five (always for the first module), otherwise an event of a module in before.
+func followRefs(rng *rand.Rand, before []module, seats []seat, n int) []string {
+	var follows []string
+	seen := map[string]bool{}
+	for range n {
+		var ref string
+		if len(before) == 0 || len(seats) > 0 && rng.IntN(5) == 0 {
+			if len(seats) == 0 {
+				break
+			}
+			s := seats[rng.IntN(len(seats))]
+			ref = "seat:" + s.name + "/" + s.emits[rng.IntN(len(s.emits))]
+		} else {
+			from := before[rng.IntN(len(before))]
+			events := followable(from)
+			ref = from.name + "/" + events[rng.IntN(len(events))]
+		}
+		if !seen[ref] {
+			seen[ref] = true
+			follows = append(follows, ref)
+		}
+	}
+	return follows
+}
+
+// claimSeats has application modules, spread over the list, claim the seats, a standby for
+// every third seat, and returns the explicit holders of one seat in twenty.
+func claimSeats(apps []module, seats []seat) []holder {
 	var holders []holder
 	for i, s := range seats {
 		if i%10 == 7 || len(apps) == 0 {
@@ -228,25 +265,34 @@ func (m Mesh) Files() []model.File {
 			}
 		}
 	}
+	return holders
+}
 
-	// Touched modules: single-node application modules that already follow something,
-	// evenly spread over the list so the changed consumers are not all in one page.
-	if m.Touched > 0 {
-		var single []int
-		for i := range apps {
-			if len(apps[i].on) == 1 && len(apps[i].follows) > 0 {
-				single = append(single, i)
-			}
-		}
-		if m.Touched > len(single) || perFleet == 0 {
-			panic(fmt.Sprintf("meshgen: cannot touch %d modules of %+v", m.Touched, m))
-		}
-		for t := range m.Touched {
-			a := &apps[single[t*len(single)/m.Touched]]
-			a.follows = append(a.follows, fleet[0]+"/"+touchEvent)
+// touch has m.Touched single-node application modules that already follow something follow
+// the touch event too, evenly spread over the list so the changed consumers are not all in
+// one page.
+func (m Mesh) touch(apps []module, perFleet int) {
+	if m.Touched <= 0 {
+		return
+	}
+	var single []int
+	for i := range apps {
+		if len(apps[i].on) == 1 && len(apps[i].follows) > 0 {
+			single = append(single, i)
 		}
 	}
+	if m.Touched > len(single) || perFleet == 0 {
+		panic(fmt.Sprintf("meshgen: cannot touch %d modules of %+v", m.Touched, m))
+	}
+	for t := range m.Touched {
+		a := &apps[single[t*len(single)/m.Touched]]
+		a.follows = append(a.follows, fleet[0]+"/"+touchEvent)
+	}
+}
 
+// files renders the description: the bus and controller, the nodes, the seats, the holders
+// if any, and the modules split into files of modulesPerFile.
+func (m Mesh) files(nodes []string, seats []seat, holders []holder, mods []module) []model.File {
 	files := []model.File{
 		{Name: "mesh.yaml", Data: m.meshFile(seats)},
 		{Name: "nodes.yaml", Data: nodesFile(nodes)},
