@@ -3,7 +3,7 @@
 // It builds the test binaries of model, render, plan and reconcile, runs every scale
 // benchmark (the *_bench_test.go files) once per mesh size, each in a process of its own so
 // that the peak RSS the kernel reports for that process is the stage's, and writes what it
-// measured with the machine it ran on: tables, the checks issue 8 asks for, and the raw
+// measured with the machine it ran on: tables, the bounds the product holds itself to, and the raw
 // lines in the standard `go test -bench` format that benchstat reads.
 //
 // It also measures what a user waits for (wait.go): the built meshctl binary run as a user

@@ -14,7 +14,7 @@ import (
 	"github.com/meshbus/meshctl/state"
 )
 
-// The bounds issue 8 sets for the 5,000-instance mesh.
+// The bounds held for the 5,000-instance mesh: plan, apply and memory.
 const (
 	referenceSize    = 5000
 	localBound       = time.Second // validate + derive + render
@@ -69,7 +69,7 @@ func (r *report) write(w io.Writer) error {
 }
 
 func (r *report) writeChecks(p *printer) {
-	p.f("## What issue 8 asks, at %s module instances\n\n", num(referenceSize))
+	p.f("## The bounds at %s module instances\n\n", num(referenceSize))
 	p.f("| | measured | bound | |\n|---|---|---|---|\n")
 	if x := r.find("ValidateDeriveRender", referenceSize); x != nil {
 		p.f("| validate + derive + render | %s | < %s | %s |\n", duration(x.ns()), duration(float64(localBound)), verdict(x.ns() < float64(localBound)))
@@ -98,14 +98,15 @@ func (r *report) writeChecks(p *printer) {
 		"one accounts change naming one user and one subscription.\n\n")
 }
 
-// writeBrokenCheck is issue 12's bound: one sed renaming the nodes of the 5,000-instance mesh
-// leaves every node reference dangling, and validate still answers within a second.
+// writeBrokenCheck is the bound on a broken description: one sed renaming the nodes of the
+// 5,000-instance mesh leaves every node reference dangling, and validate still answers within
+// a second.
 func (r *report) writeBrokenCheck(p *printer) {
 	x := r.find("LoadEveryNodeReferenceBroken", referenceSize)
 	if x == nil {
 		return
 	}
-	p.f("## What issue 12 asks, at %s module instances\n\n", num(referenceSize))
+	p.f("## A broken description, at %s module instances\n\n", num(referenceSize))
 	p.f("| | measured | bound | |\n|---|---|---|---|\n")
 	p.f("| validate, every node reference broken (`model/BenchmarkLoadEveryNodeReferenceBroken`) | %s | < %s | %s |\n\n",
 		duration(x.ns()), duration(float64(localBound)), verdict(x.ns() < float64(localBound)))
@@ -306,7 +307,7 @@ func megabytes(b int64) string {
 	}
 }
 
-// num writes an integer with thousands separated, as the issue does.
+// num writes an integer with thousands separated, as the report does throughout.
 func num(n int) string {
 	s := fmt.Sprint(n)
 	for i := len(s) - 3; i > 0; i -= 3 {

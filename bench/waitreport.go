@@ -8,7 +8,7 @@ import (
 	"github.com/meshbus/meshctl/render"
 )
 
-// The bounds issue 14 sets on what a user waits for, at 5,000 instances (and 20,000 for the
+// The bounds on what a user waits for, at 5,000 instances (and 20,000 for the
 // first apply with watch serving).
 const (
 	oneShotBound     = 1.5                    // one-shot first apply / create floor
