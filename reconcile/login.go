@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
 )
 
 // Whether the accounts config lets the controller in, without bcrypt.
@@ -52,15 +53,22 @@ func (s *Session) knownToLetControllerIn(path string, conf []byte) bool {
 // knownDigestLetsControllerIn is knownToLetControllerIn for the file at path whose digest
 // is sum.
 func (s *Session) knownDigestLetsControllerIn(path, sum string) bool {
+	return knownDigestAdmits(s.Store, s.Accounts, path, sum)
+}
+
+// knownDigestAdmits reports whether the file at path, whose digest is sum, is the one meshctl
+// last wrote there for a's server and carries the controller hash store holds now. False means
+// "not known", never "refused".
+func knownDigestAdmits(store *state.Store, a Accounts, path, sum string) bool {
 	server := "" // the embedded bus's, and a single bus.url's
-	if path == s.Accounts.Path {
-		server = s.Accounts.Server
+	if path == a.Path {
+		server = a.Server
 	}
-	g, ok := loadGeneration(s.Store.Dir(), server)
+	g, ok := loadGeneration(store.Dir(), server)
 	if !ok || g.Controller == "" || !g.describesDigest(path, sum) {
 		return false
 	}
 	// No context reaches here: a read of the local store, never a wait on the bus.
-	hashes, err := s.Store.Hashes(context.Background())
+	hashes, err := store.Hashes(context.Background())
 	return err == nil && hashes[render.ControllerUser] == g.Controller
 }
