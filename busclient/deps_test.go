@@ -8,7 +8,8 @@ import (
 
 // What a host links is the client side alone: the host library, the agent, the example host
 // and busclient itself import neither the server nor the store, so a node carries none of the
-// control host's code and the seam between the two cannot quietly close.
+// control host's code and the seam between the two cannot quietly close; and the pure
+// packages (the description, its derivation and the plan) link no server either.
 func TestTheClientSideLinksNoServer(t *testing.T) {
 	t.Parallel()
 	roots := []string{
@@ -17,6 +18,9 @@ func TestTheClientSideLinksNoServer(t *testing.T) {
 		"github.com/meshbus/meshctl/host",
 		"github.com/meshbus/meshctl/agent",
 		"github.com/meshbus/meshctl/examples/host",
+		"github.com/meshbus/meshctl/model",
+		"github.com/meshbus/meshctl/render",
+		"github.com/meshbus/meshctl/plan",
 	}
 	for _, root := range roots {
 		out, err := exec.Command("go", "list", "-deps", root).CombinedOutput()

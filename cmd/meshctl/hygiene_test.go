@@ -3,6 +3,7 @@ package main
 import (
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -223,4 +224,51 @@ func snapshot(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return files
+}
+
+// The README's code layout names every package of the module, so a package added or renamed
+// cannot leave the map a new engineer reads first behind.
+func TestTheCodeLayoutNamesEveryPackage(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(readme), "\n### Code layout\n")
+	if !ok {
+		t.Fatal("README.md has no Code layout section")
+	}
+	if end := strings.Index(layout, "\n#"); end >= 0 {
+		layout = layout[:end]
+	}
+	// The packages a row names are the code spans of its first cell; internal's helpers are
+	// named in the second cell of the row whose first is internal/….
+	named, internal := map[string]bool{}, ""
+	for _, row := range strings.Split(layout, "\n") {
+		cells := strings.Split(row, "|")
+		if !strings.HasPrefix(row, "| `") || len(cells) < 3 {
+			continue
+		}
+		spans := strings.Split(cells[1], "`")
+		for i := 1; i < len(spans); i += 2 {
+			named[spans[i]] = true
+		}
+		if strings.Contains(cells[1], "`internal/") {
+			internal = cells[2]
+		}
+	}
+	out, err := exec.Command("go", "list", "github.com/meshbus/meshctl/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(pkg, "github.com/meshbus/meshctl/")
+		if base, inInternal := strings.CutPrefix(rel, "internal/"); inInternal {
+			if !strings.Contains(internal, "`"+base+"`") {
+				t.Errorf("README.md's Code layout does not name %s in the internal row", rel)
+			}
+		} else if !named[rel] {
+			t.Errorf("README.md's Code layout has no row naming %s", rel)
+		}
+	}
 }
