@@ -64,8 +64,114 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var phases [5][]plan.Change
+	phases := phasesOf(p)
 	conflicts := p.Conflicts()
+	total := len(p.Changes) - len(conflicts)
+	t := &tally{total: total, progress: progress, halt: halt, cancel: cancel}
+	for i, phase := range phases {
+		if i == 2 {
+			// Before the reload takes holders' grants away, the queues whose work moves stop
+			// handing it out (drain.go).
+			resume, err := quiesce(ctx, api, phases[4], p.AllowDataLoss)
+			defer resume()
+			if err != nil {
+				return t.counted(), err
+			}
+		}
+		err := runPhase(ctx, phase, func(ctx context.Context, c plan.Change) error {
+			if gate == nil {
+				err := applyOne(ctx, c, p, api, accounts, created)
+				t.report(c, err)
+				return err
+			}
+			err := gate.call(ctx, c.Kind != plan.KindAccounts, func(ctx context.Context) error {
+				return applyOne(ctx, c, p, api, accounts, created)
+			})
+			if errors.Is(err, ErrBusLost) {
+				// One error for the apply, not one per call: stop sending the rest.
+				cancel(ErrBusLost)
+				return err
+			}
+			if errors.Is(context.Cause(ctx), ErrBusLost) {
+				return ErrBusLost
+			}
+			t.report(c, err)
+			return err
+		})
+		done := t.counted()
+		if errors.Is(context.Cause(ctx), ErrBusLost) {
+			return done, fmt.Errorf("%w (%s) and did not come back within %s: %d of %d change(s) were made, %d were not; the next apply continues from there",
+				ErrBusLost, gate.addr, busReturnWait, done, total, total-done)
+		}
+		if stop := t.stoppedBy(); stop != nil {
+			return done, fmt.Errorf("%w; %w: %d of %d change(s) were made, %d were not; the next apply continues from there",
+				stop, ErrStopped, done, total, total-done)
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+	done := t.counted()
+	if len(conflicts) > 0 {
+		return done, conflictError(conflicts, done)
+	}
+	return done, nil
+}
+
+// tally counts an apply's changes as they complete, for its progress and its error. halt,
+// when not nil, is shown each change's error, and the first it names stops the apply (cancel).
+type tally struct {
+	total    int
+	progress Progress
+	halt     func(error) error
+	cancel   context.CancelCauseFunc
+
+	mu     sync.Mutex
+	done   int
+	halted error // the first error halt stopped the apply for
+}
+
+// report counts c, done with err, and tells progress.
+func (t *tally) report(c plan.Change, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil && t.halt != nil && t.halted == nil {
+		if t.halted = t.halt(err); t.halted != nil {
+			t.cancel(t.halted)
+		}
+	}
+	if t.halted != nil && err != nil {
+		// Said once, by the apply's error; a call cut off by the stop is no failure of
+		// its own.
+		return
+	}
+	if err == nil {
+		t.done++
+	}
+	if t.progress != nil {
+		t.progress(t.done, t.total, c, err)
+	}
+}
+
+// counted is how many changes were done.
+func (t *tally) counted() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.done
+}
+
+// stoppedBy is the error halt stopped the apply for, nil if none.
+func (t *tally) stoppedBy() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.halted
+}
+
+// phasesOf sorts p's changes into the phases of an apply, in their order: streams created or
+// changed, consumers created or changed, the accounts config, consumers deleted, streams
+// deleted. Conflicts are in none.
+func phasesOf(p *plan.Plan) [5][]plan.Change {
+	var phases [5][]plan.Change
 	for _, c := range p.Changes {
 		switch {
 		case c.Action == plan.Conflict:
@@ -81,84 +187,17 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 			phases[4] = append(phases[4], c)
 		}
 	}
-	total := len(p.Changes) - len(conflicts)
-	var mu sync.Mutex
-	done := 0
-	var halted error // the first error halt stopped the apply for
-	report := func(c plan.Change, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil && halt != nil && halted == nil {
-			if halted = halt(err); halted != nil {
-				cancel(halted)
-			}
-		}
-		if halted != nil && err != nil {
-			// Said once, by the apply's error; a call cut off by the stop is no failure of
-			// its own.
-			return
-		}
-		if err == nil {
-			done++
-		}
-		if progress != nil {
-			progress(done, total, c, err)
-		}
+	return phases
+}
+
+// conflictError is the error of an apply that made done changes and left conflicts alone.
+func conflictError(conflicts []plan.Change, done int) error {
+	ids := make([]string, len(conflicts))
+	for i, c := range conflicts {
+		ids[i] = c.ID()
 	}
-	for i, phase := range phases {
-		if i == 2 {
-			// Before the reload takes holders' grants away, the queues whose work moves stop
-			// handing it out (drain.go).
-			resume, err := quiesce(ctx, api, phases[4], p.AllowDataLoss)
-			defer resume()
-			if err != nil {
-				return done, err
-			}
-		}
-		err := runPhase(ctx, phase, func(ctx context.Context, c plan.Change) error {
-			if gate == nil {
-				err := applyOne(ctx, c, p, api, accounts, created)
-				report(c, err)
-				return err
-			}
-			err := gate.call(ctx, c.Kind != plan.KindAccounts, func(ctx context.Context) error {
-				return applyOne(ctx, c, p, api, accounts, created)
-			})
-			if errors.Is(err, ErrBusLost) {
-				// One error for the apply, not one per call: stop sending the rest.
-				cancel(ErrBusLost)
-				return err
-			}
-			if errors.Is(context.Cause(ctx), ErrBusLost) {
-				return ErrBusLost
-			}
-			report(c, err)
-			return err
-		})
-		if errors.Is(context.Cause(ctx), ErrBusLost) {
-			return done, fmt.Errorf("%w (%s) and did not come back within %s: %d of %d change(s) were made, %d were not; the next apply continues from there",
-				ErrBusLost, gate.addr, busReturnWait, done, total, total-done)
-		}
-		mu.Lock()
-		stop := halted
-		mu.Unlock()
-		if stop != nil {
-			return done, fmt.Errorf("%w; %w: %d of %d change(s) were made, %d were not; the next apply continues from there",
-				stop, ErrStopped, done, total, total-done)
-		}
-		if err != nil {
-			return done, err
-		}
-	}
-	if len(conflicts) > 0 {
-		ids := make([]string, len(conflicts))
-		for i, c := range conflicts {
-			ids[i] = c.ID()
-		}
-		return done, fmt.Errorf("%w: %s left alone, with what depends on them; the other %d change(s) were made",
-			ErrConflict, strings.Join(ids, ", "), done)
-	}
-	return done, nil
+	return fmt.Errorf("%w: %s left alone, with what depends on them; the other %d change(s) were made",
+		ErrConflict, strings.Join(ids, ", "), done)
 }
 
 func runPhase(ctx context.Context, changes []plan.Change, do func(context.Context, plan.Change) error) error {

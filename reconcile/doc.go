@@ -17,4 +17,11 @@
 // an external bus it keeps the store's copy on the bus current through the session's
 // connection, and rebuilds a lost store from it (restore.go); what a record is and when one is
 // written are the state package's, how the bucket holds them the replica package's.
+//
+// And it owns the cycle (cycle.go), one reconcile whole, the same for a one-shot `meshctl
+// apply` and for each of `meshctl watch`'s: the apply lock taken, the description loaded by
+// the caller's Load, the session kept, dialled again or connected afresh, the embedded bus
+// rejoined and the apply lock on the bus taken, the reconcile, and both locks released.
+// Nothing outside a cycle takes or releases its locks; when a cycle runs, and what its
+// outcome means, are the caller's.
 package reconcile

@@ -21,7 +21,7 @@ import (
 // started before it is read, on the server's core while the load takes meshctl's: the login
 // always, and the listing where reading the bus then is what the command would do anyway. A
 // diff takes no lock and changes nothing, so it lists at once; an apply reads the bus only
-// under the apply lock, so it lists early only when it got the lock at once (StartApply).
+// under the apply lock, so it lists early only when it got the lock at once (startApply).
 //
 // It is only a head start. The session uses the connection only when it goes to the very
 // bus the predial reached, as the controller with the password the store vouches for, and
@@ -91,13 +91,14 @@ func predialTo(ctx context.Context, stateDir, url string, list bool) *Predial {
 	return p
 }
 
-// StartApply gives an apply on the embedded bus a `meshctl watch` serves from stateDir its
+// startApply gives an apply on the embedded bus a `meshctl watch` serves from stateDir its
 // head start: the controller's connection, and, when the apply lock is free at once, the lock
-// (for Options.Lock) and the reading of the bus under it, all while the description loads.
-// The bus is read only under the lock, as every apply reads it; a lock another meshctl holds
-// is left to the apply's own wait or refusal, with the connection alone started. Both are nil
-// where no bus is served from stateDir; the caller closes the one and unlocks the other.
-func StartApply(ctx context.Context, stateDir string, notice func(string)) (*Predial, *state.Lock) {
+// (the cycle's, CycleOptions.Predial) and the reading of the bus under it, all while the
+// description loads. The bus is read only under the lock, as every apply reads it; a lock
+// another meshctl holds is left to the apply's own wait or refusal, with the connection alone
+// started. Both are nil where no bus is served from stateDir; the caller closes the one and
+// unlocks the other.
+func startApply(ctx context.Context, stateDir string, notice func(string)) (*Predial, *state.Lock) {
 	url, _, served := bus.RunningEmbeddedProcess(stateDir)
 	if !served {
 		return nil, nil

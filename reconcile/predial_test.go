@@ -1,8 +1,11 @@
 package reconcile
 
 import (
+	"context"
+	"errors"
 	"testing"
 
+	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
 )
@@ -101,25 +104,45 @@ func TestAPredialIsUsedOnlyWhereItFits(t *testing.T) {
 }
 
 // An apply that gets the lock at once reads the bus under it while the description loads:
-// its Reconcile holds that lock rather than taking it again, plans on that reading, and lets
-// the lock go. With the lock held elsewhere, only the connection is started.
+// its cycle holds that lock through the connect and the reconcile rather than taking it
+// again, plans on that reading, and lets the lock go. With the lock held elsewhere, only the
+// connection is started.
 func TestAnApplyListsEarlyOnlyUnderTheLock(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	f, _ := servedMesh(t)
 
-	pre, lock := StartApply(ctx, f.stateDi, nil)
+	pre, lock := startApply(ctx, f.stateDi, nil)
 	if pre == nil || lock == nil || !pre.list {
 		t.Fatalf("a free lock gave no early listing (predial %v, lock %v)", pre != nil, lock != nil)
 	}
-	s, err := Connect(ctx, f.mesh(), f.store, Options{Cost: 4, Predial: pre, Lock: lock, Logf: f.logf})
-	if err != nil {
+	pre.Close()
+	if err := lock.Unlock(); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	counting := &Counting{API: s.API}
-	s.API = counting
-	res, err := s.Reconcile(ctx, f.mesh(), RunOptions{})
+
+	cycles := &Cycles{StateDir: f.stateDi, Options: func() Options { return Options{Cost: 4, Logf: f.logf} }}
+	defer cycles.Close()
+	var counting *Counting
+	res, err := cycles.Run(ctx, CycleOptions{
+		Predial: true,
+		Load: func(ctx context.Context) (*model.Mesh, *state.Store, error) {
+			if other, err := state.AcquireLock(ctx, f.stateDi, false, nil); !errors.Is(err, state.ErrLocked) {
+				if other != nil {
+					_ = other.Unlock()
+				}
+				t.Errorf("the description was loaded outside the lock the predial took: %v", err)
+			}
+			return f.mesh(), f.store, nil
+		},
+		Ready: func(_ context.Context, s *Session, _ *model.Mesh, origin SessionOrigin) {
+			if origin != NewSession || s.opts.Predial == nil || s.Conn != s.opts.Predial.conn {
+				t.Errorf("the cycle did not connect over its predial (origin %v)", origin)
+			}
+			counting = &Counting{API: s.API}
+			s.API = counting
+		},
+	})
 	if err != nil {
 		t.Fatalf("the apply holding the lock it was given: %v", err)
 	}
@@ -131,7 +154,7 @@ func TestAnApplyListsEarlyOnlyUnderTheLock(t *testing.T) {
 		t.Fatalf("the lock given to the apply was not let go: %v", err)
 	}
 	// Held by another: the connection alone.
-	pre, lock = StartApply(ctx, f.stateDi, nil)
+	pre, lock = startApply(ctx, f.stateDi, nil)
 	if lock != nil || pre == nil || pre.list {
 		t.Fatalf("with the lock held elsewhere: predial %v, lock %v", pre != nil, lock != nil)
 	}

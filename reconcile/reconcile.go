@@ -36,11 +36,6 @@ type RunOptions struct {
 	// under the lock: an error stops the apply with nothing changed (a saved plan the bus
 	// no longer matches, `apply --plan`).
 	Expect func(*plan.Plan, plan.Target) error
-	// Lock is the apply lock, already taken by the caller; Reconcile releases it when it
-	// returns. A caller that waits for the lock before it loads the description (`watch`)
-	// reconciles what the description says once the other applier is done, and does not load
-	// it beside that applier's work.
-	Lock *state.Lock
 }
 
 // Result is what a reconcile found and did.
@@ -179,39 +174,53 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 // no file and reloads nothing. It returns nil only when the bus, read again, shows the
 // plan applied; an error wrapping ErrConflict when everything but the conflicts (and what
 // depends on them) was.
+//
+// It is the reconcile of a cycle (cycle.go) on this session and m, taking the locks and
+// releasing them as a cycle does; it loads and connects nothing, which Cycles.Run does.
 func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (Result, error) {
+	var l cycleLock
+	defer l.release()
+	return s.reconcile(ctx, &l, m, o)
+}
+
+// reconcile is Reconcile inside a cycle that holds l, the apply lock, or takes it here; the
+// caller releases l.
+func (s *Session) reconcile(ctx context.Context, l *cycleLock, m *model.Mesh, o RunOptions) (Result, error) {
 	opts := plan.Options{AllowDataLoss: o.AllowDataLoss, AllowMassDelete: o.AllowMassDelete, AllowReissue: o.AllowReissue}
 	if o.DryRun {
-		if o.Lock != nil {
-			defer o.Lock.Unlock()
-		}
 		p, err := s.Plan(ctx, m, opts)
 		return Result{Plan: p}, err
 	}
 	started := time.Now()
-	lock, err := o.Lock, error(nil)
-	if lock == nil {
-		lock = s.held
-	}
-	s.held = nil
-	if lock == nil {
-		lock, err = state.AcquireLock(ctx, s.Store.Dir(), o.WaitForLock, o.LockNotice)
-	}
+	p, t, err := s.lockAndPlan(ctx, l, m, opts, o)
 	if err != nil {
-		err = state.DiskError(err, s.Store.Dir())
 		s.recordFailure(ctx, o.Dir, started, nil, err)
 		return Result{}, err
 	}
-	defer lock.Unlock()
-	s.locked = true
-	defer func() { s.locked = false }()
+	if o.OnPlan != nil {
+		o.OnPlan(p)
+	}
+	if p.Empty() && len(p.Holders) == 0 {
+		res := Result{Plan: p}
+		if o.RecordNoop {
+			res.ApplyID, err = s.recordConverged(ctx, o.Dir, started, p)
+		}
+		return res, err
+	}
+	return s.applyAndRecord(ctx, m, p, t, opts, o, started)
+}
 
+// lockAndPlan takes the apply lock unless l holds it, makes sure the embedded bus is still
+// served, takes the apply lock on the bus, plans, and asks o.Expect about the plan.
+func (s *Session) lockAndPlan(ctx context.Context, l *cycleLock, m *model.Mesh, opts plan.Options, o RunOptions) (*plan.Plan, plan.Target, error) {
+	if err := l.take(ctx, s, o.WaitForLock, o.LockNotice); err != nil {
+		return nil, plan.Target{}, err
+	}
 	removeStaleChecks(s.Accounts.Path, s.logf)
-	err = s.rejoin(ctx, m)
+	err := s.rejoin(ctx, m)
 	if err == nil {
 		err = s.takeBusLock(ctx, o.WaitForLock, o.LockNotice)
 	}
-	defer s.releaseBusLock()
 	var p *plan.Plan
 	var t plan.Target
 	if err == nil {
@@ -220,20 +229,13 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 	if err == nil && o.Expect != nil {
 		err = o.Expect(p, t)
 	}
-	if err != nil {
-		s.recordFailure(ctx, o.Dir, started, nil, err)
-		return Result{}, err
-	}
+	return p, t, err
+}
+
+// applyAndRecord applies p, a plan for t that changes something, reads back what it touched,
+// and records the outcome in the history and, where the bus took the plan, m's inventory.
+func (s *Session) applyAndRecord(ctx context.Context, m *model.Mesh, p *plan.Plan, t plan.Target, opts plan.Options, o RunOptions, started time.Time) (Result, error) {
 	res := Result{Plan: p}
-	if o.OnPlan != nil {
-		o.OnPlan(p)
-	}
-	if p.Empty() && len(p.Holders) == 0 {
-		if o.RecordNoop {
-			res.ApplyID, err = s.recordConverged(ctx, o.Dir, started, p)
-		}
-		return res, err
-	}
 	// The server's answers to the consumers it creates stand in for re-reading them in full,
 	// on one server (touched). On a cluster a consumer's name is the meta leader's as soon as
 	// it is assigned, before it runs on its peers, and the full list asks each consumer's
@@ -243,7 +245,8 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		created = &answers{}
 	}
 	gate := watchBus(s.Conn.Conn, s.Target.Address())
-	if err = s.revokeReissued(ctx, p, t); err == nil {
+	err := s.revokeReissued(ctx, p, t)
+	if err == nil {
 		res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate, created, s.halting)
 	}
 	gate.stop()
@@ -257,18 +260,7 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		}
 	}
 	err = s.diskError(err)
-	outcome := "applied"
-	switch {
-	case errors.Is(err, ErrBlocked):
-		outcome = "refused: " + err.Error()
-	case errors.Is(err, ErrConflict):
-		outcome = "applied except what is in conflict: " + err.Error()
-	case errors.Is(err, ErrNotLive):
-		outcome = "accounts config written, awaiting the operator's reload"
-	case err != nil:
-		outcome = "failed: " + err.Error()
-	}
-	id, rerr := s.record(ctx, o.Dir, started, p, outcome)
+	id, rerr := s.record(ctx, o.Dir, started, p, historyOutcome(err))
 	res.ApplyID = id
 	if err != nil && rerr != nil {
 		// The apply's own error is what the caller reports; the history's must not be lost.
@@ -285,6 +277,21 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 		err = errors.Join(err, rerr)
 	}
 	return res, err
+}
+
+// historyOutcome is how the history names the end of an apply that ended with err.
+func historyOutcome(err error) string {
+	switch {
+	case errors.Is(err, ErrBlocked):
+		return "refused: " + err.Error()
+	case errors.Is(err, ErrConflict):
+		return "applied except what is in conflict: " + err.Error()
+	case errors.Is(err, ErrNotLive):
+		return "accounts config written, awaiting the operator's reload"
+	case err != nil:
+		return "failed: " + err.Error()
+	}
+	return "applied"
 }
 
 func (s *Session) record(ctx context.Context, dir string, started time.Time, p *plan.Plan, outcome string) (int64, error) {

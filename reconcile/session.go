@@ -38,14 +38,12 @@ type Options struct {
 	// Connect fails (ErrNeedsApply, or state.ErrNoController). diff sets it.
 	ReadOnly bool
 	// ExitsAfterClose says the process exits right after Close (a one-shot command), so an
-	// embedded bus only meshctl used need not wait for the server's slow stop (exit.go).
+	// embedded bus only meshctl used need not wait for the server's slow stop
+	// (bus/stopforexit.go).
 	ExitsAfterClose bool
 	// Predial, when set, is the controller's connection started before the description was
 	// loaded (predial.go); the session's first connection uses it where it fits.
 	Predial *Predial
-	// Lock, when set, is the apply lock, which the caller took before Connect: the
-	// session's first Reconcile holds it rather than taking it, and releases it.
-	Lock *state.Lock
 	// Role is what the session holds the apply lock on the bus as, in the lock's value
 	// ("watch", "credentials"); "" is "apply".
 	Role string
@@ -87,11 +85,12 @@ type Session struct {
 	// stop ends the wait, in Close, for other processes to finish with the bus this one
 	// serves: Connect's context, which an interrupt cancels.
 	stop <-chan struct{}
-	// locked is set while Reconcile holds the apply lock, which a reconnect inside it must
-	// not take again; and from Connect to the first Reconcile while held holds the lock the
-	// caller took (Options.Lock).
+	// bus is the bus section of the description the session was connected for.
+	bus model.Bus
+	// locked is set while the cycle this session runs in holds the apply lock (cycle.go):
+	// a connect or reconnect inside it, which may install an accounts config, must not take
+	// the lock again.
 	locked bool
-	held   *state.Lock
 }
 
 // Close disconnects and, when this process runs the embedded bus, stops it (stopEmbedded). A
@@ -138,6 +137,12 @@ func embeddedConsumers(e *bus.Embedded) int {
 // fresh bus, or a controller credential minted anew — is bootstrapped: the rendered config
 // is installed first, since nothing else can be done on the bus without it.
 func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) (*Session, error) {
+	return connectSession(ctx, m, store, o, false)
+}
+
+// connectSession is Connect, for a session that starts inside a cycle holding the apply lock
+// when locked is set.
+func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Options, locked bool) (*Session, error) {
 	logf := o.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -146,7 +151,7 @@ func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done(), held: o.Lock, locked: o.Lock != nil}
+	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done(), bus: m.Bus, locked: locked}
 	if s.manager, err = managerLine(ctx, store); err != nil {
 		return nil, err
 	}
@@ -165,13 +170,16 @@ func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) 
 	return s, nil
 }
 
-// Redial connects to the same bus anew, as the controller with the credential the store
+// Bus is the bus section of the description the session was connected for.
+func (s *Session) Bus() model.Bus { return s.bus }
+
+// redial connects to the same bus anew, as the controller with the credential the store
 // holds now, installing the rendered accounts config first when the one in use does not
 // let it in. It is for a long-lived session (`meshctl watch`) whose connection was
 // refused because the controller's credential was revoked or minted anew by another
 // meshctl: the bus itself is fine, and an embedded one keeps running for everyone else.
-func (s *Session) Redial(ctx context.Context, m *model.Mesh, cost int) error {
-	password, err := s.Store.ControllerPassword(ctx, cost)
+func (s *Session) redial(ctx context.Context, m *model.Mesh) error {
+	password, err := s.Store.ControllerPassword(ctx, s.opts.Cost)
 	if err != nil {
 		return err
 	}

@@ -273,7 +273,7 @@ func (l *loop) judge(o heardObject) {
 }
 
 // afterCycle judges what was heard while the reconcile ran against what it changed.
-func (l *loop) afterCycle(r stepResult) {
+func (l *loop) afterCycle(r cycleResult) {
 	h := l.hearing
 	h.own = ownChangesOf(r.cycle.Plan, time.Now())
 	held := append(h.held, h.queue.take()...)

@@ -35,7 +35,7 @@ func (c *controllerSide) stop() {
 
 // withController hands the controller the description a reconcile just brought the bus to,
 // starting the controller first when there is none on this bus. It runs on the loop's goroutine.
-func (l *loop) withController(ctx context.Context, r stepResult) {
+func (l *loop) withController(ctx context.Context, r cycleResult) {
 	if r.conn == nil || (r.cycle.Outcome != OutcomeOK && r.cycle.Outcome != OutcomeNoop) || r.conn.mesh == nil {
 		return
 	}

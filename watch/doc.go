@@ -1,12 +1,15 @@
 // Package watch is `meshctl watch`: the control host's loop that keeps the bus equal to
 // the description in a directory, for as long as it runs.
 //
-// It owns when to reconcile, and nothing of how: loading, planning and applying are the
-// model and reconcile packages' work, done the same way a one-shot `meshctl apply` does
-// them. A reconcile runs once at start, after every change under the directory (debounced,
-// so a `git pull` touching fifty files makes one), when the bus announces that one of its
-// streams or consumers was deleted or a stream's config changed (JetStream's advisories,
-// debounced the same way; the advisories of watch's own changes are told apart and cause
+// It owns when to reconcile, and nothing of how: each reconcile is a cycle of
+// reconcile.Cycles, the one a one-shot `meshctl apply` runs, which takes the apply lock, loads
+// the description, keeps or connects the session, reconciles and releases the locks. What
+// watch keeps is the triggers and what a cycle's outcome means (cycle.go): the Outcome, the
+// advisories heard on its connection, the controller beside it, the metrics, the log line
+// and the state file. A reconcile runs once at start, after every change under the
+// directory (debounced, so a `git pull` touching fifty files makes one), when the bus
+// announces that one of its streams or consumers was deleted or a stream's config changed
+// (JetStream's advisories, debounced the same way; the advisories of watch's own changes are told apart and cause
 // nothing), on a resync interval (the safety net for drift no advisory announces — a
 // consumer's config changed in place, the accounts file edited by hand), and on SIGHUP. A description that does not validate is reported and
 // nothing is applied, so the last good state stays live; a plan the reconciler refuses

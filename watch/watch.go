@@ -14,6 +14,7 @@ import (
 	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -189,15 +190,8 @@ type Cycle struct {
 // the directory or the state store cannot be opened, or the metrics address is taken.
 func Run(ctx context.Context, c Config) error {
 	c = c.withDefaults()
-	if c.Dir == "" || c.StateDir == "" {
-		return errors.New("watch: a description directory and a state directory are required")
-	}
-	info, err := os.Stat(c.Dir)
-	if err != nil {
-		return fmt.Errorf("watching the mesh description: %w", err)
-	}
-	if !info.IsDir() {
-		return fmt.Errorf("watching the mesh description: %s is not a directory", c.Dir)
+	if err := checkDirs(c); err != nil {
+		return err
 	}
 	store, err := state.Open(c.StateDir)
 	if err != nil {
@@ -206,16 +200,12 @@ func Run(ctx context.Context, c Config) error {
 	defer store.Close()
 
 	m := newMetrics()
-	var srv *metricsServer
 	if c.MetricsAddr != "" {
-		if srv, err = startMetricsServer(c.MetricsAddr, m, c.Logger); err != nil {
+		srv, err := serveMetrics(c, m)
+		if err != nil {
 			return err
 		}
 		defer srv.stop()
-		c.Logger.Info("serving metrics", "metrics", "http://"+srv.addr+"/metrics", "healthz", "http://"+srv.addr+"/healthz")
-		if c.metricsReady != nil {
-			c.metricsReady(srv.addr)
-		}
 	}
 
 	// One slot is enough: the loop only needs to know that something changed since it
@@ -235,49 +225,72 @@ func Run(ctx context.Context, c Config) error {
 	c.Logger.Info("watching the mesh description", "dir", c.Dir, "mode", tree.mode(),
 		"debounce", c.Debounce, "resync", c.Resync, "state", c.StateDir)
 	// Stopped after the loop, not with ctx: the loop may still be finishing a reconcile.
-	treeCtx, stopTree := context.WithCancel(context.Background())
-	treeDone := make(chan struct{})
-	go func() {
-		defer close(treeDone)
-		tree.run(treeCtx)
-	}()
-	defer func() {
-		stopTree()
-		<-treeDone
-	}()
+	stopTree := background(tree.run)
+	defer stopTree()
 
 	// Stopped after the loop too, so it never looks for a controller the loop is stopping.
-	beatsCtx, stopBeats := context.WithCancel(context.Background())
-	beatsDone := make(chan struct{})
-	go func() {
-		defer close(beatsDone)
-		recordHeartbeats(beatsCtx, c.StateDir, c.heartbeatEvery, c.heartbeatTick, m.controller.Load,
+	stopBeats := background(func(ctx context.Context) {
+		recordHeartbeats(ctx, c.StateDir, c.heartbeatEvery, c.heartbeatTick, m.controller.Load,
 			func(format string, args ...any) { c.Logger.Warn(fmt.Sprintf(format, args...)) })
-	}()
-	defer func() {
-		stopBeats()
-		<-beatsDone
-	}()
+	})
+	defer stopBeats()
 
 	refused := newRefusals(c.Logger, m.reg)
-	recordCtx, stopRecording := context.WithCancel(context.Background())
-	recorded := make(chan struct{})
-	go func() {
-		defer close(recorded)
-		refused.record(recordCtx, store)
-	}()
-	defer func() {
-		stopRecording()
-		<-recorded
-	}()
+	stopRecording := background(func(ctx context.Context) { refused.record(ctx, store) })
+	defer stopRecording()
 
 	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, refusals: refused, changes: changes, syncs: make(chan chan error),
 		hearing: newHearing(c.onHeard),
 		state:   newStateRecorder(c.StateDir, func(format string, args ...any) { c.Logger.Warn(fmt.Sprintf(format, args...)) })}
+	l.cycles = &reconcile.Cycles{StateDir: c.StateDir, Options: l.sessionOptions}
 	l.lead(ctx)
 	l.state.stopped(time.Now())
 	c.Logger.Info("stopped")
 	return nil
+}
+
+// checkDirs refuses a Config without a description directory or a state directory, or whose
+// description directory is not one.
+func checkDirs(c Config) error {
+	if c.Dir == "" || c.StateDir == "" {
+		return errors.New("watch: a description directory and a state directory are required")
+	}
+	info, err := os.Stat(c.Dir)
+	if err != nil {
+		return fmt.Errorf("watching the mesh description: %w", err)
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("watching the mesh description: %s is not a directory", c.Dir)
+	}
+	return nil
+}
+
+// serveMetrics starts the metrics server on c.MetricsAddr and says where it listens.
+func serveMetrics(c Config, m *metrics) (*metricsServer, error) {
+	srv, err := startMetricsServer(c.MetricsAddr, m, c.Logger)
+	if err != nil {
+		return nil, err
+	}
+	c.Logger.Info("serving metrics", "metrics", "http://"+srv.addr+"/metrics", "healthz", "http://"+srv.addr+"/healthz")
+	if c.metricsReady != nil {
+		c.metricsReady(srv.addr)
+	}
+	return srv, nil
+}
+
+// background runs f on a goroutine of its own, under a context of its own rather than Run's;
+// the returned stop cancels that context and waits for f to return.
+func background(f func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // loop is the state of the watch loop, owned by the goroutine in run.
@@ -292,9 +305,12 @@ type loop struct {
 
 	// embedded is shared with the reconcile goroutine, which starts and stops the bus.
 	embedded embeddedBus
-	// conn belongs to the loop between reconciles and to the reconcile while one runs: it
-	// is handed over with the start of a reconcile and handed back with its result.
-	conn *connection
+	// cycles runs the reconciles and keeps their session (reconcile.Cycles); conn is what
+	// watch keeps beside that session. Both belong to the loop between reconciles and to the
+	// reconcile while one runs: they are handed over with the start of a reconcile and handed
+	// back with its result.
+	cycles *reconcile.Cycles
+	conn   *connection
 
 	// The controller loop beside this one, and its requests for a reconcile (see controller.go).
 	ctl   *controllerSide
@@ -311,9 +327,24 @@ type loop struct {
 	needsLead bool
 }
 
-type stepResult struct {
+// cycleResult is a finished reconcile, and the connection it hands back.
+type cycleResult struct {
 	cycle Cycle
 	conn  *connection
+}
+
+// schedule is the loop's state between its events, owned by run's goroutine.
+type schedule struct {
+	running  bool
+	queued   Trigger   // causes waiting for the reconcile in flight to end
+	owed     Trigger   // causes of failed reconciles, carried into the retry
+	failures int       // consecutive failed reconciles, for the backoff
+	burst    time.Time // first change of the burst the debounce timer waits out; zero when none
+	// The controller's requests for a reconcile: waiting for the next to start, and
+	// answered when the one in flight ends.
+	syncsWaiting, syncsInFlight []chan error
+	debounce, retry             *time.Timer
+	results                     chan cycleResult
 }
 
 // run is the loop. It returns when ctx ends, once the reconcile in flight has returned and
@@ -321,138 +352,152 @@ type stepResult struct {
 func (l *loop) run(ctx context.Context) {
 	resync := time.NewTicker(l.cfg.Resync)
 	defer resync.Stop()
-	debounce := stoppedTimer()
-	defer debounce.Stop()
-	retry := stoppedTimer()
-	defer retry.Stop()
+	s := &schedule{debounce: stoppedTimer(), retry: stoppedTimer(), results: make(chan cycleResult, 1)}
+	defer s.debounce.Stop()
+	defer s.retry.Stop()
+	defer l.shutdown(s)
 
-	results := make(chan stepResult, 1)
-	var (
-		running  bool
-		queued   Trigger   // causes waiting for the reconcile in flight to end
-		owed     Trigger   // causes of failed reconciles, carried into the retry
-		failures int       // consecutive failed reconciles, for the backoff
-		burst    time.Time // first change of the burst the debounce timer waits out; zero when none
-		// The controller's requests for a reconcile: waiting for the next to start, and
-		// answered when the one in flight ends.
-		syncsWaiting, syncsInFlight []chan error
-	)
-	start := func(t Trigger) {
-		running = true
-		syncsInFlight, syncsWaiting = syncsWaiting, nil
-		conn := l.conn
-		l.conn = nil
-		go func() {
-			cycle, conn := l.step(ctx, conn, t)
-			results <- stepResult{cycle, conn}
-		}()
-	}
-	request := func(t Trigger) {
-		queued |= t
-		if !running {
-			start(queued)
-			queued = 0
-		}
-	}
-	defer func() {
-		if running {
-			r := <-results
-			l.conn = r.conn
-			if r.cycle.Err != nil {
-				l.log.Warn("reconcile abandoned: shutting down", "trigger", r.cycle.Trigger.String(), "error", r.cycle.Err)
-			} else {
-				l.report(r.cycle, 0)
-			}
-		}
-		answerSyncs(append(syncsInFlight, syncsWaiting...), Cycle{Outcome: OutcomeError, Err: errStopping})
-		if l.ctl != nil {
-			l.ctl.stop()
-			l.ctl = nil
-		}
-		if l.conn != nil {
-			l.disconnect(l.conn)
-			l.conn = nil
-		}
-	}()
-
-	request(TriggerStart)
+	l.request(ctx, s, TriggerStart)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.changes:
 			now := time.Now()
-			if burst.IsZero() {
-				burst = now
+			if s.burst.IsZero() {
+				s.burst = now
 			}
-			wait := min(l.cfg.Debounce, time.Until(burst.Add(maxDebounceFactor*l.cfg.Debounce)))
-			debounce.Reset(max(wait, 0))
-		case <-debounce.C:
-			burst = time.Time{}
-			request(TriggerFiles)
+			wait := min(l.cfg.Debounce, time.Until(s.burst.Add(maxDebounceFactor*l.cfg.Debounce)))
+			s.debounce.Reset(max(wait, 0))
+		case <-s.debounce.C:
+			s.burst = time.Time{}
+			l.request(ctx, s, TriggerFiles)
 		case <-resync.C:
 			// A change waiting out its debounce is reconciled within moments anyway, and a
 			// resync now would read a burst half written.
-			if burst.IsZero() {
-				request(TriggerResync)
+			if s.burst.IsZero() {
+				l.request(ctx, s, TriggerResync)
 			}
 		case <-l.cfg.Hup:
-			t := TriggerSignal
-			// Reload first: another meshctl wrote the accounts file and waits for it to be
-			// live. This happens here, not in the reconcile, so that it is never held up
-			// behind a reconcile in flight.
-			if reloaded, err := l.embedded.reload(); err != nil {
-				l.log.Error("SIGHUP: reloading the embedded bus failed; it keeps the config it had", "error", err)
-			} else if reloaded {
-				l.log.Info("SIGHUP: reloaded the embedded bus")
-			} else {
-				t |= triggerReload
-			}
-			if !burst.IsZero() {
-				// The reconcile reads the tree afresh, so it takes the pending change with it.
-				debounce.Stop()
-				burst = time.Time{}
-				t |= TriggerFiles
-			}
-			request(t)
-		case <-retry.C:
-			request(TriggerRetry | owed)
+			l.request(ctx, s, l.hup(s))
+		case <-s.retry.C:
+			l.request(ctx, s, TriggerRetry|s.owed)
 		case <-l.hearing.queue.signal:
-			l.heard(running)
+			l.heard(s.running)
 		case <-l.hearing.debounce.C:
 			l.hearing.burst = time.Time{}
-			request(TriggerAdvisory)
+			l.request(ctx, s, TriggerAdvisory)
 		case reply := <-l.syncs:
-			syncsWaiting = append(syncsWaiting, reply)
-			request(TriggerController)
-		case r := <-results:
-			running = false
-			l.conn = r.conn
-			if errors.Is(r.cycle.Err, errNeedsLead) {
-				l.needsLead = true
+			s.syncsWaiting = append(s.syncsWaiting, reply)
+			l.request(ctx, s, TriggerController)
+		case r := <-s.results:
+			if !l.finished(ctx, s, r) {
 				return
-			}
-			var retryIn time.Duration
-			if r.cycle.Outcome == OutcomeError && ctx.Err() == nil {
-				failures++
-				owed |= r.cycle.Trigger &^ TriggerRetry
-				retryIn = backoff.After(l.cfg.RetryMin, l.cfg.RetryMax, failures)
-				retry.Reset(retryIn)
-			} else {
-				failures, owed = 0, 0
-				retry.Stop()
-			}
-			l.report(r.cycle, retryIn)
-			answerSyncs(syncsInFlight, r.cycle)
-			syncsInFlight = nil
-			l.withController(ctx, r)
-			l.afterCycle(r)
-			if queued != 0 {
-				start(queued)
-				queued = 0
 			}
 		}
 	}
+}
+
+// request asks for a reconcile for t's causes: started at once when none runs, and otherwise
+// when the one in flight ends, with every cause asked for meanwhile.
+func (l *loop) request(ctx context.Context, s *schedule, t Trigger) {
+	s.queued |= t
+	if !s.running {
+		l.start(ctx, s, s.queued)
+		s.queued = 0
+	}
+}
+
+// start starts a reconcile for t on a goroutine of its own, handing it the connection and
+// the controller's requests it answers.
+func (l *loop) start(ctx context.Context, s *schedule, t Trigger) {
+	s.running = true
+	s.syncsInFlight, s.syncsWaiting = s.syncsWaiting, nil
+	conn, results := l.conn, s.results
+	l.conn = nil
+	go func() {
+		cycle, conn := l.cycle(ctx, conn, t)
+		results <- cycleResult{cycle, conn}
+	}()
+}
+
+// hup is what a SIGHUP asks for. It reloads the embedded bus first: another meshctl wrote the
+// accounts file and waits for it to be live. This happens here, not in the reconcile, so that
+// it is never held up behind a reconcile in flight.
+func (l *loop) hup(s *schedule) Trigger {
+	t := TriggerSignal
+	if reloaded, err := l.embedded.reload(); err != nil {
+		l.log.Error("SIGHUP: reloading the embedded bus failed; it keeps the config it had", "error", err)
+	} else if reloaded {
+		l.log.Info("SIGHUP: reloaded the embedded bus")
+	} else {
+		t |= triggerReload
+	}
+	if !s.burst.IsZero() {
+		// The reconcile reads the tree afresh, so it takes the pending change with it.
+		s.debounce.Stop()
+		s.burst = time.Time{}
+		t |= TriggerFiles
+	}
+	return t
+}
+
+// finished takes the result of the reconcile that ended: it arms the backoff after a failure,
+// reports the cycle, answers the controller, hands it the bus, and starts what was asked for
+// meanwhile. It returns false when the loop must end: the cycle found that this watch must
+// take the lead first (errNeedsLead).
+func (l *loop) finished(ctx context.Context, s *schedule, r cycleResult) bool {
+	s.running = false
+	l.conn = r.conn
+	if errors.Is(r.cycle.Err, errNeedsLead) {
+		l.needsLead = true
+		return false
+	}
+	var retryIn time.Duration
+	if r.cycle.Outcome == OutcomeError && ctx.Err() == nil {
+		s.failures++
+		s.owed |= r.cycle.Trigger &^ TriggerRetry
+		retryIn = backoff.After(l.cfg.RetryMin, l.cfg.RetryMax, s.failures)
+		s.retry.Reset(retryIn)
+	} else {
+		s.failures, s.owed = 0, 0
+		s.retry.Stop()
+	}
+	l.report(r.cycle, retryIn)
+	answerSyncs(s.syncsInFlight, r.cycle)
+	s.syncsInFlight = nil
+	l.withController(ctx, r)
+	l.afterCycle(r)
+	if s.queued != 0 {
+		l.start(ctx, s, s.queued)
+		s.queued = 0
+	}
+	return true
+}
+
+// shutdown ends the loop: it waits for the reconcile in flight, answers the controller's
+// requests left, stops the controller, and closes the connection and the session, the
+// embedded bus with it.
+func (l *loop) shutdown(s *schedule) {
+	if s.running {
+		r := <-s.results
+		l.conn = r.conn
+		if r.cycle.Err != nil {
+			l.log.Warn("reconcile abandoned: shutting down", "trigger", r.cycle.Trigger.String(), "error", r.cycle.Err)
+		} else {
+			l.report(r.cycle, 0)
+		}
+	}
+	answerSyncs(append(s.syncsInFlight, s.syncsWaiting...), Cycle{Outcome: OutcomeError, Err: errStopping})
+	if l.ctl != nil {
+		l.ctl.stop()
+		l.ctl = nil
+	}
+	if l.conn != nil {
+		l.disconnect(l.conn)
+		l.conn = nil
+	}
+	l.cycles.Close()
 }
 
 // stoppedTimer is a timer that has not been armed: Reset arms it.

@@ -88,39 +88,37 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	if *dryRun {
 		return dryRunApply(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue}, *out)
 	}
-	lockNotice := func(msg string) { fmt.Fprintln(e.stderr, msg) }
-	pre, lock := reconcile.StartApply(ctx, *sf.dir, lockNotice)
-	defer pre.Close()
-	if lock != nil {
-		defer lock.Unlock()
-	}
-	var m *model.Mesh
+	// The cycle's load opens the store after the description, which an empty state directory
+	// is restored from the bus with; the store is closed after the session.
 	var st *state.Store
-	if saved != nil {
-		m, st, code = sf.openFor(ctx, e, savedMesh)
-	} else {
-		m, st, code = sf.loadAndOpen(ctx, e, *dir)
-	}
-	if code != exitOK {
-		return code
-	}
-	defer st.Close()
-	sess, err := connect(ctx, e, m, st, reconcile.Options{Cost: *cost, Predial: pre, Lock: lock})
-	if err != nil {
-		if ctx.Err() != nil {
-			e.errorf("interrupted before the bus was reached: nothing was changed")
-			return exitInterrupted
+	defer func() {
+		if st != nil {
+			st.Close()
 		}
-		e.errorf("%v", err)
-		return exitError
+	}()
+	load := func(ctx context.Context) (*model.Mesh, *state.Store, error) {
+		var m *model.Mesh
+		if saved != nil {
+			m, st, code = sf.openFor(ctx, e, savedMesh)
+		} else {
+			m, st, code = sf.loadAndOpen(ctx, e, *dir)
+		}
+		if code != exitOK {
+			return nil, nil, errReported
+		}
+		return m, st, nil
 	}
-	defer sess.Close()
+	cycles := &reconcile.Cycles{StateDir: *sf.dir, Options: func() reconcile.Options {
+		return reconcile.Options{Cost: *cost, ExitsAfterClose: exitsAfterCommand,
+			Logf: func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }}
+	}}
+	defer cycles.Close()
 
-	started := time.Now()
+	var started time.Time
 	total := 0
 	run := reconcile.RunOptions{
 		AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
-		LockNotice: lockNotice,
+		LockNotice: func(msg string) { fmt.Fprintln(e.stderr, msg) },
 		OnPlan: func(p *plan.Plan) {
 			total = len(p.Changes)
 			if *out == "text" {
@@ -132,12 +130,35 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	if saved != nil {
 		run.Expect, run.Dir = expectSaved(e, saved), ""
 	}
-	res, err := sess.Reconcile(ctx, m, run)
+	res, err := cycles.Run(ctx, reconcile.CycleOptions{Load: load, Predial: true, Run: run,
+		Ready: func(context.Context, *reconcile.Session, *model.Mesh, reconcile.SessionOrigin) { started = time.Now() }})
+	if !res.Reconciled {
+		return unreconciled(ctx, e, res, err, code)
+	}
 	if *out == "json" && res.Plan != nil {
 		_ = res.Plan.JSON(e.stdout)
 	}
-	return reportApply(ctx, e, res, err, total, sess.Accounts.Path, started)
+	return reportApply(ctx, e, res.Result, err, total, res.Session.Accounts.Path, started)
 }
+
+// unreconciled is the exit code of an apply whose cycle ended with err before its reconcile:
+// loadCode where the description or the state store could not be opened (the load reported
+// why), and otherwise that of a bus not reached, saying why.
+func unreconciled(ctx context.Context, e *env, res reconcile.CycleResult, err error, loadCode int) int {
+	if res.Mesh == nil {
+		return loadCode
+	}
+	if ctx.Err() != nil {
+		e.errorf("interrupted before the bus was reached: nothing was changed")
+		return exitInterrupted
+	}
+	e.errorf("%v", err)
+	return exitError
+}
+
+// errReported ends an apply's cycle whose description or state store could not be opened:
+// what was wrong is already reported, and the exit code chosen.
+var errReported = errors.New("the description or the state store could not be opened")
 
 // readPlanFlag reads the saved plan --plan names, refusing -f and --dry-run beside it: the
 // plan carries the description it applies. Without --plan it returns no plan.
