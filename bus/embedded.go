@@ -276,10 +276,6 @@ func serverSettings(o EmbeddedOptions, dir string) ([]string, error) {
 		"listen: " + confQuote(net.JoinHostPort(host, strconv.Itoa(n))),
 		// The store belongs to whoever runs the server, not to the accounts file (seed 002).
 		jetStreamSetting(dir),
-		// No system account: nothing of meshctl's asks one of the embedded bus, and with it the
-		// server sends an event for every connected client at every reload (a JSON-encoded
-		// connect event each), a third of what a reload costs with thousands of hosts online.
-		"no_system_account: true",
 	}
 	if o.TLSCert != "" {
 		cert, err := filepath.Abs(o.TLSCert)
