@@ -240,28 +240,6 @@ func targetUsers(target Target) map[string]ServedUser {
 	return users
 }
 
-// renderedUsers is an accounts config split as render.AccountsConfig writes it.
-type renderedUsers struct {
-	header []byte            // everything before the first user
-	blocks map[string][]byte // each user's lines, by user
-	footer []byte            // everything after the last
-}
-
-// splitUsers splits a config written by render.AccountsConfig into its header and one
-// block per user (render.SplitAccountsConfig). ok is false for anything else: another
-// layout, a user twice, a name that needs escaping.
-func splitUsers(conf []byte) (renderedUsers, bool) {
-	s, ok := render.SplitAccountsConfig(conf)
-	if !ok {
-		return renderedUsers{}, false
-	}
-	r := renderedUsers{header: s.Head, blocks: make(map[string][]byte, len(s.Entries)), footer: s.Tail}
-	for _, e := range s.Entries {
-		r.blocks[e.User] = e.Text
-	}
-	return r, true
-}
-
 // principalUser is a principal as the server would hold it, without parsing its rendering.
 func principalUser(p render.Principal, hashes map[string]string) ServedUser {
 	return ServedUser{Credential: entryCredential(render.CredentialOf(p, hashes)), Restricted: true,

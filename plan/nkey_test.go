@@ -97,8 +97,9 @@ func TestNkeyCredentialsArePlannedByPrincipal(t *testing.T) {
 func TestAnNkeyMeshsRenderingIsReadBlockByBlock(t *testing.T) {
 	t.Parallel()
 	base := authTarget(t, model.AuthNkey, map[string]string{"alpha.shop": testnats.UserPublicKey(t), "beta.postman": testnats.UserPublicKey(t)})
-	if users, ok := splitUsers(base.Accounts); !ok || len(users.blocks) != len(base.Bus.Principals) {
-		t.Errorf("an nkey mesh's rendering is not read block by block: %v, %d blocks", ok, len(users.blocks))
+	split, ok := render.SplitAccountsConfig(base.Accounts)
+	if !ok || len(split.Entries) != len(base.Bus.Principals) {
+		t.Errorf("an nkey mesh's rendering is not read block by block: %v, %d blocks", ok, len(split.Entries))
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 
 // RunOptions say what one reconcile does.
 type RunOptions struct {
-	DryRun        bool // plan only
 	AllowDataLoss bool
 	// AllowMassDelete lets an apply delete more than half of what meshctl owns.
 	AllowMassDelete bool
@@ -187,10 +186,6 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 // caller releases l.
 func (s *Session) reconcile(ctx context.Context, l *cycleLock, m *model.Mesh, o RunOptions) (Result, error) {
 	opts := plan.Options{AllowDataLoss: o.AllowDataLoss, AllowMassDelete: o.AllowMassDelete, AllowReissue: o.AllowReissue}
-	if o.DryRun {
-		p, err := s.Plan(ctx, m, opts)
-		return Result{Plan: p}, err
-	}
 	started := time.Now()
 	p, t, err := s.lockAndPlan(ctx, l, m, opts, o)
 	if err != nil {
