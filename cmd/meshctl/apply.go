@@ -109,8 +109,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		return m, st, nil
 	}
 	cycles := &reconcile.Cycles{StateDir: *sf.dir, Options: func() reconcile.Options {
-		return reconcile.Options{Cost: *cost, ExitsAfterClose: exitsAfterCommand,
-			Logf: func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }}
+		return commandSession(e, reconcile.Options{Cost: *cost})
 	}}
 	defer cycles.Close()
 

@@ -156,11 +156,18 @@ func (s stateFlag) loadAndOpen(ctx context.Context, e *env, dir string) (*model.
 // by tests keep the clean stop, since their process goes on.
 var exitsAfterCommand bool
 
-// connect loads nothing: it reaches the bus m names as the controller. o.Logf is set here.
+// connect loads nothing: it reaches the bus m names as the controller, with o as a command's
+// session (commandSession).
 func connect(ctx context.Context, e *env, m *model.Mesh, st *state.Store, o reconcile.Options) (*reconcile.Session, error) {
+	return reconcile.Connect(ctx, m, st, commandSession(e, o))
+}
+
+// commandSession is o for a session of a one-shot command: it may leave the embedded bus to
+// stop with the process (exitsAfterCommand), and says what an operator should know on stderr.
+func commandSession(e *env, o reconcile.Options) reconcile.Options {
 	o.ExitsAfterClose = exitsAfterCommand
 	o.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }
-	return reconcile.Connect(ctx, m, st, o)
+	return o
 }
 
 // isTerminal reports whether w is a terminal, where colour helps; elsewhere it is noise.
