@@ -15,7 +15,7 @@ import (
 
 // A principal granted only its own inbox and one service subject can make a request and hear the
 // answer: the reply lands under _INBOX.<user>, which is exactly what it was granted. With the
-// client's default random prefix the server would refuse the reply subscription (seed 000).
+// client's default random prefix the server would refuse the reply subscription.
 func TestDialUsesTheUsersOwnInbox(t *testing.T) {
 	t.Parallel()
 	client := testUser{name: "one.telegram", password: "pw-client",

@@ -97,7 +97,7 @@ func (e *Embedded) RemovedHalfWritten() []string { return e.halfWritten }
 
 // defaultAccounts is the first accounts.conf of a fresh state directory. JetStream must be
 // enabled on the account itself: once any account is configured, the server's jetstream block
-// alone leaves a MESH user with "JetStream not enabled for account" (seed 000).
+// alone leaves a MESH user with "JetStream not enabled for account".
 const defaultAccounts = `# Written by meshctl when the embedded bus first started; each apply replaces it.
 accounts {
   MESH {
@@ -274,7 +274,7 @@ func serverSettings(o EmbeddedOptions, dir string) ([]string, error) {
 	settings := []string{
 		"server_name: " + confQuote(name),
 		"listen: " + confQuote(net.JoinHostPort(host, strconv.Itoa(n))),
-		// The store belongs to whoever runs the server, not to the accounts file (seed 002).
+		// The store is the server's setting, never the accounts file's (docs/design-rules.md).
 		jetStreamSetting(dir),
 	}
 	if o.TLSCert != "" {
@@ -371,9 +371,10 @@ func (e *Embedded) ConfigFile() string { return filepath.Join(e.dir, serverConfN
 func (e *Embedded) Server() *server.Server { return e.srv }
 
 // Reload re-reads accounts.conf and applies it with the server's own settings, as a reload of
-// server.conf would (serverConfig): removed users are disconnected, new permissions apply to
-// live connections at once (NATS-FACTS.md). A config the server refuses — one it cannot parse,
-// or one changing what it cannot reload — leaves it on the config it had, and is the error.
+// server.conf would (serverConfig): removed users are disconnected, new permissions apply to live
+// connections at once (docs/nats-behaviour.md, "Reload"). A config the server refuses — one it
+// cannot parse, or one changing what it cannot reload — leaves it on the config it had, and is the
+// error.
 func (e *Embedded) Reload() error {
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()

@@ -222,8 +222,8 @@ func TestCheckAccounts(t *testing.T) {
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Fatalf("CheckAccounts left %d files in %s", len(left), dir)
 	}
-	// An unquoted hash is a variable reference to the parser (NATS-FACTS.md) — unless it is
-	// exactly the bcrypt form the parser special-cases; a misspelt permission key is refused.
+	// An unquoted hash is a variable reference to the parser (docs/nats-behaviour.md) — unless it
+	// is exactly the bcrypt form the parser special-cases; a misspelt permission key is refused.
 	typo := []byte("accounts { MESH { users = [ { user: x, password: y, permissions: { publsh: { allow: [\"a\"] } } } ] } }\n")
 	if err := CheckAccounts(typo, dir); err == nil {
 		t.Fatal("a misspelt permissions key was accepted")

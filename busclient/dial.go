@@ -23,12 +23,12 @@ import (
 // Target is where the bus is and how to recognise it.
 type Target struct {
 	// URL is nats://host:port or tls://host:port. It never carries a user or password: a
-	// credential inside a URL leaks into every log line that prints a connection (seed 000), so
+	// credential inside a URL leaks into every log line that prints a connection, so
 	// Dial refuses one.
 	URL string
 	// Fingerprint, when set, is the hex SHA-256 of the server's leaf certificate DER, in either
 	// case and with or without ':' separators. The mesh's bus presents a certificate no public
-	// verifier accepts, so pinning it is how a client knows it reached the right server (seed 000).
+	// verifier accepts, so pinning it is how a client knows it reached the right server.
 	// A cluster's servers may present different certificates: Fingerprint then lists each,
 	// separated by spaces, and any of them is the bus.
 	Fingerprint string
@@ -99,7 +99,7 @@ func (t Target) check() error {
 
 // Fingerprint is the lower-case hex SHA-256 of a certificate's DER bytes (x509.Certificate.Raw)
 // — the leaf's own hash, which is what the mesh pins. The server's `pinned_certs` hashes the
-// public key instead, a different number (NATS-FACTS.md, "TLS pinning").
+// public key instead, a different number (docs/nats-behaviour.md, "TLS pinning").
 func Fingerprint(der []byte) string {
 	sum := sha256.Sum256(der)
 	return hex.EncodeToString(sum[:])
@@ -129,7 +129,7 @@ func (e *FingerprintMismatchError) Error() string {
 // pinnedTLS accepts exactly the leaf certificates whose SHA-256 is among want (the servers of
 // one bus) and nothing else.
 // InsecureSkipVerify only turns off name and chain verification, which the mesh's certificate
-// cannot pass ("certificate is not valid for any names", seed 000); the pin below is stricter. It
+// cannot pass ("certificate is not valid for any names"); the pin below is stricter. It
 // is VerifyConnection, not VerifyPeerCertificate: the latter is skipped on resumed sessions.
 func pinnedTLS(want ...string) *tls.Config {
 	return &tls.Config{
@@ -190,7 +190,7 @@ const defaultConnectTimeout = 5 * time.Second
 //
 // It always sets, after any opts so they cannot be lost by accident: the inbox prefix
 // "_INBOX.<user>" (every principal is granted only its own inbox; the default random prefix is
-// refused — seed 000), the credential (user and password, or the nkey of the user's seed), and
+// refused), the credential (user and password, or the nkey of the user's seed), and
 // an async error handler that records permission violations (chaining any handler given in opts). It also sets a connection name, a connect
 // timeout of 5s or ctx's deadline if sooner, PermissionErrOnSubscribe, and the pinned TLS
 // configuration when t.Fingerprint is set (which makes TLS mandatory). ctx bounds only the
@@ -357,7 +357,7 @@ func (c *Conn) LastViolation() *PermissionError {
 // WaitViolation returns the first violation naming exactly subject — one already reported (of the
 // last 64) or the next one. A refused subscription in a queue group matches its subject. It
 // returns an error when ctx ends or the connection closes first. This is how a test tells "the
-// server refused this" from a timeout that merely looks like it (NATS-FACTS.md).
+// server refused this" from a timeout that merely looks like it (docs/nats-behaviour.md).
 func (c *Conn) WaitViolation(ctx context.Context, subject string) (*PermissionError, error) {
 	for {
 		c.mu.Lock()

@@ -6,15 +6,15 @@
 //
 //   - Dialling (Dial, DialAlone, Target, Credential). Every principal dials the same way: its
 //     user and password (or nkey seed, UserKey) beside the address, never inside it, an inbox
-//     prefix of its own (the only inbox it is granted — seed 000), and, when the mesh pins one,
+//     prefix of its own (the only inbox it is granted), and, when the mesh pins one,
 //     the bus's certificate by fingerprint (Fingerprint, FingerprintMismatchError). A
 //     connection error names the address alone: errors are written on the assumption they are
 //     logged, and a URL with a password in it is a password in a log.
 //   - A cluster as one Target (Cluster): a connection starts at whichever server answers and
 //     moves to another when its server goes away; DialAlone reaches one server and no other.
 //   - Reporting refusals (Conn.Violations, Conn.WaitViolation). A missing grant surfaces on the
-//     client as a timeout or "no responders" (NATS-FACTS.md, "Permissions a restricted user
-//     needs"); the server says what it refused only through the async error handler, so Dial
+//     client as a timeout or "no responders" (docs/nats-behaviour.md, "Inboxes and
+//     refusals"); the server says what it refused only through the async error handler, so Dial
 //     always installs one and turns each refusal into a *PermissionError naming user,
 //     operation and subject.
 //

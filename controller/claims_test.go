@@ -16,7 +16,9 @@ import (
 	"github.com/meshbus/meshctl/wire"
 )
 
-// The seven claims of seed 002, each against a running server and a real SQLite store.
+// What the controller promises about its control traffic and the store window
+// (docs/design-rules.md, "The store window"), each against a running server and a real SQLite
+// store.
 
 // A report is heard, recorded in the store, and leaves the work queue.
 func TestAReportIsRecordedAndLeavesTheWorkQueue(t *testing.T) {

@@ -81,8 +81,8 @@ type Settle struct {
 	Reason string
 }
 
-// Window is the store window of seed 002: how long a message the store cannot take is held
-// before it is let go. The message itself stays the server's, in the stream; all the window
+// Window is the store window (docs/design-rules.md): how long a message the store cannot take is
+// held before it is let go. The message itself stays the server's, in the stream; all the window
 // keeps is when the store began failing.
 type Window struct {
 	// Bound is how long the store may fail before a message it cannot take is let go.

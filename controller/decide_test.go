@@ -39,7 +39,7 @@ func TestClassifyReadsOnlyTheSubjectsTheMeshDerives(t *testing.T) {
 	}
 }
 
-// The window of seed 002: held within the bound, let go past it, closed by a success; a message
+// The store window: held within the bound, let go past it, closed by a success; a message
 // published during a long outage gets its own bound.
 func TestTheStoreWindow(t *testing.T) {
 	w := Window{Bound: time.Minute, Retry: 5 * time.Second}

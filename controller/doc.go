@@ -21,10 +21,10 @@
 //     and when it last took a message, for watch's /healthz and metrics.
 //   - Taking the nodes' messages (take.go): each delivery from CONTROL settled and logged
 //     once, a report recorded; each heartbeat kept in memory.
-//   - The store window (seed 002): a report or enrolment the SQLite store cannot take is
-//     nak'd with a delay and stays the server's, in the stream; it is recorded when the store
-//     returns, and let go (term) and logged once the store has been failing for longer than
-//     the bound. What the loop keeps is the time the window opened, not the message.
+//   - The store window (docs/design-rules.md): a report or enrolment the SQLite store cannot take
+//     is nak'd with a delay and stays the server's, in the stream; it is recorded when the store
+//     returns, and let go (term) and logged once the store has been failing for longer than the
+//     bound. What the loop keeps is the time the window opened, not the message.
 //   - The bounds of control traffic (decide.go, with wire.EnrolReply): every field of a
 //     report, enrolment request and heartbeat is checked before use — payload sizes, answer
 //     addresses under the requester's own enrolment inbox and short enough for the server's

@@ -119,7 +119,7 @@ func (h *Host) ControllerEvents(ctx context.Context, handle jetstream.MessageHan
 //
 // It works across a reload of the bus because the principal is granted its consumer's
 // `$JS.ACK.<stream>.<consumer>.>` outright: allow_responses would let it answer a delivery's
-// reply subject too, but a reload forgets which replies were owed (NATS-FACTS.md).
+// reply subject too, but a reload forgets which replies were owed (docs/nats-behaviour.md).
 func (h *Host) Ack(ctx context.Context, msg jetstream.Msg) error {
 	if err := h.Check(ctx, msg.DoubleAck); err != nil {
 		return fmt.Errorf("acknowledging %s as %q: %w", msg.Subject(), h.user, err)

@@ -18,9 +18,9 @@
 //     in their deliver group where they have one. Never js.Stream(): asking about a stream needs
 //     STREAM.INFO, which no host is granted.
 //   - Turning refusals into errors (Check). The server says what it refused only through the
-//     connection's async error handler; to the caller a missing grant looks like a timeout or
-//     "no responders" (NATS-FACTS.md). Every operation here runs under Check, so a refusal is a
-//     *busclient.PermissionError naming the user, the operation and the subject.
+//     connection's async error handler; to the caller a missing grant looks like a timeout or "no
+//     responders" (docs/nats-behaviour.md). Every operation here runs under Check, so a refusal is
+//     a *busclient.PermissionError naming the user, the operation and the subject.
 //
 // Package hosttest, beside it, starts a real bus carrying a whole mesh for tests of hosts; the
 // tests here use it to prove, principal by principal, that every job succeeds, that everything

@@ -112,7 +112,7 @@ const settleTimeout = 2 * time.Second
 
 // Check runs op and reports a permission violation it caused as the error: a *busclient.PermissionError
 // naming the user, the operation and the subject, instead of the timeout or "no responders" a
-// refusal otherwise looks like to the client (NATS-FACTS.md; nats-server #4907).
+// refusal otherwise looks like to the client (docs/nats-behaviour.md, "Inboxes and refusals").
 //
 // op gets a context that Check cancels as soon as a refusal arrives, so a refused request does
 // not wait out its timeout. When op returns first, Check flushes the connection: the server

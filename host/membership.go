@@ -13,7 +13,7 @@ import (
 
 // Membership is what a host needs to join the bus: exactly the JSON line `meshctl credentials
 // issue` prints. The user and password ride beside the address, not inside it: a credential
-// embedded in a URL leaks into every log line that prints a connection (seed 000), so the host
+// embedded in a URL leaks into every log line that prints a connection, so the host
 // joins them once, when it dials.
 type Membership struct {
 	// Address is the bus's URL without credentials: nats://host:port or tls://host:port.

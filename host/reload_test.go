@@ -33,7 +33,8 @@ func ackPending(t *testing.T, ctx context.Context, b *hosttest.Mesh, stream, con
 
 // A reload that changes nothing for a connected principal leaves its deliveries in flight
 // acknowledgeable: the server forgets, on every reload, which replies allow_responses allowed
-// (NATS-FACTS.md), and the explicit $JS.ACK grant is what still lets the ack through.
+// (docs/nats-behaviour.md, "Reload"), and the explicit $JS.ACK grant is what still lets the ack
+// through.
 func TestAnAckAfterAReloadTakes(t *testing.T) {
 	t.Parallel()
 	b := hosttest.Start(t, matrixMesh)

@@ -80,7 +80,7 @@ const (
 // How hosts log in. Password is the default. An nkey user proves itself by signing the
 // server's nonce with its seed, which the server checks against the public key in the
 // accounts config: far cheaper than the bcrypt comparison a password user costs at every
-// login and, at every reload, once for each connected client (NATS-FACTS.md).
+// login and, at every reload, once for each connected client (docs/auth.md).
 const (
 	AuthPassword = "password"
 	AuthNkey     = "nkey"

@@ -433,7 +433,7 @@ type storedMsg struct {
 // NextMsg asks the API directly, as ListConsumers does: the library's GetMsg needs a stream
 // handle, which costs a STREAM.INFO call per message. next_by_subj ">" makes it the next
 // message at or after seq on any subject, skipping the gaps acknowledged work leaves in a
-// work queue (jetstream_api.go jsMsgGetRequest, JSApiMsgGetRequest.NextFor) [seen].
+// work queue (docs/nats-behaviour.md, "Taking a stream out of service").
 func (a *jsAPI) NextMsg(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 	req, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": ">"})
 	var got storedMsg

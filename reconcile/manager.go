@@ -179,7 +179,7 @@ func serverUnmanaged(ctx context.Context, path string, t busclient.Target, passw
 			"controller: its users are another store's; %s", ErrNotManager, path, t.Address(), wayOut)
 	}
 	// A server not answering has nobody logged in to lock out: its first file is written
-	// here, for the operator to start it with (the README's bootstrap order).
+	// here, for the operator to start it with (docs/external-server.md, "The first start").
 	return nil
 }
 

@@ -28,7 +28,7 @@ import (
 // as many calls in flight as an apply keeps. Each size starts its own bus.
 //
 // nats-server stops a file-backed consumer in about 10 ms, one after another
-// (NATS-FACTS.md), so a bus of 6,000 consumers takes a minute to stop. Benchmarks leave a
+// (docs/nats-behaviour.md), so a bus of 6,000 consumers takes a minute to stop. Benchmarks leave a
 // large bus running for the process exit to reclaim, and say so; only the restart benchmark
 // stops one, because that is what it measures.
 

@@ -127,7 +127,7 @@ func writeAccounts(b *bytes.Buffer, head []Principal, users iter.Seq[Principal],
 	b.WriteString("  " + Account + " {\n")
 	// JetStream is enabled per account once accounts exist at all: with only the server's
 	// block, a user here is told "JetStream not enabled for account" the first time it
-	// binds a consumer (seed 002).
+	// binds a consumer.
 	b.WriteString("    jetstream: enabled\n    users = [\n")
 	if !flush() {
 		return
@@ -238,7 +238,7 @@ func SplitAccountsConfig(conf []byte) (s AccountsSplit, ok bool) {
 
 // writeSystemUser writes meshctl's system user (KindSystem) in an account block of the
 // server's system account, before the mesh's: adding users to that account is a reload like
-// any other, while naming another system account is not (NATS-FACTS.md). It is laid out on
+// any other, while naming another system account is not (docs/nats-behaviour.md). It is laid out on
 // lines of its own — `users: [`, not the mesh's `users = [` — so that what reads the mesh's
 // users entry by entry (SplitAccountsConfig) finds the mesh's list and not this one.
 func writeSystemUser(b *bytes.Buffer, p Principal, hashes map[string]string) {

@@ -291,12 +291,12 @@ func controllerPrincipal(m *model.Mesh) Principal {
 	controllerBusGrants(&pub, &sub)
 	controllerConsumerGrants(&pub, &sub, m)
 	controllerFlowGrants(&pub, &sub, m)
-	// No allow_responses, although the seeds set it: the controller serves no request at its
-	// reply subject. Enrolment is answered at the address the request's payload carries, which
-	// `_INBOX.enrol.>` grants, and its acks are granted by name, because a reload forgets the
-	// replies allow_responses allowed (NATS-FACTS.md). Without it on a live bus every controller
-	// job is done (host's TestEveryGrantIsNeeded); with it, any message with a reply subject
-	// that reached the controller would let it publish there once.
+	// No allow_responses, although the reference accounts config sets it: the controller serves no
+	// request at its reply subject. Enrolment is answered at the address the request's payload
+	// carries, which `_INBOX.enrol.>` grants, and its acks are granted by name, because a reload
+	// forgets the replies allow_responses allowed (docs/nats-behaviour.md, "Reload"). Without it on
+	// a live bus every controller job is done (host's TestEveryGrantIsNeeded); with it, any message
+	// with a reply subject that reached the controller would let it publish there once.
 	return Principal{User: ControllerUser, Kind: KindController, Publish: pub.sorted(), Subscribe: sub.sorted()}
 }
 
@@ -307,11 +307,11 @@ func controllerBusGrants(pub, sub *grants) {
 	// The controller owns the streams: it is the only writer of stream definitions, so it
 	// alone reaches the JetStream API.
 	//
-	// Publishing there is all it needs of the API: every call is a request whose answer comes
-	// back to its own inbox. The seeds also let it subscribe to `$JS.API.>`, which would let it
-	// hear every other principal's API requests and which no job of its uses; taken away on a
-	// live bus, nothing the controller does is refused (host's TestEveryGrantIsNeeded), so it
-	// is not granted.
+	// Publishing there is all it needs of the API: every call is a request whose answer comes back
+	// to its own inbox. The reference also lets it subscribe to `$JS.API.>`, which would let it
+	// hear every other principal's API requests and which no job of its uses; taken away on a live
+	// bus, nothing the controller does is refused (host's TestEveryGrantIsNeeded), so it is not
+	// granted.
 	pub.add("manage the mesh's streams and consumers", "$JS.API.>")
 	// The store is kept on the bus too (package replica): the controller writes its rows as
 	// puts and purges of the bucket's keys, publishes on the bucket's subjects whose PubAck
@@ -333,7 +333,7 @@ func controllerBusGrants(pub, sub *grants) {
 	sub.add("hear a stream deleted behind watch's back", StreamDeletedAdvisories)
 	sub.add("hear a stream's config changed behind watch's back", StreamUpdatedAdvisories)
 	sub.add("hear a consumer deleted behind watch's back", ConsumerDeletedAdvisories)
-	// It hears the nodes' control traffic; it does not speak on it. The seeds also let it
+	// It hears the nodes' control traffic; it does not speak on it. The reference also lets it
 	// publish on `mesh.control.>`, but what it says to a node goes to `mesh.node.>`, an
 	// enrolment answer to the enrolling node's inbox, and an ack to `$JS.ACK`; with the grant
 	// taken away on a live bus, none of its jobs is refused (host's TestEveryGrantIsNeeded),
@@ -351,7 +351,7 @@ func controllerBusGrants(pub, sub *grants) {
 func controllerConsumerGrants(pub, sub *grants, m *model.Mesh) {
 	pub.add("acknowledge what its CONTROL consumer delivers", ackSubject(StreamControl, ControllerUser))
 	// A push consumer delivers on `_DELIVER.<its name>`, and a client bound to it subscribes
-	// exactly that: the server refused the first binding without it (seed 002). Pulling needs
+	// exactly that, or the server refuses the binding. Pulling needs
 	// nothing more: the pull subjects are under `$JS.API.>`, the answers come to its inbox.
 	pull := m.Bus.Consumers != model.ConsumersPush
 	if !pull {
@@ -361,8 +361,7 @@ func controllerConsumerGrants(pub, sub *grants, m *model.Mesh) {
 		if !pull {
 			sub.add("take deliveries of its EVENTS consumer", DeliverSubject(ControllerUser)+".>")
 		}
-		// Without this every followed event would be redelivered for ever (seed 000: "the
-		// controller could not have consumed a module event").
+		// Without this every followed event would be redelivered for ever.
 		pub.add("acknowledge what its EVENTS consumer delivers", ackSubject(StreamEvents, ControllerUser))
 	}
 }
@@ -375,7 +374,7 @@ func controllerFlowGrants(pub, sub *grants, m *model.Mesh) {
 		sub.add("follow "+f.String(), EventSubject(f))
 	}
 	for _, s := range c.Sends {
-		// The seeds grant the controller each seat's accepts by wildcard: it is the mesh's
+		// The controller is granted each seat's accepts by wildcard: it is the mesh's
 		// own flows that submit work to a role.
 		pub.add("send work to seat "+s.Seat, "mesh.seat."+s.Seat+".accept.>")
 	}
@@ -397,7 +396,7 @@ func controllerFlowGrants(pub, sub *grants, m *model.Mesh) {
 func nodePrincipal(node string, pull bool) Principal {
 	var pub, sub grants
 	user := NodeUser(node)
-	// Its report and its heartbeat by name, not `mesh.control.<n>.>` as the seeds grant:
+	// Its report and its heartbeat by name, not `mesh.control.<n>.>` as the reference grants:
 	// under that wildcard lies the enrolment subject too, and a node's own credential could ask
 	// to re-enrol with a key of its choosing once an operator issued enrol.<n> — the controller
 	// would replace the node's key and password and use up the fresh enrolment credential,
@@ -452,15 +451,15 @@ func instancePrincipal(inst model.Instance, mod *model.Module, own *moduleGrants
 	consumer := InstanceConsumer(inst)
 	sub.add("its own inbox", Inbox(user)+".>")
 	if len(mod.Follows) > 0 {
-		// Binding a push consumer asks the server about it first, as the seat worker's grant
-		// shows (seed 002); the seeds' reference omits it for a module's own consumer. A live
-		// server decided: without it, binding is refused on
-		// $JS.API.CONSUMER.INFO.EVENTS.<consumer> (host's TestEveryGrantIsNeeded).
+		// Binding a push consumer asks the server about it first, as the seat worker's grant shows;
+		// the reference omits it for a module's own consumer. A live server decided: without it,
+		// binding is refused on $JS.API.CONSUMER.INFO.EVENTS.<consumer> (host's
+		// TestEveryGrantIsNeeded).
 		pub.add("bind its EVENTS consumer", consumerInfo(StreamEvents, consumer))
 		pub.add("acknowledge the events it follows", ackSubject(StreamEvents, consumer))
 		take(&pub, &sub, pull, "take deliveries of its EVENTS consumer", StreamEvents, consumer, "")
 		// A module that follows nothing has no consumer, and so no ack, info or delivery
-		// grant: seed 002's reference grants every module its consumer's acks, but a
+		// grant: the reference grants every module its consumer's acks, but a
 		// subject for a consumer that does not exist is a grant no job needs.
 	}
 	pub.list = append(pub.list, own.pub...)
@@ -617,7 +616,7 @@ func (o objectMaker) meshStreams(m *model.Mesh, events int) []jetstream.StreamCo
 	// ControlPerSubject, and at the bound the oldest is dropped (DiscardOld), since only a
 	// node's latest report matters and a refused publish would leave the node retrying. One
 	// node cannot crowd out another's, and its reports never its own enrolment request, which
-	// has a subject of its own. Both fields update in place (NATS-FACTS: max_* and discard).
+	// has a subject of its own. Both fields update in place (docs/nats-behaviour.md, "Streams").
 	return []jetstream.StreamConfig{
 		{
 			Name: StreamControl, Description: "meshctl: nodes' reports and enrolment requests, until the controller takes them",

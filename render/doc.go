@@ -7,7 +7,8 @@
 // unquoted `$…` is a variable reference to the nats-server config parser), and, with
 // bus.auth: nkey, the host principals' public keys (nkey.go: which principals, and what a
 // principal without a key of its kind is given). Every naming rule of the
-// bus lives here, beside the permission that has to match it: the seeds' lesson is that a
-// consumer name and the ack subject granted for it drift apart when they are spelled in
-// two places.
+// bus lives here, beside the permission that has to match it: a consumer name and the ack
+// subject granted for it drift apart when they are spelled in two places. Why each rule and
+// grant is what it is, and where the derivation differs from the reference accounts config
+// it is held to (testdata/seed002-composed.conf), is docs/design-rules.md.
 package render

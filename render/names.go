@@ -86,8 +86,7 @@ func InstanceUser(i model.Instance) string { return i.Node + "." + i.Module }
 
 // InstanceConsumer is a module instance's consumer on EVENTS, `<node>_<module>`: a durable
 // name may not contain a dot, while the ack subject `$JS.ACK.EVENTS.<consumer>.>` must
-// name it exactly (seed 000: the one string that read right inside the permission was
-// refused as a consumer name).
+// name it exactly (docs/design-rules.md, "Names").
 func InstanceConsumer(i model.Instance) string { return i.Node + "_" + i.Module }
 
 // NodeUser is a node host's user.

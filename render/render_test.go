@@ -40,7 +40,8 @@ func parseUsers(tb testing.TB, conf string) map[string]*server.User {
 	return out
 }
 
-// deviation is a difference from seed 002's reference lists, with the reason it exists.
+// deviation is a difference from the reference accounts config's lists
+// (testdata/seed002-composed.conf), with the reason it exists.
 type deviation struct {
 	user, list, subject string
 	added               bool
@@ -48,30 +49,30 @@ type deviation struct {
 }
 
 // The reference is held line by line; every difference is listed here with what needs it.
-// Additions are grants a live server proved necessary (seed 002's own change found the
-// delivery subjects and the holder's worker grants; SPEC.md names the module's consumer
-// info, which host's TestEveryGrantIsNeeded confirms); removals are grants for consumers
+// Additions are grants a live server proved necessary (the delivery subjects, the holder's
+// worker grants and the module's consumer info, which host's TestEveryGrantIsNeeded
+// confirms); removals are grants for consumers
 // that do not exist, and the controller's grants that no job of its needs on a live bus
 // (host's TestEveryGrantIsNeeded takes each grant away in turn). allow_responses is listed
 // as the list "allow_responses" with no subject.
 var seedDeviations = []deviation{
-	{"controller", "subscribe", "_DELIVER.controller", true, "a push consumer delivers on _DELIVER.<name>; binding the CONTROL consumer subscribes it (seed 002)"},
+	{"controller", "subscribe", "_DELIVER.controller", true, "a push consumer delivers on _DELIVER.<name>; binding the CONTROL consumer subscribes it"},
 	{"controller", "subscribe", "_DELIVER.controller.>", true, "the controller's EVENTS consumer delivers on _DELIVER.controller.events"},
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.STREAM.DELETED.*", true, "watch heals a stream deleted by hand as the server announces it, not at the next resync"},
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.STREAM.UPDATED.*", true, "watch heals a stream's config changed by hand as the server announces it"},
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.CONSUMER.DELETED.*.*", true, "watch heals a consumer deleted by hand as the server announces it"},
 	{"controller", "publish", StateSubjects, true, "the store is kept on the bus, in a KV bucket only the controller may write (host's matrix refuses it to everybody else)"},
 	{"controller", "publish", LeaseSubjects, true, "which watch leads and who holds the apply lock are leases in a KV bucket only the controller may write (host's matrix refuses it to everybody else)"},
-	{"node.one", "subscribe", "_DELIVER.one", true, "binding the declaration consumer subscribes its deliver subject (seed 002)"},
+	{"node.one", "subscribe", "_DELIVER.one", true, "binding the declaration consumer subscribes its deliver subject"},
 	{"node.one", "publish", "mesh.control.one.>", false, "the wildcard also grants the enrolment subject, so a node's own credential could re-enrol with a key of its choosing and cut off its agent; re-enrolling is enrol.one's alone"},
 	{"node.one", "publish", "mesh.control.one.report", true, "its reports, by name instead of mesh.control.one.> (host's TestEveryGrantIsNeeded)"},
 	{"node.one", "publish", "mesh.control.one.heartbeat", true, "its heartbeats, by name instead of mesh.control.one.> (host's TestEveryGrantIsNeeded)"},
-	{"one.telegram", "publish", "$JS.API.CONSUMER.INFO.SEAT_TELEGRAM_SENDER.SEAT_TELEGRAM_SENDER_worker", true, "binding the worker consumer asks about it (seed 002)"},
-	{"one.telegram", "publish", "$JS.ACK.SEAT_TELEGRAM_SENDER.SEAT_TELEGRAM_SENDER_worker.>", true, "acknowledging the seat's work (seed 002)"},
-	{"one.telegram", "subscribe", "_DELIVER.SEAT_TELEGRAM_SENDER_worker SEAT_TELEGRAM_SENDER_worker", true, "taking the seat's work, in the worker's queue group only (seed 002 granted the subject without the group)"},
+	{"one.telegram", "publish", "$JS.API.CONSUMER.INFO.SEAT_TELEGRAM_SENDER.SEAT_TELEGRAM_SENDER_worker", true, "binding the worker consumer asks about it"},
+	{"one.telegram", "publish", "$JS.ACK.SEAT_TELEGRAM_SENDER.SEAT_TELEGRAM_SENDER_worker.>", true, "acknowledging the seat's work"},
+	{"one.telegram", "subscribe", "_DELIVER.SEAT_TELEGRAM_SENDER_worker SEAT_TELEGRAM_SENDER_worker", true, "taking the seat's work, in the worker's queue group only (the reference granted the subject without the group)"},
 	{"one.telegram", "publish", "$JS.ACK.EVENTS.one_telegram.>", false, "telegram follows nothing, so one_telegram does not exist: a grant no job needs"},
-	{"two.audit", "publish", "$JS.API.CONSUMER.INFO.EVENTS.two_audit", true, "binding a push consumer asks for its info (SPEC.md: the reference omits it, a live test decides)"},
-	{"two.audit", "subscribe", "_DELIVER.two_audit", true, "binding its EVENTS consumer subscribes its deliver subject (seed 002)"},
+	{"two.audit", "publish", "$JS.API.CONSUMER.INFO.EVENTS.two_audit", true, "binding a push consumer asks for its info (the reference omits it; host's TestEveryGrantIsNeeded decides)"},
+	{"two.audit", "subscribe", "_DELIVER.two_audit", true, "binding its EVENTS consumer subscribes its deliver subject"},
 	{"two.shop", "publish", "$JS.ACK.EVENTS.two_shop.>", false, "shop follows nothing, so two_shop does not exist: a grant no job needs"},
 	{"controller", "publish", "mesh.control.>", false, "no controller job publishes there (it hears nodes on it and answers elsewhere); taken away on a live bus, none of its jobs is refused (host's TestEveryGrantIsNeeded)"},
 	{"controller", "subscribe", "$JS.API.>", false, "API answers come to its inbox; subscribing would only hear others' API requests; taken away on a live bus, none of its jobs is refused (host's TestEveryGrantIsNeeded)"},
@@ -135,7 +136,7 @@ func TestSeedUsersMatchTheReference(t *testing.T) {
 	slices.Sort(gotKeys)
 	slices.Sort(wantKeys)
 	if diff := cmp.Diff(wantKeys, gotKeys); diff != "" {
-		t.Errorf("the derivation differs from seed 002's reference other than by the documented deviations (-documented +found):\n%s", diff)
+		t.Errorf("the derivation differs from the reference accounts config other than by the documented deviations (-documented +found):\n%s", diff)
 	}
 }
 

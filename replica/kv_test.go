@@ -262,8 +262,8 @@ func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 		t.Fatalf("the bucket has %d replicas after Open with 3", r)
 	}
 	want := records(500, "1")
-	// Right after R1→R3 the new replicas may still be catching up (NATS-FACTS: embedded
-	// servers); a write is retried until the stream takes it.
+	// Right after R1→R3 the new replicas may still be catching up (docs/nats-behaviour.md,
+	// "Clusters"); a write is retried until the stream takes it.
 	eventually(ctx, t, func(ctx context.Context) error { return kv.Write(ctx, want) })
 
 	// Every replica current before the leader goes: a replica the R1→R3 change is still

@@ -14,7 +14,7 @@ const openAccounts = "# No accounts: an open bus for tests that do not exercise 
 // StartTestBus starts an embedded bus for one test: on a random 127.0.0.1 port, in tb.TempDir(),
 // stopped by tb.Cleanup. accounts is the accounts config text; nil starts an open bus with
 // JetStream and no auth. One server per test, never a shared one: parallel tests on one bus
-// deleted each other's objects (seed 003).
+// deleted each other's objects by their fixed names.
 func StartTestBus(tb testnats.TB, accounts []byte) *bus.Embedded {
 	tb.Helper()
 	if accounts == nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/meshbus/meshctl/internal/testnats"
 )
 
-// An external server's first start, in the order the README gives: the server's config
+// An external server's first start, in the order docs/external-server.md gives: the server's config
 // includes the accounts file, so it cannot start before meshctl wrote one. The first apply,
 // with no server running, writes the file and leaves it (exit 2, saying to start the server);
 // the server then starts on it, and the next apply finishes and proves it: the diff is clean.

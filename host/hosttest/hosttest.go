@@ -3,8 +3,8 @@
 // controller through the product's own path — plan against an empty bus, apply with the bus's
 // accounts file and reload — as `meshctl apply` does.
 //
-// One bus per call, on a random port in the test's own directory (seed 003: tests that shared a
-// bus deleted each other's objects). Passwords are hashed at bcrypt's lowest cost: tests prove
+// One bus per call, on a random port in the test's own directory: tests that shared a bus
+// deleted each other's objects. Passwords are hashed at bcrypt's lowest cost: tests prove
 // permissions, not hashing.
 package hosttest
 
