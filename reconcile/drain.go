@@ -97,40 +97,12 @@ func sequenceFor(c plan.Change, allowLoss bool) drainSequence {
 	return drainSequence{Steps: steps}
 }
 
-// drain performs c, a stream's Delete or Replace, as sequenceFor decides.
-//
-// Taking a stream out of service (a deletion, or the deletion half of a replacement) without
-// losing anything the bus acknowledged into it. What a plan counted is history by the time the
-// change runs: publishers kept publishing. So the stream is first made unable to take messages,
-// then read again, and deleted only when what it holds is either nothing or safely elsewhere.
-//
-// What this relies on, read off nats-server v2.15.2 (server/…) and checked against an embedded
-// server where marked [seen]:
-//   - stream.go processJetStreamMsgWithBatch: a sealed stream refuses a message at the moment it
-//     would store it, under the stream's lock, and answers the publisher with an error (10109)
-//     rather than an ack [seen]. Sealing is final (stream.go update refuses to unseal) and forces
-//     deny_delete and deny_purge, so the API can delete none of its messages any more (10109),
-//     while the stream itself can still be deleted [seen].
-//   - stream.go processInboundJetStreamMsg hands an inbound message to the stream's goroutine
-//     through a queue (queueInbound), and a subject change does not look at what is queued: a
-//     message routed just before an update that moves the subjects away can be stored just
-//     after it. The update stops every later publish ("no response from stream") [seen]; only
-//     the seal shuts the door exactly. An update with no subjects leaves the stream its own name
-//     as its one subject [seen], which nobody is granted.
-//   - consumer.go loopAndGatherMsgs skips a consumer while it is paused (PauseUntil), new
-//     deliveries and redeliveries alike: a paused consumer delivers nothing and still takes
-//     acknowledgements [seen], and the pause ends by itself at its deadline.
-//   - jetstream_api.go jsMsgGetRequest with next_by_subj ">" answers the first message at or
-//     after a sequence, 10037 when there is none [seen]; a stream's Nats-Msg-Id duplicate window
-//     (2 minutes by default) answers a repeated id with PubAck.Duplicate and stores nothing [seen].
-//   - Sourcing the old queue into the new one was considered and not used: a source's internal
-//     consumer is ack-none (stream.go setupSourceConsumer: AckNone, MaxDeliver 1), so a work
-//     queue forgets a message once it is sent (consumer.go deliverMsg: "ack none and mset is
-//     interest only"), before the sourcing stream stored it, and a failed store retries at a sequence the origin
-//     may no longer have; and the source's lag is set before the message is stored (stream.go
-//     processInboundSourceMsg), so nothing says when all of it has arrived. A subject transform on
-//     the new stream would readdress only what is published from then on, not what is queued.
-//     A copy the new queue acknowledges message by message says exactly what has moved.
+// drain performs c, a stream's Delete or Replace, in the steps sequenceFor decides. What the
+// plan counted is history by the time the change runs, since publishers kept publishing: so the
+// stream is made unable to take messages, read again, and deleted only when what it holds is
+// nothing or safely elsewhere. What each step relies on the server to do, and why sourcing the
+// old queue into the new one would lose messages, is docs/nats-behaviour.md, "Taking a stream
+// out of service".
 func drain(ctx context.Context, api API, c plan.Change, allowLoss bool) error {
 	d := &drainer{api: api, c: c}
 	for _, step := range sequenceFor(c, allowLoss).Steps {

@@ -31,30 +31,17 @@ var refreshedTables = []string{
 }
 
 // Refresh makes the store equal to records, a replica's whole content as the bus holds it
-// (sorted, without deletions; a nil Value deleting a key and a repeated key, the later
-// winning, are taken as Restore takes them), in one write transaction, and reports whether
-// anything changed: a store already equal writes nothing. It is for a standby control host,
-// whose store follows the copy on the bus that another host writes.
+// (taken as Restore takes them), in one write transaction, and reports whether anything changed.
+// It is for a standby control host, whose store follows the copy on the bus that another host
+// writes: that copy is the authority, so a row the store holds and the records do not is gone
+// afterwards, the applies this store kept to itself among them; ids given later go on above the
+// highest this store ever gave, so none is reused. Nothing changes on an error, and records of
+// another store's identity are refused with ErrAnotherStore.
 //
-// Nothing changes on an error. The records are checked as Restore checks them before anything
-// is written, and records whose identity names another store than this one are refused with
-// ErrAnotherStore. Otherwise every row of the records' kinds is deleted and the records'
-// rows inserted in their place, checked as Restore checks them; the store is left in step
-// with the replica (CatchUp then sends nothing until it changes), and a replica it keeps is
-// handed nothing: the records are already a replica's content. The refresh is ordered with
-// this Store's own changes.
-//
-// The copy on the bus is the authority: a row the store holds and the records do not is gone
-// after a refresh, the applies this store kept to itself (ApplyRecord.Converged, never sent on
-// their own) among them. Ids of applies and holder changes made afterwards go on above the
-// highest this store ever gave, so none is reused.
-//
-// The refusals and the password files are not records and are kept as they are. Where the
-// records hold another controller hash than the one dir/controller.password was minted with
-// (the other host minted the controller anew), the file no longer matches, and the caller must
-// handle it: StoredControllerPassword then says ErrControllerMismatch, and the operator's
-// password is taken back with AdoptControllerPassword, whereas ControllerPassword would mint a
-// pair the copy on the bus does not hold. The same holds for dir/system.password.
+// Refusals and the password files are not records and are kept. When the records hold another
+// controller hash than dir/controller.password was minted with, StoredControllerPassword says
+// ErrControllerMismatch and the caller takes the operator's password back with
+// AdoptControllerPassword; the same holds for dir/system.password.
 func (s *Store) Refresh(ctx context.Context, records []Record) (changed bool, err error) {
 	what := fmt.Sprintf("refreshing the store in %s from the bus", s.dir)
 	byFamily, err := restoredRecords(records)
