@@ -144,19 +144,6 @@ func loadOrMakeKey(dir string) (key, error) {
 	return k, nil
 }
 
-func readMembership(path string) (host.Membership, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return host.Membership{}, err
-	}
-	defer f.Close()
-	m, err := host.ReadMembership(f)
-	if err != nil {
-		return host.Membership{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
-}
-
 // nodeMembership is the node's own membership: the one in the directory, or the one enrolment
 // brings (enrolled then says so).
 func nodeMembership(ctx context.Context, c Config, k key, log *slog.Logger) (string, host.Membership, bool, error) {
@@ -167,7 +154,7 @@ func nodeMembership(ctx context.Context, c Config, k key, log *slog.Logger) (str
 	switch len(have) {
 	case 0:
 	case 1:
-		m, err := readMembership(have[0])
+		m, err := host.ReadMembershipFile(have[0])
 		if err != nil {
 			return "", host.Membership{}, false, err
 		}
@@ -182,7 +169,7 @@ func nodeMembership(ctx context.Context, c Config, k key, log *slog.Logger) (str
 	if c.Enrolment == "" {
 		return "", host.Membership{}, false, fmt.Errorf("%s holds no node membership yet: enrol with --membership, the file `meshctl credentials issue enrol.<node>` wrote", c.Dir)
 	}
-	em, err := readMembership(c.Enrolment)
+	em, err := host.ReadMembershipFile(c.Enrolment)
 	if err != nil {
 		return "", host.Membership{}, false, err
 	}

@@ -313,7 +313,7 @@ func (w *world) membership(path string) host.Membership {
 	if info.Mode().Perm() != 0o600 {
 		w.t.Errorf("%s has mode %v, want 0600", path, info.Mode().Perm())
 	}
-	m, err := readMembership(path)
+	m, err := host.ReadMembershipFile(path)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/meshbus/meshctl/host"
 )
 
 // waitRunning is w.wait that fails at once, with what Run returned, when the agent gives up
@@ -85,7 +87,7 @@ func TestAnAgentEnrolsThroughAConnectionCutOff(t *testing.T) {
 	t.Parallel()
 	w := startWorld(t, mesh)
 	file := w.issueEnrolments("one")["one"]
-	m, err := readMembership(file)
+	m, err := host.ReadMembershipFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,3 +36,20 @@ func TestTheClientSideLinksNoServer(t *testing.T) {
 		}
 	}
 }
+
+// internal/testnats starts the server binary every package's tests may dial, bus's and
+// busclient's own included; importing any of meshctl, it would be an arrow running back up
+// the floors, and the first package it imports could not use it in its tests.
+func TestTestnatsImportsNothingOfMeshctl(t *testing.T) {
+	t.Parallel()
+	const root = "github.com/meshbus/meshctl/internal/testnats"
+	out, err := exec.Command("go", "list", "-deps", root).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", root, err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep != root && strings.HasPrefix(dep, "github.com/meshbus/meshctl/") {
+			t.Errorf("%s imports %s", root, dep)
+		}
+	}
+}

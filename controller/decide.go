@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -155,12 +156,12 @@ func JudgeReport(node string, payload []byte, declared uint64) (wire.Report, err
 	}
 	for _, u := range r.Applied {
 		if !instanceOf(node, u) {
-			return wire.Report{}, fmt.Errorf("%w: it says it applied %s, not an instance of node %s", ErrNotReport, model.Quote(u), node)
+			return wire.Report{}, fmt.Errorf("%w: it says it applied %s, not an instance of node %s", ErrNotReport, printable.Quote(u), node)
 		}
 	}
 	for u, why := range r.Failed {
 		if u != wire.ReportRemoval && !instanceOf(node, u) {
-			return wire.Report{}, fmt.Errorf("%w: it says %s failed, not an instance of node %s", ErrNotReport, model.Quote(u), node)
+			return wire.Report{}, fmt.Errorf("%w: it says %s failed, not an instance of node %s", ErrNotReport, printable.Quote(u), node)
 		}
 		if len(why) > MaxReasonLen {
 			return wire.Report{}, fmt.Errorf("%w: the reason it gives for %s is %d bytes, above the bound of %d", ErrNotReport, u, len(why), MaxReasonLen)
@@ -229,7 +230,7 @@ func JudgeEnrolment(m *model.Mesh, subject string, payload []byte) (EnrolAsk, er
 	}
 	kind, node := Classify(subject)
 	if kind != KindEnrol {
-		return EnrolAsk{}, fmt.Errorf("%w: subject %s", wire.ErrNotEnrolment, model.Quote(subject))
+		return EnrolAsk{}, fmt.Errorf("%w: subject %s", wire.ErrNotEnrolment, printable.Quote(subject))
 	}
 	var req wire.EnrolRequest
 	_ = json.Unmarshal(payload, &req) // EnrolReply read it already

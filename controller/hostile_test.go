@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/wire"
 )
@@ -307,7 +307,7 @@ func TestHostileControlTrafficLeavesEnrolmentAndRotationQuick(t *testing.T) {
 		// answers.
 		var a wire.EnrolAnswer
 		if m := <-answers; m.Subject != legit.Reply && json.Unmarshal(m.Data, &a) == nil && a.Node != "" {
-			t.Errorf("the controller answered at %s", model.Quote(m.Subject))
+			t.Errorf("the controller answered at %s", printable.Quote(m.Subject))
 		}
 	}
 	f.mu.Lock()

@@ -9,12 +9,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/state"
 )
 
 // take settles one delivery from CONTROL, and logs it once: a message let go says why, each
-// value it carried quoted (model.Quote), so that what a node sent cannot forge a log line or
+// value it carried quoted (printable.Quote), so that what a node sent cannot forge a log line or
 // fill the log.
 func (l *loop) take(ctx context.Context, m jetstream.Msg) {
 	kind, node := Classify(m.Subject())
@@ -26,7 +26,7 @@ func (l *loop) take(ctx context.Context, m jetstream.Msg) {
 	case KindEnrol:
 		s = l.enrol(ctx, node, m)
 	default:
-		subject = model.Quote(subject)
+		subject = printable.Quote(subject)
 		s = Settle{Verb: Term, Reason: "not a subject the mesh derives for CONTROL"}
 	}
 	l.settle(ctx, m, s)

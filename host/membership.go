@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -94,6 +95,22 @@ func ReadMembership(r io.Reader) (Membership, error) {
 			return m, fmt.Errorf("reading the membership: %w", err)
 		}
 		kp.Wipe() // only checked here: Join makes its own when it dials
+	}
+	return m, nil
+}
+
+// ReadMembershipFile reads the membership in the file at path, as ReadMembership reads it;
+// what is wrong with its content is said after the file's name. The agent and every host
+// that takes a membership file read it here.
+func ReadMembershipFile(path string) (Membership, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Membership{}, err
+	}
+	defer f.Close()
+	m, err := ReadMembership(f)
+	if err != nil {
+		return Membership{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, nil
 }

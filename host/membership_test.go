@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -65,6 +68,33 @@ func TestReadMembershipRefusesWithoutTheSecret(t *testing.T) {
 				t.Errorf("the error quotes the password: %v", err)
 			}
 		})
+	}
+}
+
+// A membership file is read as ReadMembership reads its content, and what is wrong with it
+// names the file, never the password.
+func TestReadMembershipFileNamesTheFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, bad, none := filepath.Join(dir, "good.json"), filepath.Join(dir, "bad.json"), filepath.Join(dir, "none.json")
+	for path, body := range map[string]string{
+		good: `{"address": "nats://x:1", "user": "u", "password": "` + secret + `"}` + "\n",
+		bad:  `{"address": "nats://x:1", "user": "u", "pasword": "` + secret + `"}`,
+	} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := host.ReadMembershipFile(good)
+	if want := (host.Membership{Address: "nats://x:1", User: "u", Password: secret}); err != nil || !reflect.DeepEqual(m, want) {
+		t.Errorf("%s: %#v, %v; want %#v", good, m, err, want)
+	}
+	_, err = host.ReadMembershipFile(bad)
+	if err == nil || !strings.HasPrefix(err.Error(), bad+": reading the membership: ") || strings.Contains(err.Error(), secret) {
+		t.Errorf("%s: %v; want the file named and the reason, without the password", bad, err)
+	}
+	if _, err = host.ReadMembershipFile(none); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), none) {
+		t.Errorf("%s: %v; want fs.ErrNotExist naming the file", none, err)
 	}
 }
 

@@ -1,6 +1,10 @@
 package model
 
-import "context"
+import (
+	"context"
+
+	"github.com/meshbus/meshctl/internal/printable"
+)
 
 // Check validates m, a description changed in memory rather than read from YAML, by the rules
 // Load applies to what the YAML declares, and returns the mesh Load would have made of it:
@@ -24,11 +28,11 @@ func Check(m *Mesh) (*Mesh, error) {
 	for _, mod := range m.Modules {
 		if len(mod.On) == 0 {
 			// Load says so as it reads the YAML, before validation.
-			diags.add(placed(mod.Pos, Pos{}), "module %s runs on no node: list at least one in `on`", Quote(mod.Name))
+			diags.add(placed(mod.Pos, Pos{}), "module %s runs on no node: list at least one in `on`", printable.Quote(mod.Name))
 		}
 	}
 	if m.Bus.Consumers != ConsumersPull && m.Bus.Consumers != ConsumersPush {
-		diags.add(placed(m.Bus.Pos, Pos{}), "bus.consumers must be pull or push, not %s", Quote(m.Bus.Consumers))
+		diags.add(placed(m.Bus.Pos, Pos{}), "bus.consumers must be pull or push, not %s", printable.Quote(m.Bus.Consumers))
 	}
 	if err := diags.err(ctx); err != nil {
 		return nil, err

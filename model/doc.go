@@ -25,9 +25,9 @@
 //   - a name that is not printable text is refused at the directory holding it, since
 //     printing it could forge a line of a log or a CI annotation.
 //
-// Errors quote what the description says through Quote: cut to MaxQuoted characters,
-// control characters escaped, anything shaped like user:password@ redacted. A file whose
-// top level is not a mapping is named with what it is (a string, a list), never its
-// content: it may be a secret saved as .yaml. One load reports at most MaxDiagnostics
-// problems, the first by position, and counts the rest.
+// Errors quote what the description says through printable.Quote: cut to
+// printable.MaxQuoted characters, control characters escaped, anything shaped like
+// user:password@ redacted. A file whose top level is not a mapping is named with what it
+// is (a string, a list), never its content: it may be a secret saved as .yaml. One load
+// reports at most MaxDiagnostics problems, the first by position, and counts the rest.
 package model

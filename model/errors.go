@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/meshbus/meshctl/internal/printable"
 )
 
 // Diagnostic is one problem with the description, at the place an operator fixes it.
@@ -65,7 +67,8 @@ type pending struct {
 	candidates func() []string
 }
 
-// add records a problem. Values from the description go into the message through Quote.
+// add records a problem. Values from the description go into the message through
+// printable.Quote.
 func (d *diagnostics) add(p Pos, format string, args ...any) {
 	*d = append(*d, pending{pos: p, head: fmt.Sprintf(format, args...)})
 }
@@ -123,7 +126,7 @@ func Suggest(name string, candidates []string) string {
 
 func didYouMean(name string, candidates []string) string {
 	if s := Suggest(name, candidates); s != "" {
-		return fmt.Sprintf(" (did you mean %s?)", Quote(s))
+		return fmt.Sprintf(" (did you mean %s?)", printable.Quote(s))
 	}
 	return ""
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/meshbus/meshctl/internal/printable"
 )
 
 // File is one YAML file of a description: its name as errors should show it, and its bytes.
@@ -100,7 +102,7 @@ func (t *tree) visit(p string, d fs.DirEntry) error {
 	// A name with a control character in it prints as two lines, the second one whatever the
 	// name's author wrote: a forged message in a log, a workflow command in CI.
 	if !printableName(d.Name()) {
-		t.refuse(Pos{File: t.rel(filepath.Dir(p))}, "the name %s is not printable text: rename it; nothing under that name is read", Quote(d.Name()))
+		t.refuse(Pos{File: t.rel(filepath.Dir(p))}, "the name %s is not printable text: rename it; nothing under that name is read", printable.Quote(d.Name()))
 		if d.IsDir() {
 			return filepath.SkipDir
 		}
@@ -123,7 +125,7 @@ func (t *tree) visit(p string, d fs.DirEntry) error {
 // the description is what is reviewed in git, so what it declares must be in it.
 func (t *tree) link(p, rel, name string) error {
 	target, _ := os.Readlink(p)
-	shown := Quote(target)
+	shown := printable.Quote(target)
 	resolved, err := filepath.EvalSymlinks(p)
 	var info fs.FileInfo
 	if err == nil {

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/meshbus/meshctl/internal/printable"
 )
 
 var (
@@ -28,22 +30,22 @@ func checkListen(diags *diagnostics, n name, allowPlaintext bool) bool {
 	}
 	host, port, err := net.SplitHostPort(v)
 	if err != nil {
-		diags.add(n.pos, "bus.listen %s must be host:port, such as 127.0.0.1:4222", Quote(v))
+		diags.add(n.pos, "bus.listen %s must be host:port, such as 127.0.0.1:4222", printable.Quote(v))
 		return false
 	}
 	if p, err := strconv.Atoi(port); err != nil || !listenPort.MatchString(port) || p > 65535 {
-		diags.add(n.pos, "bus.listen port %s must be a number from 1 to 65535 (or 0 for a free port each time the bus starts)", Quote(port))
+		diags.add(n.pos, "bus.listen port %s must be a number from 1 to 65535 (or 0 for a free port each time the bus starts)", printable.Quote(port))
 		return false
 	}
 	ip := net.ParseIP(host)
 	if host != "" && ip == nil && !hostName.MatchString(host) {
-		diags.add(n.pos, "bus.listen host %s is neither an IP address nor a host name", Quote(host))
+		diags.add(n.pos, "bus.listen host %s is neither an IP address nor a host name", printable.Quote(host))
 		return false
 	}
 	if loopback := host == "localhost" || ip != nil && ip.IsLoopback(); loopback || allowPlaintext {
 		return true
 	}
-	where := Quote(v)
+	where := printable.Quote(v)
 	if host == "" || ip != nil && ip.IsUnspecified() {
 		where += " (every interface)"
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/meshbus/meshctl/internal/printable"
 )
 
 // Load reads every *.yaml and *.yml file under dir (recursively, in lexical order, skipping
@@ -316,7 +318,7 @@ func (d *decoder) reload(n *yaml.Node) *rawReload {
 		case "system":
 			r.system = true
 		default:
-			d.errorf(n, `bus.reload must be "none", "system", {pid_file: PATH} or {command: [ARGV...]}, not %s`, Quote(n.Value))
+			d.errorf(n, `bus.reload must be "none", "system", {pid_file: PATH} or {command: [ARGV...]}, not %s`, printable.Quote(n.Value))
 			r.manual = true
 		}
 		return r
@@ -363,9 +365,9 @@ func (d *decoder) module(n *yaml.Node) rawModule {
 	m := rawModule{name: d.requiredName(n, f, "module"), pos: d.pos(n)}
 	m.on = d.names(f, "on", "module.on")
 	if v, ok := f["on"]; !ok {
-		d.errorf(n, "module %s has no `on`: list the nodes it runs on", Quote(m.name.val))
+		d.errorf(n, "module %s has no `on`: list the nodes it runs on", printable.Quote(m.name.val))
 	} else if v.val.Tag == "!!null" || (v.val.Kind == yaml.SequenceNode && len(v.val.Content) == 0) {
-		d.errorf(v.val, "module %s runs on no node: list at least one in `on`", Quote(m.name.val))
+		d.errorf(v.val, "module %s runs on no node: list at least one in `on`", printable.Quote(m.name.val))
 	}
 	m.claims = d.names(f, "claims", "module.claims")
 	m.emits = d.names(f, "emits", "module.emits")
@@ -401,11 +403,11 @@ func (d *decoder) fields(n *yaml.Node, what string, allowed []string) map[string
 		}
 		if !contains(allowed, k.Value) {
 			d.diags.addUnknown(d.pos(k), k.Value, func() []string { return allowed },
-				fmt.Sprintf("unknown key %s in %s", Quote(k.Value), what), "; expected one of: "+strings.Join(allowed, ", "))
+				fmt.Sprintf("unknown key %s in %s", printable.Quote(k.Value), what), "; expected one of: "+strings.Join(allowed, ", "))
 			continue
 		}
 		if prev, dup := out[k.Value]; dup {
-			d.errorf(k, "key %s appears twice in %s: first at %s", Quote(k.Value), what, d.pos(prev.key))
+			d.errorf(k, "key %s appears twice in %s: first at %s", printable.Quote(k.Value), what, d.pos(prev.key))
 			continue
 		}
 		out[k.Value] = field{key: k, val: v}
@@ -531,7 +533,7 @@ func kindName(n *yaml.Node) string {
 		case "!!int", "!!float":
 			return "the number " + plainText(n.Value)
 		}
-		return Quote(n.Value)
+		return printable.Quote(n.Value)
 	}
 	return "something else"
 }

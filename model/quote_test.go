@@ -10,39 +10,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/internal/printable"
 )
-
-func TestQuote(t *testing.T) {
-	t.Parallel()
-	long := strings.Repeat("a", model.MaxQuoted)
-	for _, tc := range []struct{ name, in, want string }{
-		{"plain", "shop/order.placed", `"shop/order.placed"`},
-		{"at the cap", long, `"` + long + `"`},
-		{"past the cap", long + "bc", `"` + long + `…"`},
-		{"cut by characters, not bytes", strings.Repeat("é", model.MaxQuoted+1), `"` + strings.Repeat("é", model.MaxQuoted) + `…"`},
-		{"a line break", "one\nmesh.yaml:1:1: forged", `"one\nmesh.yaml:1:1: forged"`},
-		{"a terminal escape", "one\x1b[2J", `"one\x1b[2J"`},
-		{"a NUL", "o\x00ne", `"o\x00ne"`},
-		{"invalid UTF-8", "o\xffne", `"o\xffne"`},
-		{"a right-to-left override", "one\u202eowt", `"one\u202eowt"`},
-		{"a quote", `say "hi"`, `"say \"hi\""`},
-		{"userinfo of a URL", "nats://admin:hunter2@host:4222", `"nats://REDACTED@host:4222"`},
-		{"a password with a space", "nats://admin:hunter2 x@host", `"nats://REDACTED@host"`},
-		{"a password with an @", "nats://admin:p@ssw0rd@host", `"nats://REDACTED@host"`},
-		{"a password with a quote", `nats://admin:pa"ss@host`, `"nats://REDACTED@host"`},
-		{"a token as the user", "tls://s3cr3t@host", `"tls://REDACTED@host"`},
-		{"user:password without a scheme", "admin:hunter2@host:4222", `"REDACTED@host:4222"`},
-		{"an @ that is no credential", "team@example", `"team@example"`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			if got := model.Quote(tc.in); got != tc.want {
-				t.Errorf("Quote(%q) = %s, want %s", tc.in, got, tc.want)
-			}
-		})
-	}
-}
 
 // quoted finds the double-quoted values of a message, as Quote writes them.
 var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
@@ -80,8 +49,8 @@ func TestGoldenOutputsAreSafeToShow(t *testing.T) {
 				if err != nil {
 					continue // a quote inside a longer value's escape, not a value of its own
 				}
-				if n := utf8.RuneCountInString(v); n > model.MaxQuoted+1 || n == model.MaxQuoted+1 && !strings.HasSuffix(v, "…") {
-					t.Errorf("%s quotes a value of %d characters, more than the cap of %d", where, n, model.MaxQuoted)
+				if n := utf8.RuneCountInString(v); n > printable.MaxQuoted+1 || n == printable.MaxQuoted+1 && !strings.HasSuffix(v, "…") {
+					t.Errorf("%s quotes a value of %d characters, more than the cap of %d", where, n, printable.MaxQuoted)
 				}
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/meshbus/meshctl/internal/printable"
 )
 
 // Server is one server of the external bus: where it listens, the accounts config it
@@ -75,7 +77,7 @@ func checkURL(diags *diagnostics, n name, what string) string {
 	case u.User != nil:
 		diags.add(n.pos, "%s must not carry a user or password (%s): meshctl dials as the controller with the credential in its state directory", what, plainText(u.Scheme+"://"+u.Host))
 	case u.Scheme != "nats" && u.Scheme != "tls":
-		diags.add(n.pos, "%s scheme %s is not supported; use nats:// or tls://", what, Quote(u.Scheme))
+		diags.add(n.pos, "%s scheme %s is not supported; use nats:// or tls://", what, printable.Quote(u.Scheme))
 	default:
 		return u.Scheme + "://" + u.Host
 	}

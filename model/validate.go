@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meshbus/meshctl/internal/printable"
 )
 
 // The raw declarations, as read, with a position on every value an error may point at.
@@ -109,13 +111,13 @@ func checkName(diags *diagnostics, n name, what string) bool {
 	case n.val == "":
 		diags.add(n.pos, "%s name must not be empty", what)
 	case len(n.val) > MaxNameLen:
-		diags.add(n.pos, "%s name %s is %d characters; at most %d", what, Quote(n.val), len(n.val), MaxNameLen)
+		diags.add(n.pos, "%s name %s is %d characters; at most %d", what, printable.Quote(n.val), len(n.val), MaxNameLen)
 	case !nameRule.MatchString(n.val):
 		hint := ""
 		if strings.ContainsAny(n.val, "_.") {
 			hint = ": `_` and `.` join names into consumer and user names, so they would make two different things collide"
 		}
-		diags.add(n.pos, "%s name %s must be lowercase letters, digits and `-`, starting with a letter%s", what, Quote(n.val), hint)
+		diags.add(n.pos, "%s name %s must be lowercase letters, digits and `-`, starting with a letter%s", what, printable.Quote(n.val), hint)
 	default:
 		return true
 	}
@@ -124,11 +126,11 @@ func checkName(diags *diagnostics, n name, what string) bool {
 
 func checkSubjectPath(diags *diagnostics, n name, what string) bool {
 	if len(n.val) > maxSubjectPathLen {
-		diags.add(n.pos, "%s %s is longer than %d characters", what, Quote(n.val), maxSubjectPathLen)
+		diags.add(n.pos, "%s %s is longer than %d characters", what, printable.Quote(n.val), maxSubjectPathLen)
 		return false
 	}
 	if !subjectPath.MatchString(n.val) {
-		diags.add(n.pos, "%s %s must be subject tokens joined by dots (letters, digits, `-`, `_`), never a wildcard, a space or an empty token", what, Quote(n.val))
+		diags.add(n.pos, "%s %s must be subject tokens joined by dots (letters, digits, `-`, `_`), never a wildcard, a space or an empty token", what, printable.Quote(n.val))
 		return false
 	}
 	return true
@@ -143,7 +145,7 @@ func uniquePaths(diags *diagnostics, list []name, what, owner string) []string {
 			continue
 		}
 		if p, dup := seen[n.val]; dup {
-			diags.add(n.pos, "%s %s of %s is listed twice: first at %s", what, Quote(n.val), owner, p)
+			diags.add(n.pos, "%s %s of %s is listed twice: first at %s", what, printable.Quote(n.val), owner, p)
 			continue
 		}
 		seen[n.val] = n.pos
@@ -233,11 +235,11 @@ func (r *rawMesh) validateNodes(ctx context.Context, diags *diagnostics, ix *ind
 			continue
 		}
 		if slices.Contains(ReservedNodeNames, n.name.val) {
-			diags.add(n.name.pos, "node name %s is reserved: the users `node.<n>` and `enrol.<n>` would collide with a module user `<n>.<m>`, and `controller` is the controller's own", Quote(n.name.val))
+			diags.add(n.name.pos, "node name %s is reserved: the users `node.<n>` and `enrol.<n>` would collide with a module user `<n>.<m>`, and `controller` is the controller's own", printable.Quote(n.name.val))
 			continue
 		}
 		if p, dup := ix.nodes[n.name.val]; dup {
-			diags.add(n.name.pos, "node %s is declared twice: first at %s", Quote(n.name.val), p)
+			diags.add(n.name.pos, "node %s is declared twice: first at %s", printable.Quote(n.name.val), p)
 			continue
 		}
 		ix.nodes[n.name.val] = n.name.pos
@@ -278,7 +280,7 @@ func (r *rawMesh) indexSeats(ctx context.Context, diags *diagnostics, ix *index)
 			continue
 		}
 		if prev, dup := ix.seats[s.name.val]; dup {
-			diags.add(s.name.pos, "seat %s is declared twice: first at %s", Quote(s.name.val), prev.name.pos)
+			diags.add(s.name.pos, "seat %s is declared twice: first at %s", printable.Quote(s.name.val), prev.name.pos)
 			ix.dupSeats = append(ix.dupSeats, s)
 			continue
 		}
@@ -301,11 +303,11 @@ func (r *rawMesh) indexFormerNames(diags *diagnostics, ix *index) {
 				continue
 			}
 			if _, current := ix.seats[old.val]; current {
-				diags.add(old.pos, "seat %s lists %s as a former name, but a seat of that name is declared: one name cannot mean two seats", Quote(s.name.val), Quote(old.val))
+				diags.add(old.pos, "seat %s lists %s as a former name, but a seat of that name is declared: one name cannot mean two seats", printable.Quote(s.name.val), printable.Quote(old.val))
 				continue
 			}
 			if other, dup := ix.formerly[old.val]; dup && other != s.name.val {
-				diags.add(old.pos, "former name %s is claimed by both seat %s and seat %s", Quote(old.val), Quote(other), Quote(s.name.val))
+				diags.add(old.pos, "former name %s is claimed by both seat %s and seat %s", printable.Quote(old.val), printable.Quote(other), printable.Quote(s.name.val))
 				continue
 			}
 			ix.formerly[old.val] = s.name.val
@@ -319,7 +321,7 @@ func (ix *index) validateSeat(diags *diagnostics, s *rawSeat) Seat {
 	seat := Seat{Name: s.name.val, Scope: ScopeModule, Pos: s.pos}
 	if s.scope.val != "" {
 		if s.scope.val != ScopeModule && s.scope.val != ScopeMesh {
-			diags.add(s.scope.pos, "seat scope %s must be %s or %s", Quote(s.scope.val), Quote(ScopeModule), Quote(ScopeMesh))
+			diags.add(s.scope.pos, "seat scope %s must be %s or %s", printable.Quote(s.scope.val), printable.Quote(ScopeModule), printable.Quote(ScopeMesh))
 		} else {
 			seat.Scope = s.scope.val
 		}
@@ -351,7 +353,7 @@ func (r *rawMesh) validateModules(ctx context.Context, diags *diagnostics, ix *i
 			continue
 		}
 		if prev, dup := ix.modules[mod.name.val]; dup {
-			diags.add(mod.name.pos, "module %s is declared twice: first at %s", Quote(mod.name.val), prev.name.pos)
+			diags.add(mod.name.pos, "module %s is declared twice: first at %s", printable.Quote(mod.name.val), prev.name.pos)
 			ix.dupModules[mod.name.val] = append(ix.dupModules[mod.name.val], mod)
 			continue
 		}
@@ -407,11 +409,11 @@ func (r *rawMesh) validateModule(diags *diagnostics, ix *index, mod *rawModule) 
 	seenNode := map[string]Pos{}
 	for _, n := range mod.on {
 		if _, ok := ix.nodes[n.val]; !ok {
-			diags.addUnknown(n.pos, n.val, ix.nodeList, fmt.Sprintf("module %s runs on unknown node %s", Quote(mod.name.val), Quote(n.val)), "")
+			diags.addUnknown(n.pos, n.val, ix.nodeList, fmt.Sprintf("module %s runs on unknown node %s", printable.Quote(mod.name.val), printable.Quote(n.val)), "")
 			continue
 		}
 		if p, dup := seenNode[n.val]; dup {
-			diags.add(n.pos, "module %s lists node %s twice: first at %s", Quote(mod.name.val), Quote(n.val), p)
+			diags.add(n.pos, "module %s lists node %s twice: first at %s", printable.Quote(mod.name.val), printable.Quote(n.val), p)
 			continue
 		}
 		seenNode[n.val] = n.pos
@@ -424,7 +426,7 @@ func (r *rawMesh) validateModule(diags *diagnostics, ix *index, mod *rawModule) 
 			continue
 		}
 		if p, dup := seenSeat[seat]; dup {
-			diags.add(c.pos, "module %s claims seat %s twice: first at %s", Quote(mod.name.val), Quote(seat), p)
+			diags.add(c.pos, "module %s claims seat %s twice: first at %s", printable.Quote(mod.name.val), printable.Quote(seat), p)
 			continue
 		}
 		seenSeat[seat] = c.pos
@@ -449,7 +451,7 @@ func (ix *index) seat(diags *diagnostics, n name, who string) (string, bool) {
 	if current, ok := ix.formerly[n.val]; ok {
 		return current, true
 	}
-	diags.addUnknown(n.pos, n.val, ix.seatList, fmt.Sprintf("%s names unknown seat %s", who, Quote(n.val)), "")
+	diags.addUnknown(n.pos, n.val, ix.seatList, fmt.Sprintf("%s names unknown seat %s", who, printable.Quote(n.val)), "")
 	return "", false
 }
 
@@ -461,7 +463,7 @@ func splitRef(diags *diagnostics, n name, who, form string) (seat bool, owner, t
 	}
 	o, t, found := strings.Cut(v, "/")
 	if !found || o == "" || t == "" {
-		diags.add(n.pos, "%s: %s must be written %s", who, Quote(n.val), form)
+		diags.add(n.pos, "%s: %s must be written %s", who, printable.Quote(n.val), form)
 		return false, name{}, name{}, false
 	}
 	return seat, name{val: o, pos: n.pos}, name{val: t, pos: n.pos}, true
@@ -494,7 +496,7 @@ func (ix *index) resolve(diags *diagnostics, list []name, who string, o offered)
 			}
 			if !o.bySeat[s][thing.val] {
 				diags.addUnknown(n.pos, thing.val, func() []string { return keys(o.bySeat[s]) },
-					fmt.Sprintf("%s %s %s, but seat %s does not %s %s", who, o.verb, Quote(n.val), Quote(s), o.offer, Quote(thing.val)), "")
+					fmt.Sprintf("%s %s %s, but seat %s does not %s %s", who, o.verb, printable.Quote(n.val), printable.Quote(s), o.offer, printable.Quote(thing.val)), "")
 				continue
 			}
 			ref.owner = s
@@ -503,9 +505,9 @@ func (ix *index) resolve(diags *diagnostics, list []name, who string, o offered)
 				continue
 			}
 			if _, known := ix.modules[owner.val]; !known {
-				head := fmt.Sprintf("%s %s %s, but no module is named %s", who, o.verb, Quote(n.val), Quote(owner.val))
+				head := fmt.Sprintf("%s %s %s, but no module is named %s", who, o.verb, printable.Quote(n.val), printable.Quote(owner.val))
 				if _, isSeat := ix.seats[owner.val]; isSeat {
-					diags.add(n.pos, "%s (%s is a seat: write seat:%s)", head, Quote(owner.val), plainText(n.val))
+					diags.add(n.pos, "%s (%s is a seat: write seat:%s)", head, printable.Quote(owner.val), plainText(n.val))
 				} else {
 					diags.addUnknown(n.pos, owner.val, ix.moduleList, head, "")
 				}
@@ -517,14 +519,14 @@ func (ix *index) resolve(diags *diagnostics, list []name, who string, o offered)
 					nobody = "nobody " + o.offer + "s it: "
 				}
 				diags.addUnknown(n.pos, thing.val, func() []string { return keys(o.byModule[owner.val]) },
-					fmt.Sprintf("%s %s %s, but %smodule %s does not %s %s", who, o.verb, Quote(n.val), nobody, Quote(owner.val), o.offer, Quote(thing.val)), "")
+					fmt.Sprintf("%s %s %s, but %smodule %s does not %s %s", who, o.verb, printable.Quote(n.val), nobody, printable.Quote(owner.val), o.offer, printable.Quote(thing.val)), "")
 				continue
 			}
 			ref.owner = owner.val
 		}
 		key := refString(ref.seat, ref.owner, ref.name)
 		if p, dup := seen[key]; dup {
-			diags.add(n.pos, "%s %s %s twice: first at %s", who, o.verb, Quote(key), p)
+			diags.add(n.pos, "%s %s %s twice: first at %s", who, o.verb, printable.Quote(key), p)
 			continue
 		}
 		seen[key] = n.pos
@@ -575,12 +577,12 @@ func (ix *index) sends(diags *diagnostics, list []name, who string) []AcceptRef 
 		}
 		if !ix.seatAccepts[s][acc.val] {
 			diags.addUnknown(n.pos, acc.val, func() []string { return keys(ix.seatAccepts[s]) },
-				fmt.Sprintf("%s sends %s, but seat %s does not accept %s", who, Quote(n.val), Quote(s), Quote(acc.val)), "")
+				fmt.Sprintf("%s sends %s, but seat %s does not accept %s", who, printable.Quote(n.val), printable.Quote(s), printable.Quote(acc.val)), "")
 			continue
 		}
 		ref := AcceptRef{Seat: s, Accept: acc.val, Pos: n.pos}
 		if p, dup := seen[ref.String()]; dup {
-			diags.add(n.pos, "%s sends %s twice: first at %s", who, Quote(ref.String()), p)
+			diags.add(n.pos, "%s sends %s twice: first at %s", who, printable.Quote(ref.String()), p)
 			continue
 		}
 		seen[ref.String()] = n.pos
@@ -616,23 +618,23 @@ func (r *rawMesh) resolveHolders(ctx context.Context, diags *diagnostics, ix *in
 			continue
 		}
 		if _, known := ix.nodes[h.node.val]; !known {
-			diags.addUnknown(h.node.pos, h.node.val, ix.nodeList, fmt.Sprintf("holder of seat %s names unknown node %s", Quote(seat), Quote(h.node.val)), "")
+			diags.addUnknown(h.node.pos, h.node.val, ix.nodeList, fmt.Sprintf("holder of seat %s names unknown node %s", printable.Quote(seat), printable.Quote(h.node.val)), "")
 			continue
 		}
 		if _, known := ix.modules[h.module.val]; !known {
-			diags.addUnknown(h.module.pos, h.module.val, ix.moduleList, fmt.Sprintf("holder of seat %s names unknown module %s", Quote(seat), Quote(h.module.val)), "")
+			diags.addUnknown(h.module.pos, h.module.val, ix.moduleList, fmt.Sprintf("holder of seat %s names unknown module %s", printable.Quote(seat), printable.Quote(h.module.val)), "")
 			continue
 		}
 		if !ix.runsOn(h.module.val, h.node.val) {
-			diags.add(h.node.pos, "holder of seat %s: module %s does not run on node %s; add the node to its `on`, or name a node it runs on", Quote(seat), Quote(h.module.val), Quote(h.node.val))
+			diags.add(h.node.pos, "holder of seat %s: module %s does not run on node %s; add the node to its `on`, or name a node it runs on", printable.Quote(seat), printable.Quote(h.module.val), printable.Quote(h.node.val))
 			continue
 		}
 		if !ix.claims(h.module.val, seat) {
-			diags.add(h.module.pos, "holder of seat %s: module %s does not claim it; add %s to its `claims`", Quote(seat), Quote(h.module.val), Quote(seat))
+			diags.add(h.module.pos, "holder of seat %s: module %s does not claim it; add %s to its `claims`", printable.Quote(seat), printable.Quote(h.module.val), printable.Quote(seat))
 			continue
 		}
 		if prev, dup := explicit[seat]; dup {
-			diags.add(h.pos, "seat %s has two holders: %s/%s here and %s/%s at %s; a seat has exactly one", Quote(seat), h.node.val, h.module.val, prev.Node, prev.Module, prev.Pos)
+			diags.add(h.pos, "seat %s has two holders: %s/%s here and %s/%s at %s; a seat has exactly one", printable.Quote(seat), h.node.val, h.module.val, prev.Node, prev.Module, prev.Pos)
 			continue
 		}
 		d := HolderDecl{Seat: seat, Node: h.node.val, Module: h.module.val, Pos: h.pos}
@@ -753,7 +755,7 @@ func validateBusSettings(diags *diagnostics, rb *rawBus, b *Bus) {
 	if rb.eventsMaxAge.val != "" {
 		d, err := time.ParseDuration(rb.eventsMaxAge.val)
 		if err != nil || d <= 0 {
-			diags.add(rb.eventsMaxAge.pos, "bus.events_max_age %s must be a positive duration such as 168h", Quote(rb.eventsMaxAge.val))
+			diags.add(rb.eventsMaxAge.pos, "bus.events_max_age %s must be a positive duration such as 168h", printable.Quote(rb.eventsMaxAge.val))
 		} else {
 			b.EventsMaxAge = d
 		}
@@ -763,13 +765,13 @@ func validateBusSettings(diags *diagnostics, rb *rawBus, b *Bus) {
 	case ConsumersPull, ConsumersPush:
 		b.Consumers = v
 	default:
-		diags.add(rb.consumers.pos, "bus.consumers must be pull or push, not %s", Quote(v))
+		diags.add(rb.consumers.pos, "bus.consumers must be pull or push, not %s", printable.Quote(v))
 	}
 	switch v := rb.auth.val; v {
 	case "":
 	case AuthPassword, AuthNkey:
 		b.Auth = v
 	default:
-		diags.add(rb.auth.pos, "bus.auth must be password or nkey, not %s", Quote(v))
+		diags.add(rb.auth.pos, "bus.auth must be password or nkey, not %s", printable.Quote(v))
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// ErrBusLost is returned (wrapped) when the connection to the bus dropped during an apply
-// and did not come back in time: the apply stopped sending and says what it did and did not.
+// ErrBusLost is the one error for a connection to the bus that was lost. An apply returns it
+// (wrapped) when the connection dropped and did not come back in time: the apply stopped
+// sending and says what it did and did not. watch wraps a cycle's error with it when the
+// cycle stopped because its connection dropped (CycleResult.Lost).
 var ErrBusLost = errors.New("the connection to the bus was lost")
 
 // busReturnWait is how long an apply whose connection dropped waits for the bus to come

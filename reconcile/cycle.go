@@ -2,9 +2,9 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -252,32 +252,37 @@ func (l *cycleLock) release() {
 	}
 }
 
-// errDisconnected is the cause a reconcile is cancelled with when its connection drops
-// (StopOnDisconnect).
-var errDisconnected = errors.New("the connection to the bus was lost")
-
 // stopOnDisconnect is ctx, cancelled when nc stops being connected until the returned stop is
-// called; stop waits for the goroutine it started and reports whether nc was lost.
+// called; stop waits for the goroutine it started and reports whether nc was lost, that is
+// whether the drop cancelled ctx before anything else ended it. The cancel carries no cause:
+// apply takes a cause of ErrBusLost for its bus gate having waited busReturnWait in vain, and
+// says so; the cycle tells of the drop through CycleResult.Lost.
 func stopOnDisconnect(ctx context.Context, nc *nats.Conn) (context.Context, func() (lost bool)) {
-	ctx, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	var lost atomic.Bool
+	drop := func() {
+		if ctx.Err() == nil {
+			lost.Store(true)
+		}
+		cancel()
+	}
 	ch := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
 		// RemoveStatusListener closes ch, which ends this goroutine without a cancel.
 		if _, ok := <-ch; ok {
-			cancel(errDisconnected)
+			drop()
 		}
 	}()
 	// A change before the listener was registered is not sent on ch.
 	if !nc.IsConnected() {
-		cancel(errDisconnected)
+		drop()
 	}
 	return ctx, func() bool {
 		nc.RemoveStatusListener(ch)
 		<-finished
-		lost := errors.Is(context.Cause(ctx), errDisconnected)
-		cancel(nil)
-		return lost
+		cancel()
+		return lost.Load()
 	}
 }

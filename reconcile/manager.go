@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -62,7 +63,7 @@ type Manager struct {
 func (m Manager) String() string {
 	// Quoted, each of them: the line is read back from a file, and an error prints it.
 	return fmt.Sprintf("state store %s in %s on host %s (last wrote the accounts config %s)",
-		model.Quote(m.Store), model.Quote(m.Dir), model.Quote(m.Host), m.Written.UTC().Format(time.RFC3339))
+		printable.Quote(m.Store), printable.Quote(m.Dir), printable.Quote(m.Host), m.Written.UTC().Format(time.RFC3339))
 }
 
 // managerLine is the line that names store's state directory as the manager of the file it

@@ -14,11 +14,6 @@ import (
 	"github.com/meshbus/meshctl/state"
 )
 
-// errBusLost says that a reconcile was cancelled because its connection dropped
-// (reconcile.CycleOptions.StopOnDisconnect): without the cancel, every request left would wait
-// out its whole deadline for a server that is gone.
-var errBusLost = errors.New("the connection to the bus was lost")
-
 // connection is what watch keeps beside the session its cycles keep (loop.cycles): it is nil
 // exactly when they keep none.
 type connection struct {
@@ -180,9 +175,12 @@ func (l *loop) outcome(ctx context.Context, conn *connection, res reconcile.Cycl
 			"accounts_file", res.Session.Accounts.Path)
 		return OutcomeOK, nil
 	case err != nil:
-		if res.Lost {
-			// The next cycle connects again (reconcile.Cycles).
-			err = fmt.Errorf("%w (%s): %w", errBusLost, res.Session.Target.Address(), err)
+		if res.Lost && !errors.Is(err, reconcile.ErrBusLost) {
+			// The reconcile was cancelled when its connection dropped
+			// (reconcile.CycleOptions.StopOnDisconnect), rather than have every request left
+			// wait out its deadline: the cycle fails with ErrBusLost, naming the bus, unless
+			// the apply's own ErrBusLost says so already. The next cycle connects again.
+			err = fmt.Errorf("%w (%s): %w", reconcile.ErrBusLost, res.Session.Target.Address(), err)
 		}
 		return OutcomeError, err
 	case res.Plan.Empty() && len(res.Plan.Holders) == 0:

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -49,7 +49,7 @@ func EnrolReply(subject string, payload []byte) (string, error) {
 	rest, ok := strings.CutPrefix(subject, "mesh.control.")
 	node, what, _ := strings.Cut(rest, ".")
 	if !ok || node == "" || what != "enrol" {
-		return "", fmt.Errorf("%w: subject %s", ErrNotEnrolment, model.Quote(subject))
+		return "", fmt.Errorf("%w: subject %s", ErrNotEnrolment, printable.Quote(subject))
 	}
 	if len(payload) > MaxEnrolRequestSize {
 		return "", fmt.Errorf("%w: %s carries %d bytes, above the bound of %d", ErrNotEnrolment, subject, len(payload), MaxEnrolRequestSize)
@@ -61,11 +61,11 @@ func EnrolReply(subject string, payload []byte) (string, error) {
 	prefix := render.Inbox(render.EnrolUser(node)) + "."
 	if len(req.Reply) > MaxEnrolReplyLen {
 		return "", fmt.Errorf("%w: %s asks for its answer at an address of %d characters, above the bound of %d: %s",
-			ErrNotEnrolment, subject, len(req.Reply), MaxEnrolReplyLen, model.Quote(req.Reply))
+			ErrNotEnrolment, subject, len(req.Reply), MaxEnrolReplyLen, printable.Quote(req.Reply))
 	}
 	under, ok := strings.CutPrefix(req.Reply, prefix)
 	if !ok || slices.ContainsFunc(strings.Split(under, "."), func(tok string) bool { return !replyToken(tok) }) {
-		return "", fmt.Errorf("%w: %s asks for its answer at %s, not an address under %s", ErrNotEnrolment, subject, model.Quote(req.Reply), prefix)
+		return "", fmt.Errorf("%w: %s asks for its answer at %s, not an address under %s", ErrNotEnrolment, subject, printable.Quote(req.Reply), prefix)
 	}
 	return req.Reply, nil
 }

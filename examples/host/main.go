@@ -265,14 +265,5 @@ func readMembership(path string, stdin io.Reader) (host.Membership, error) {
 	if path == "" || path == "-" {
 		return host.ReadMembership(stdin)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return host.Membership{}, err
-	}
-	defer f.Close()
-	m, err := host.ReadMembership(f)
-	if err != nil {
-		return m, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
+	return host.ReadMembershipFile(path)
 }
