@@ -185,6 +185,13 @@ func (f *flags) dirFlag() *string {
 	return p
 }
 
+// optionalDirFlag is -f for a command that works without a description (status): it
+// defaults to $MESHCTL_DIR alone, not to the current directory, so a run outside the mesh's
+// checkout loads no stray YAML.
+func (f *flags) optionalDirFlag(what string) *string {
+	return f.String("f", os.Getenv("MESHCTL_DIR"), "directory of the mesh description (*.yaml, *.yml, recursively): "+what+"; $MESHCTL_DIR")
+}
+
 // outputFlag is -o with the formats a command supports, the first being the default.
 func (f *flags) outputFlag(formats ...string) *string {
 	return f.String("o", formats[0], "output format: "+strings.Join(formats, ", "))
