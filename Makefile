@@ -29,11 +29,18 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 # The main job on the embedded default: validate the quickstart mesh, apply it to an
-# embedded bus whose store lives in $(STATE), and show that a second diff is clean.
+# embedded bus whose store lives in $(STATE), and show that a second diff is clean. Its bus
+# listens on 127.0.0.1:4222; with PORT=… on 127.0.0.1:$(PORT) instead, from a copy of the
+# quickstart beside the store whose bus.yaml says so, as demo-node does.
+DEMO_MESH = $(if $(PORT),$(STATE)-mesh,examples/quickstart)
 demo: build
-	./$(BIN) validate -f examples/quickstart
-	./$(BIN) apply -f examples/quickstart --state $(STATE)
-	./$(BIN) diff -f examples/quickstart --state $(STATE)
+ifneq ($(PORT),)
+	rm -rf $(DEMO_MESH) && mkdir -p $(DEMO_MESH) && cp examples/quickstart/*.yaml $(DEMO_MESH)/
+	printf 'bus:\n  listen: 127.0.0.1:%s\n' '$(PORT)' >$(DEMO_MESH)/bus.yaml
+endif
+	./$(BIN) validate -f $(DEMO_MESH)
+	./$(BIN) apply -f $(DEMO_MESH) --state $(STATE)
+	./$(BIN) diff -f $(DEMO_MESH) --state $(STATE)
 
 # A node enrolling: watch on the quickstart mesh (its bus on 127.0.0.1:$(PORT)), one
 # enrolment credential issued, and `meshctl agent` receiving its modules' memberships.

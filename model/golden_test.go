@@ -149,6 +149,9 @@ func dump(m *model.Mesh) string {
 	if bus.AllowPlaintextListen {
 		line("  allow_plaintext_listen: true")
 	}
+	if bus.AllowPlaintext {
+		line("  allow_plaintext: true")
+	}
 	if bus.Fingerprint != "" {
 		line("  fingerprint: %s", bus.Fingerprint)
 	}

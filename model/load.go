@@ -290,13 +290,8 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 			b.replicas, b.replicasPos = n, d.pos(v.val)
 		}
 	}
-	if v, ok := f["allow_plaintext_listen"]; ok {
-		if v.val.Kind != yaml.ScalarNode || v.val.Tag != "!!bool" || v.val.Decode(&b.allowPlaintext) != nil {
-			d.errorf(v.val, "bus.allow_plaintext_listen must be true or false, not %s", kindName(v.val))
-		} else {
-			b.allowPlaintextPos = d.pos(v.val)
-		}
-	}
+	b.allowPlaintext, b.allowPlaintextPos = d.boolean(f, "allow_plaintext_listen")
+	b.allowPlaintextURL, b.allowPlaintextURLPos = d.boolean(f, "allow_plaintext")
 	if v, ok := f["reload"]; ok {
 		b.reload = d.reload(v.val)
 	}
@@ -307,6 +302,21 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 		}
 	}
 	return b
+}
+
+// boolean reads the bus's key, true or false, and where it stands; the zero Pos when it is
+// absent or not a boolean (said).
+func (d *decoder) boolean(f map[string]field, key string) (bool, Pos) {
+	v, ok := f[key]
+	if !ok {
+		return false, Pos{}
+	}
+	var b bool
+	if v.val.Kind != yaml.ScalarNode || v.val.Tag != "!!bool" || v.val.Decode(&b) != nil {
+		d.errorf(v.val, "bus.%s must be true or false, not %s", key, kindName(v.val))
+		return false, Pos{}
+	}
+	return b, d.pos(v.val)
 }
 
 func (d *decoder) reload(n *yaml.Node) *rawReload {

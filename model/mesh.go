@@ -51,9 +51,13 @@ type Bus struct {
 	// on is trusted: without it, a listen address off the loopback interface is refused,
 	// since the bus serves no TLS and every principal logs in with a password.
 	AllowPlaintextListen bool
-	Replicas             int
-	Reload               Reload
-	EventsMaxAge         time.Duration
+	// AllowPlaintext is the operator's word that the network to the external servers is
+	// trusted: without it, a nats:// URL off this host with no fingerprint is refused, since
+	// the controller's password, and every host's, would cross it in clear text.
+	AllowPlaintext bool
+	Replicas       int
+	Reload         Reload
+	EventsMaxAge   time.Duration
 	// Consumers is how hosts take deliveries, ConsumersPull or ConsumersPush: every consumer
 	// the mesh derives is of that kind, and each principal is granted what that kind needs.
 	Consumers string

@@ -74,6 +74,7 @@ var (
 		{name: "accounts_file", kind: scalarValue, doc: "Where meshctl writes the accounts config an external server includes."},
 		{name: "listen", kind: scalarValue, doc: "The embedded bus's listen address, host:port (loopback unless allow_plaintext_listen)."},
 		{name: "allow_plaintext_listen", kind: boolValue, doc: "The operator's word that the network the embedded bus listens on is trusted."},
+		{name: "allow_plaintext", kind: boolValue, doc: "The operator's word that the network to an external server is trusted: a nats:// URL off this host without a fingerprint is refused without it."},
 		{name: "replicas", kind: integerValue, doc: "Replicas of every stream."},
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, system (a request as meshctl's system user), {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},

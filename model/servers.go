@@ -1,6 +1,7 @@
 package model
 
 import (
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -84,6 +85,23 @@ func checkURL(diags *diagnostics, n name, what string) string {
 	return ""
 }
 
+// checkPlaintextURL refuses addr, a server's scheme://host:port, when it is a nats:// URL to
+// another host with no fingerprint, unless the operator said the network is trusted. nats://
+// speaks TLS only where the server insists or a pin asks for it, and the controller, like
+// every host of the mesh, logs in with a password: off this host, plaintext hands it to
+// whoever can see the traffic. what names the key ("bus.url", "a server's url").
+func checkPlaintextURL(diags *diagnostics, at Pos, addr, what, fingerprint string, allowed bool) {
+	u, err := url.Parse(addr)
+	if err != nil || u.Scheme != "nats" || fingerprint != "" || allowed {
+		return
+	}
+	if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || ip != nil && ip.IsLoopback() {
+		return
+	}
+	diags.add(at, "%s %s is plaintext to another host: the controller's password, and every host's, would cross the network in clear text. "+
+		"Use tls:// (pinned with fingerprint), or if the network to the server is trusted, say so with bus.allow_plaintext: true", what, addr)
+}
+
 // validateServers reads bus.servers into b: the single-server keys are refused beside it
 // (each server says its own), and b.URL is the first server's, which is where a one-server
 // reading of the description (a membership's first address) looks.
@@ -132,6 +150,9 @@ func validateServers(diags *diagnostics, rb *rawBus, b *Bus) {
 				diags.add(rs.fingerprint.pos, "a server's fingerprint must be the SHA-256 of its leaf certificate: 64 hex digits (colons allowed)")
 			}
 			s.Fingerprint = fp
+		}
+		if s.URL != "" {
+			checkPlaintextURL(diags, rs.url.pos, s.URL, "a server's url", s.Fingerprint, b.AllowPlaintext)
 		}
 		b.Servers = append(b.Servers, s)
 	}

@@ -37,6 +37,8 @@ type rawBus struct {
 	replicasPos                                                           Pos
 	allowPlaintext                                                        bool
 	allowPlaintextPos                                                     Pos
+	allowPlaintextURL                                                     bool
+	allowPlaintextURLPos                                                  Pos
 	reload                                                                *rawReload
 	servers                                                               []rawServer
 	serversPos                                                            Pos
@@ -716,9 +718,18 @@ func validateBusAddress(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 	}
 	if rb.allowPlaintextPos != (Pos{}) {
 		if external {
-			diags.add(rb.allowPlaintextPos, "bus.allow_plaintext_listen is for the embedded bus; with bus.url the server's own config decides about TLS")
+			diags.add(rb.allowPlaintextPos, "bus.allow_plaintext_listen is for the embedded bus; with bus.url the server's own config decides about TLS, and bus.allow_plaintext says a nats:// URL off this host is trusted")
 		}
 		b.AllowPlaintextListen = rb.allowPlaintext
+	}
+	if rb.allowPlaintextURLPos != (Pos{}) {
+		if !external {
+			diags.add(rb.allowPlaintextURLPos, "bus.allow_plaintext is for an external bus's nats:// URLs; the embedded bus's is bus.allow_plaintext_listen, beside bus.listen")
+		}
+		b.AllowPlaintext = rb.allowPlaintextURL
+	}
+	if b.URL != "" && rb.serversPos == (Pos{}) {
+		checkPlaintextURL(diags, rb.url.pos, b.URL, "bus.url", b.Fingerprint, b.AllowPlaintext)
 	}
 }
 

@@ -104,14 +104,17 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 	var done []changed
 	var down, notLive, notLiveWhy []string
 	var firstStarts []atFirstStart
+	var serving, behind []string
 	for _, s := range a.servers() {
 		if s.Server != "" {
 			serves, err := s.alreadyServes(ctx, data)
 			if err != nil {
 				down = append(down, fmt.Sprintf("%s (%v)", s.name(), err))
+				behind = append(behind, s.name())
 				continue
 			}
 			if serves {
+				serving = append(serving, s.name())
 				continue
 			}
 		}
@@ -119,10 +122,13 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		var first atFirstStart
 		switch {
 		case err == nil:
+			serving = append(serving, s.name())
 		case errors.As(err, &first):
 			firstStarts = append(firstStarts, first)
+			behind = append(behind, s.name())
 		case errors.Is(err, ErrNotLive):
 			notLive = append(notLive, s.name())
+			behind = append(behind, s.name())
 			// Said once for all the servers it holds for: why a reload is the operator's.
 			if why := strings.TrimPrefix(err.Error(), ErrNotLive.Error()+": "); why != ErrNotLive.Error() && !slices.Contains(notLiveWhy, why) {
 				notLiveWhy = append(notLiveWhy, why)
@@ -164,6 +170,9 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 			err = fmt.Errorf("%w: %s", err, strings.Join(notLiveWhy, "; "))
 		}
 		errs = append(errs, err)
+	}
+	if len(errs) > 0 && len(serving) > 0 {
+		return &PartlyServed{Serving: serving, Behind: behind, err: errors.Join(errs...)}
 	}
 	return errors.Join(errs...)
 }

@@ -26,8 +26,11 @@ type command struct {
 	runsLong bool
 }
 
-// env is what every subcommand gets: where to write, and nothing global.
+// env is what every subcommand gets: where to read and write, and nothing global.
 type env struct {
+	// stdin is read only where an argument says so (`explain -`): a command never waits on a
+	// terminal nobody types into.
+	stdin          io.Reader
 	stdout, stderr io.Writer
 }
 
@@ -42,7 +45,7 @@ var commands = map[string]command{}
 func register(name string, c command) { commands[name] = c }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr}
+	e := &env{stdin: os.Stdin, stdout: stdout, stderr: stderr}
 	if len(args) == 0 {
 		usage(stderr)
 		return exitError
@@ -180,6 +183,13 @@ func (f *flags) dirFlag() *string {
 	}
 	p := f.String("f", def, "directory of the mesh description (*.yaml, *.yml, recursively); $MESHCTL_DIR")
 	return p
+}
+
+// optionalDirFlag is -f for a command that works without a description (status): it
+// defaults to $MESHCTL_DIR alone, not to the current directory, so a run outside the mesh's
+// checkout loads no stray YAML.
+func (f *flags) optionalDirFlag(what string) *string {
+	return f.String("f", os.Getenv("MESHCTL_DIR"), "directory of the mesh description (*.yaml, *.yml, recursively): "+what+"; $MESHCTL_DIR")
 }
 
 // outputFlag is -o with the formats a command supports, the first being the default.

@@ -365,7 +365,7 @@ func (c credentialChange) mintAndDeliver(ctx context.Context, req issueRequest) 
 		c.e.errorf("%v", err)
 		return exitError
 	}
-	live := c.syncAccounts(ctx, "issue")
+	live, partly := c.syncAccounts(ctx, "issue")
 	secret := "password"
 	if p.Nkey {
 		secret = "seed"
@@ -381,7 +381,14 @@ func (c credentialChange) mintAndDeliver(ctx context.Context, req issueRequest) 
 		fmt.Fprintf(c.e.stderr, "%s's credential is minted; the membership below is the only copy of its %s\n", c.principal, secret)
 		_, _ = c.e.stdout.Write(line)
 	}
-	if !live {
+	switch {
+	case partly != nil:
+		// Some servers of the cluster serve it: a host reaches the bus through those, and
+		// only the others are the operator's to see to.
+		fmt.Fprintf(c.e.stderr, "%s can log in through %s, but not yet through %s: fix what is said above, and the next apply brings the accounts config there\n", c.principal,
+			strings.Join(partly.Serving, ", "), strings.Join(partly.Behind, ", "))
+		return exitError
+	case !live:
 		// Written all the same, since the store keeps only the hash; but it is no working
 		// credential until the server serves a config that carries it.
 		fmt.Fprintf(c.e.stderr, "%s cannot log in yet: the server does not serve the config holding it; fix the server, then run apply\n", c.principal)
@@ -402,7 +409,7 @@ func (c credentialChange) revoke(ctx context.Context) int {
 		c.e.errorf("%s has no credential to revoke", c.principal)
 		return exitError
 	}
-	if !c.syncAccounts(ctx, "revoke") {
+	if live, _ := c.syncAccounts(ctx, "revoke"); !live {
 		return exitError
 	}
 	if node, declared, _ := declaredNode(ctx, c.e, c.st, c.m, c.principal); declared {
@@ -414,16 +421,21 @@ func (c credentialChange) revoke(ctx context.Context) int {
 }
 
 // syncAccounts makes the accounts config that carries the change live, and says on stderr
-// what it did, or that the change verb made is in the store but not yet live.
-func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live bool) {
+// what it did, or that the change verb made is in the store but not yet live: on no server,
+// or (partly) on some servers of a cluster and not the others.
+func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live bool, partly *reconcile.PartlyServed) {
 	what, err := reconcile.SyncAccounts(ctx, c.m, c.st)
+	if errors.As(err, &partly) {
+		c.e.errorf("the credential is %sd, but not every server serves the accounts config that carries it: %v", verb, err)
+		return false, partly
+	}
 	if err != nil {
 		// The store already holds the new state; the next apply or watch cycle installs it.
 		c.e.errorf("the credential is %sd, but the accounts config could not be made live: %v", verb, err)
-		return false
+		return false, nil
 	}
 	fmt.Fprintln(c.e.stderr, what)
-	return true
+	return true, nil
 }
 
 // membership is the principal's membership with secret, its password or with nkey its seed:

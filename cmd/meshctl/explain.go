@@ -18,7 +18,7 @@ func init() {
 }
 
 const explainHelp = `
-Usage: meshctl explain [-f DIR] [--state DIR] LOGFILE
+Usage: meshctl explain [-f DIR] [--state DIR] LOGFILE|-
 
 Reads a nats-server log and explains, against the description in DIR, each kind of
 permission violation in it ("Publish Violation - Subject …", "Subscription Violation - …"):
@@ -29,14 +29,15 @@ prefix is not set, refused a new random inbox on every connection, is one. It ch
 
 'meshctl watch' does this itself for the embedded bus. For an external server, have it log to
 a file (log_file in its config; violations are logged at its default level) and point this
-command at it, or at what journalctl printed.
+command at it, or pipe the log in with - for LOGFILE.
 
 With bus.auth: nkey the server names a host by its public key; the state store (--state)
 names it by its principal. A key the store does not hold is shown as nkey:U….
 
 Example:
   meshctl explain -f mesh/ /var/log/nats-server.log
-  journalctl -u nats-server --since -1h > /tmp/nats.log && meshctl explain -f mesh/ /tmp/nats.log
+  journalctl -u nats-server --since -1h | meshctl explain -f mesh/ -
+  kubectl logs statefulset/nats -c nats | meshctl explain -f mesh/ -
 `
 
 func runExplain(ctx context.Context, e *env, args []string) int {
@@ -48,19 +49,23 @@ func runExplain(ctx context.Context, e *env, args []string) int {
 		return code
 	}
 	if len(positional) != 1 {
-		e.errorf("give the server's log file: meshctl explain -f DIR LOGFILE")
+		e.errorf("give the server's log file, or - to read it from standard input: meshctl explain -f DIR LOGFILE")
 		return exitError
 	}
 	m, code := loadDescription(ctx, e, *dir)
 	if code != exitOK {
 		return code
 	}
-	file, err := os.Open(positional[0])
-	if err != nil {
-		e.errorf("reading the server's log: %v", err)
-		return exitError
+	log, where, in := e.stdin, "standard input", "on standard input"
+	if positional[0] != "-" {
+		file, err := os.Open(positional[0])
+		if err != nil {
+			e.errorf("reading the server's log: %v", err)
+			return exitError
+		}
+		defer file.Close()
+		log, where, in = file, positional[0], "in "+positional[0]
 	}
-	defer file.Close()
 	var principals bus.Principals
 	if st, err := sf.openExisting(); err == nil {
 		defer st.Close()
@@ -73,7 +78,7 @@ func runExplain(ctx context.Context, e *env, args []string) int {
 	counts := map[explain.Group]int{}
 	latest := map[explain.Group]busclient.PermissionError{}
 	var order []explain.Group
-	lines := bufio.NewScanner(file)
+	lines := bufio.NewScanner(log)
 	lines.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for lines.Scan() {
 		r, ok := bus.ParseServerViolation(lines.Text(), principals)
@@ -88,11 +93,11 @@ func runExplain(ctx context.Context, e *env, args []string) int {
 		latest[g] = r
 	}
 	if err := lines.Err(); err != nil {
-		e.errorf("reading the server's log %s: %v", positional[0], err)
+		e.errorf("reading the server's log from %s: %v", where, err)
 		return exitError
 	}
 	if len(order) == 0 {
-		fmt.Fprintf(e.stderr, "no permission violation in %s\n", positional[0])
+		fmt.Fprintf(e.stderr, "no permission violation %s\n", in)
 		return exitOK
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -91,5 +93,32 @@ func TestExplainEscapesTheLogsSubjects(t *testing.T) {
 	}
 	if want := `publish mesh.evil\x1b[2K\x1b[1A\a`; !strings.Contains(stdout, want) {
 		t.Errorf("explain does not show the subject escaped (%s):\n%s", want, stdout)
+	}
+}
+
+// `kubectl logs … | meshctl explain -f mesh -`: a log piped in is read from standard input,
+// as `-` means to other tools, and explained as a file would be.
+func TestExplainReadsTheLogFromStandardInput(t *testing.T) {
+	t.Parallel()
+	dir, _ := cliFixture(t)
+	cmd := exec.Command(builtMeshctl(t), "explain", "-f", dir, "-")
+	cmd.Stdin = strings.NewReader(`[1] 2026/12/01 08:00:00.000000 [INF] Server is ready
+[1] 2026/12/01 08:00:01.000000 [ERR] 10.0.0.5:40452 - cid:6 - "MESH/user:alpha.shop" - Publish Violation - Subject "mesh.mod.postman.tool.status"
+`)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("explain -: %v\n%s", err, stderr.String())
+	}
+	if got := stdout.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "alpha.shop") || !strings.Contains(got, "1 time(s)") {
+		t.Errorf("explain - printed, for one violation piped in:\n%s\n%s", got, stderr.String())
+	}
+
+	// With nothing piped in, it says there was no violation on standard input.
+	cmd = exec.Command(builtMeshctl(t), "explain", "-f", dir, "-")
+	stderr.Reset()
+	cmd.Stdin, cmd.Stderr = strings.NewReader(""), &stderr
+	if err := cmd.Run(); err != nil || !strings.Contains(stderr.String(), "no permission violation on standard input") {
+		t.Errorf("explain - of an empty input: %v\n%s", err, stderr.String())
 	}
 }

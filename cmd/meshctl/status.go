@@ -11,6 +11,8 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/internal/printable"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -19,7 +21,7 @@ func init() {
 }
 
 const statusHelp = `
-Usage: meshctl status [--state DIR] [-n N] [-o text|json]
+Usage: meshctl status [-f DIR] [--state DIR] [-n N] [-o text|json]
 
 Reads the state store and shows, without touching the bus: the store's identity (the
 manager every accounts file it writes names, and a store that does not manage a bus is
@@ -40,15 +42,19 @@ how often, and the lines of YAML that would grant it or why none can.
 
 While 'meshctl watch' serves the embedded bus, it also reads the bus, as the controller:
 each seat's holder, whether the holder's worker is bound, and the work waiting in its
-queue; and every consumer with work pending.
+queue; and every consumer with work pending. An external bus is not served from the state
+directory: given the description (-f DIR, as diff and apply take it), status reads the same
+from the bus it names, as the controller, writing nothing.
 
 Example:
   meshctl status
+  meshctl status -f mesh/
   meshctl status -o json | jq '.history[0]'
 `
 
 func runStatus(ctx context.Context, e *env, args []string) int {
 	f := newFlags(e, "status", statusHelp)
+	dir := f.optionalDirFlag("with an external bus, status reads its seats and queues from it")
 	sf := f.stateFlag()
 	n := f.Int("n", 10, "how many holder changes, applies and refusals to show")
 	out := f.outputFlag("text", "json")
@@ -58,13 +64,20 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	if !checkFormat(e, *out, "text", "json") {
 		return exitError
 	}
+	var m *model.Mesh
+	if *dir != "" {
+		var code int
+		if m, code = loadDescription(ctx, e, *dir); code != exitOK {
+			return code
+		}
+	}
 	st, err := sf.openExisting()
 	if err != nil {
 		e.errorf("%v", err)
 		return exitError
 	}
 	defer st.Close()
-	r, err := readStatus(ctx, e, st, *n)
+	r, err := readStatus(ctx, e, st, m, *n)
 	if err != nil {
 		e.errorf("%v", err)
 		return exitError
@@ -87,10 +100,12 @@ type embeddedBusStatus struct {
 	PID     int    `json:"pid,omitempty"`
 }
 
-// statusReport is everything status shows, in the shape of its JSON output.
+// statusReport is everything status shows, in the shape of its JSON output. Bus is the
+// external bus the description given names, where the seats were read.
 type statusReport struct {
 	Store         string                  `json:"store"`
 	EmbeddedBus   embeddedBusStatus       `json:"embedded_bus"`
+	Bus           string                  `json:"bus,omitempty"`
 	Watch         *watchSeen              `json:"watch"`
 	Inventory     state.Inventory         `json:"inventory"`
 	HolderChanges []state.HolderChange    `json:"holder_changes"`
@@ -102,11 +117,12 @@ type statusReport struct {
 	Refusals      []state.Refusal         `json:"refusals"`
 }
 
-// readStatus reads what status shows from the store, the state directory and, while a
-// meshctl process serves the embedded bus, the bus, keeping the latest n holder changes,
-// applies and refusals. What it cannot read of the heartbeats, watch's last state or the bus
-// is left out, said on stderr; an error reading the store is returned.
-func readStatus(ctx context.Context, e *env, st *state.Store, n int) (statusReport, error) {
+// readStatus reads what status shows from the store, the state directory and the bus: the
+// embedded one while a meshctl process serves it, or the external one m names (m is nil
+// without a description). It keeps the latest n holder changes, applies and refusals. What
+// it cannot read of the heartbeats, watch's last state or the bus is left out, said on
+// stderr; an error reading the store is returned.
+func readStatus(ctx context.Context, e *env, st *state.Store, m *model.Mesh, n int) (statusReport, error) {
 	var r statusReport
 	var err error
 	if r.Store, err = st.ID(ctx); err != nil {
@@ -135,12 +151,32 @@ func readStatus(ctx context.Context, e *env, st *state.Store, n int) (statusRepo
 	if r.Watch, err = readWatchState(st.Dir()); err != nil {
 		fmt.Fprintf(e.stderr, "watch's last state is left out: %v\n", err)
 	}
-	if b.Running {
+	switch {
+	case m != nil && !m.Bus.Embedded():
+		r.Bus = m.Bus.URL
+		if r.Seats, r.Backlogs, err = externalWork(ctx, e, st, m, r.Inventory); err != nil {
+			fmt.Fprintf(e.stderr, "the seats' queues could not be read from the bus at %s: %v\n", r.Bus, err)
+		}
+	case b.Running:
 		if r.Seats, r.Backlogs, err = liveWork(ctx, st, b.URL, r.Inventory); err != nil {
 			fmt.Fprintf(e.stderr, "the seats' queues could not be read from the bus at %s: %v\n", b.URL, err)
 		}
 	}
 	return r, nil
+}
+
+// externalWork reads the seats' queues and the consumers with work pending from the external
+// bus m names, through a read-only session as the controller: no credential minted, no
+// accounts config installed.
+func externalWork(ctx context.Context, e *env, st *state.Store, m *model.Mesh, inv state.Inventory) ([]controller.SeatWork, []controller.Backlog, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sess, err := connect(ctx, e, m, st, reconcile.Options{ReadOnly: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sess.Close()
+	return workOn(ctx, sess.Conn, inv)
 }
 
 // printStatus prints the status report as text.
@@ -149,9 +185,12 @@ func printStatus(out io.Writer, r statusReport) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	// The identity the accounts files it writes name it by: the manager a refused store is told of.
 	fmt.Fprintf(w, "State store:\t%s\n", r.Store)
-	if r.EmbeddedBus.Running {
+	switch {
+	case r.Bus != "":
+		fmt.Fprintf(w, "Bus:\t%s, external (as the description names it)\n", r.Bus)
+	case r.EmbeddedBus.Running:
 		fmt.Fprintf(w, "Embedded bus:\t%s, served by meshctl pid %d\n", r.EmbeddedBus.URL, r.EmbeddedBus.PID)
-	} else {
+	default:
 		fmt.Fprintf(w, "Embedded bus:\tnot running (commands start one for their own run)\n")
 	}
 	fmt.Fprintf(w, "Last applied:\t%d node(s), %d module instance(s), %d seat(s)\n", len(inv.Nodes), len(inv.Instances), len(inv.Seats))

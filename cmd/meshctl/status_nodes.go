@@ -106,6 +106,12 @@ func liveWork(ctx context.Context, st *state.Store, url string, inv state.Invent
 		return nil, nil, err
 	}
 	defer conn.Close()
+	return workOn(ctx, conn, inv)
+}
+
+// workOn reads each seat's queue and worker and every consumer with work pending through
+// conn, a connection as the controller.
+func workOn(ctx context.Context, conn *busclient.Conn, inv state.Inventory) ([]controller.SeatWork, []controller.Backlog, error) {
 	js, err := jetstream.New(conn.Conn)
 	if err != nil {
 		return nil, nil, err
