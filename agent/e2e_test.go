@@ -512,7 +512,7 @@ func atDeclared(t *testing.T, stateDir string, nodes ...string) bool {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	status, err := controller.Nodes(context.Background(), st, nodes)
+	status, err := controller.Nodes(context.Background(), st, state.Inventory{Nodes: nodes})
 	if err != nil {
 		return false
 	}
