@@ -35,7 +35,11 @@ func TestAnEnrolledAgentLeavesAModuleIssuedByHandWorking(t *testing.T) {
 
 	enrol := w.issueEnrolments("one")
 	w.startAgentIn(dir, enrol["one"])
-	w.wait("node one reports its declared generation", func() bool { return atDeclared(t, w.stateDir, "one") })
+	// The agent reports before it is done with a declaration: the store may have the report
+	// before the test hears what the agent applied.
+	w.wait("node one reports its declared generation, and the agent is done with it", func() bool {
+		return len(w.applied) > 0 && atDeclared(t, w.stateDir, "one")
+	})
 	w.mu.Lock()
 	applied := slices.Clone(w.applied)
 	w.mu.Unlock()

@@ -39,9 +39,10 @@ func (f *fixture) stillJoins(m host.Membership) {
 }
 
 // A module's credential issued by hand before its node enrolled keeps working after the node
-// enrols: the controller mints nothing for it and declares the instance without a membership,
-// so the host given the credential by hand is not locked out. The other instances of the node
-// are the agent's as before.
+// enrols: the controller mints nothing for it and declares the instance by hand, without a
+// membership, so the host given the credential is not locked out, and logs that once however
+// often it declares the node. The other instances of the node are the agent's as before.
+// Revoking the credential hands the instance to the agent: it is declared a fresh one.
 func TestEnrolmentKeepsACredentialIssuedByHand(t *testing.T) {
 	t.Parallel()
 	f := start(t, twoNodes+"  - name: audit\n    on: [one]\n    emits: [checked]\n")
@@ -83,12 +84,18 @@ func TestEnrolmentKeepsACredentialIssuedByHand(t *testing.T) {
 	// A new generation for another reason keeps it so, and the log says it once.
 	node := f.joinAs(nm)
 	f.write(twoNodes + "  - name: audit\n    on: [one]\n    emits: [checked, done]\n")
+	declaredOne := func(e Event) bool {
+		return e.Kind == KindUnknown && e.Subject == "" && slices.Contains(e.Declared, "one")
+	}
+	_, from := f.waitEvent(0, declaredOne) // the pass that declared the first generation
 	f.ctrl.Mesh(f.mesh)
 	d2 := takeDeclaration(t, node, "one", d.Generation)
 	if i := slices.IndexFunc(d2.Instances, func(in wire.Instance) bool { return in.User == "one.shop" }); i < 0 || !d2.Instances[i].ByHand {
 		t.Fatalf("generation %d declares one.shop as %+v", d2.Generation, d2.Instances)
 	}
 	f.stillJoins(byHand)
+	// The pass that declared it is over, its log written.
+	f.waitEvent(from, declaredOne)
 	if n := strings.Count(f.logs.String(), "kept a credential issued by hand"); n != 1 {
 		t.Errorf("the log says %d times that one.shop's credential issued by hand was kept, want once:\n%s", n, f.logs.String())
 	}
@@ -110,8 +117,15 @@ func TestEnrolmentKeepsACredentialIssuedByHand(t *testing.T) {
 		t.Errorf("generation %d still declares one.shop by hand", d3.Generation)
 	}
 	f.joinAs(sm)
-	if _, err := host.Join(ctx, byHand); !errors.Is(err, nats.ErrAuthorization) {
-		t.Errorf("the revoked credential issued by hand still joins: %v", err)
-	}
+	eventually(t, "the revoked credential issued by hand refused", func() bool {
+		jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		h, err := host.Join(jctx, byHand)
+		if err == nil {
+			h.Close()
+			t.Fatal("the revoked credential issued by hand still joins")
+		}
+		return errors.Is(err, nats.ErrAuthorization)
+	})
 	f.noPassword(issued["one.shop"], nm.Password, audit.Password, sm.Password)
 }
