@@ -212,9 +212,13 @@ func (l *loop) sayByHand(d wire.Declaration) {
 	if l.byHand == nil {
 		l.byHand = map[string]bool{}
 	}
+	now := map[string]bool{}
+	for _, in := range d.Instances {
+		now[in.User] = in.ByHand
+	}
 	for u := range l.byHand {
-		if inst, _ := host.InstanceOf(u); inst.Node == d.Node && !slices.ContainsFunc(d.Instances, func(in wire.Instance) bool { return in.User == u && in.ByHand }) {
-			delete(l.byHand, u)
+		if inst, _ := host.InstanceOf(u); inst.Node == d.Node && !now[u] {
+			delete(l.byHand, u) // the agent's now, or gone: said again should it come back
 		}
 	}
 	for _, in := range d.Instances {
