@@ -57,6 +57,8 @@ type Applied struct {
 	Report wire.Report
 	// Removed are the membership files of instances no longer declared, deleted.
 	Removed []string
+	// ByHand are the instances declared with a credential issued by hand, left alone.
+	ByHand []string
 }
 
 // ErrEnrolment is returned (wrapped) when the node could not enrol: the controller refused, or
@@ -527,7 +529,16 @@ func (a *agent) apply(ctx context.Context, msg jetstream.Msg) {
 	}
 	r := wire.Report{Generation: d.Generation, Failed: map[string]string{}}
 	declared := map[string]bool{}
+	var byHand []string
 	for _, in := range d.Instances {
+		if in.ByHand {
+			// An operator issued its credential by hand, to a host that is using it: the
+			// controller kept it and sealed nothing for it. Its file here, if the operator
+			// keeps one, is theirs: neither written nor removed.
+			declared[in.User] = true
+			byHand = append(byHand, in.User)
+			continue
+		}
 		if err := a.write(in); err != nil {
 			r.Failed[in.User] = err.Error()
 			continue
@@ -550,9 +561,13 @@ func (a *agent) apply(ctx context.Context, msg jetstream.Msg) {
 		a.log.Warn("agent: the declaration was not acknowledged; it is delivered again", "error", err)
 	}
 	a.generation = d.Generation
-	a.log.Info("agent: applied a declaration", "generation", d.Generation, "written", len(r.Applied), "failed", len(r.Failed), "removed", removed)
+	attrs := []any{"generation", d.Generation, "written", len(r.Applied), "failed", len(r.Failed), "removed", removed}
+	if len(byHand) > 0 {
+		attrs = append(attrs, "left_alone_issued_by_hand", byHand)
+	}
+	a.log.Info("agent: applied a declaration", attrs...)
 	if a.cfg.Observe != nil {
-		a.cfg.Observe(Applied{Node: a.node, Report: r, Removed: removed})
+		a.cfg.Observe(Applied{Node: a.node, Report: r, Removed: removed, ByHand: byHand})
 	}
 }
 

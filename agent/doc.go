@@ -14,7 +14,9 @@
 //     restarting or reloading), it binds its declaration consumer on NODES, writes each declared
 //     instance's membership to <user>.json atomically, removes the files of instances no longer
 //     declared, reports the generation it applied (and what it could not apply), and heartbeats
-//     every interval on core NATS.
+//     every interval on core NATS. An instance declared by hand (its credential issued by an
+//     operator, which the controller kept) has no membership to write: its file, if the
+//     operator keeps one there, is left alone.
 //   - Waiting for the bus: enrolling and joining, a bus that is down, hangs or cuts the
 //     connection off is tried again with one capped backoff (retry), said at once and then
 //     every so often (waiting), never once per attempt; a refused credential is told apart

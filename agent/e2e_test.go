@@ -202,16 +202,33 @@ func (w *world) busURL() string {
 // watch: mint in the store, have watch reload and reconcile, and write the membership.
 func (w *world) issueEnrolments(nodes ...string) map[string]string {
 	w.t.Helper()
+	var users []string
+	for _, n := range nodes {
+		users = append(users, render.EnrolUser(n))
+	}
+	passwords := w.issue(users...)
+	files := map[string]string{}
+	for _, n := range nodes {
+		path := filepath.Join(w.t.TempDir(), "enrol.json")
+		data, _ := json.Marshal(host.Membership{Address: w.busURL(), User: render.EnrolUser(n), Password: passwords[render.EnrolUser(n)]})
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			w.t.Fatal(err)
+		}
+		files[n] = path
+	}
+	return files
+}
+
+// issue does what `meshctl credentials issue` does for users against a running watch: mint in
+// the store and have watch reload and reconcile. It returns the passwords.
+func (w *world) issue(users ...string) map[string]string {
+	w.t.Helper()
 	ctx := context.Background()
 	st, err := state.Open(w.stateDir)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	defer st.Close()
-	var users []string
-	for _, n := range nodes {
-		users = append(users, render.EnrolUser(n))
-	}
 	passwords, err := st.Mint(ctx, users, bcrypt.MinCost, "credentials issue")
 	if err != nil {
 		w.t.Fatal(err)
@@ -228,16 +245,7 @@ func (w *world) issueEnrolments(nodes ...string) map[string]string {
 		}
 		return false
 	})
-	files := map[string]string{}
-	for _, n := range nodes {
-		path := filepath.Join(w.t.TempDir(), "enrol.json")
-		data, _ := json.Marshal(host.Membership{Address: w.busURL(), User: render.EnrolUser(n), Password: passwords[render.EnrolUser(n)]})
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			w.t.Fatal(err)
-		}
-		files[n] = path
-	}
-	return files
+	return passwords
 }
 
 // runAgent runs an agent until the test ends and returns its directory.
@@ -280,8 +288,14 @@ func (r *running) exit(t *testing.T) error {
 // startAgent runs an agent until the test ends, or until it returns by itself.
 func (w *world) startAgent(enrolment string) *running {
 	w.t.Helper()
+	return w.startAgentIn(filepath.Join(w.t.TempDir(), "agent"), enrolment)
+}
+
+// startAgentIn is startAgent with the node's directory dir.
+func (w *world) startAgentIn(dir, enrolment string) *running {
+	w.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{dir: filepath.Join(w.t.TempDir(), "agent"), cancel: cancel, done: make(chan struct{})}
+	r := &running{dir: dir, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		r.err = Run(ctx, Config{Dir: r.dir, Enrolment: enrolment, Heartbeat: 200 * time.Millisecond,
@@ -498,7 +512,7 @@ func atDeclared(t *testing.T, stateDir string, nodes ...string) bool {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	status, err := controller.Nodes(context.Background(), st, nodes)
+	status, err := controller.Nodes(context.Background(), st, state.Inventory{Nodes: nodes})
 	if err != nil {
 		return false
 	}

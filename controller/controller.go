@@ -231,8 +231,11 @@ type loop struct {
 	// credentials is the digest of the store's credential hashes as the last declaration
 	// pass left them; empty until one ran.
 	credentials string
-	redeclare   *time.Timer  // the next attempt at a declaration that failed
-	poll        *time.Ticker // the next read of the store's credential hashes
+	// byHand is the instances declared without a membership because their credential was
+	// issued by hand, each logged once (sayByHand).
+	byHand    map[string]bool
+	redeclare *time.Timer  // the next attempt at a declaration that failed
+	poll      *time.Ticker // the next read of the store's credential hashes
 }
 
 // Run joins the bus as the controller and runs the loop until ctx ends. Whatever takes its

@@ -304,13 +304,17 @@ func DeclarationFor(m *model.Mesh, node string) wire.Declaration {
 }
 
 // DeclarationChange is what declaring a node anew changes from what it was declared last: whose
-// credential is declared again, who gets a fresh one, who left the node, and whether what the
-// node runs changed. The loop acts on it; deciding it reads nothing but its arguments.
+// credential is declared again, who gets a fresh one, whose was issued by hand and is left
+// alone, who left the node, and whether what the node runs changed. The loop acts on it;
+// deciding it reads nothing but its arguments.
 type DeclarationChange struct {
 	// Keep is the instances whose sealed credential from last time is declared again.
 	Keep []string
 	// Mint is the instances that get a freshly minted credential.
 	Mint []string
+	// ByHand is the instances whose credential an operator issued by hand (wire.Instance's
+	// ByHand): declared without a membership, never minted or revoked by the controller.
+	ByHand []string
 	// Departed is the principals declared last time that are no instance of the node now,
 	// sorted: their credentials are revoked.
 	Departed []string
@@ -330,15 +334,20 @@ func (c DeclarationChange) Changed() bool { return c.DigestChanged || c.ChangesC
 func (c DeclarationChange) ChangesCredentials() bool { return len(c.Mint) > 0 || len(c.Departed) > 0 }
 
 // ChangeOf decides what declaring d to its node changes, given what was declared to the node
-// last and the store's hash of each principal. An instance keeps the credential declared last
-// time when a sealed copy was kept and the store's hash for the user is still the one that copy
-// was minted with. Every other instance — new on the node, minted again by an operator, or
-// enrolled anew with another key — needs a fresh credential. Keep and Mint follow d's order.
+// last and the store's hash of each principal. An instance d marks ByHand keeps the credential
+// an operator issued it: the host it was given to is using it, and one minted for the agent in
+// its place would lock that host out with nothing said. Any other instance keeps the credential
+// declared last time when a sealed copy was kept and the store's hash for the user is still the
+// one that copy was minted with; every other — new on the node, revoked (rotated, or handed
+// over from the operator to the agent), or enrolled anew with another key — needs a fresh
+// credential. Keep, Mint and ByHand follow d's order.
 func ChangeOf(last state.Declared, hashes map[string]string, d wire.Declaration) DeclarationChange {
 	c := DeclarationChange{Digest: d.Digest()}
 	c.DigestChanged = c.Digest != last.Digest
 	for _, in := range d.Instances {
-		if h := last.Credentials[in.User].Hash; h != "" && h == hashes[in.User] {
+		if in.ByHand {
+			c.ByHand = append(c.ByHand, in.User)
+		} else if h := last.Credentials[in.User].Hash; h != "" && h == hashes[in.User] {
 			c.Keep = append(c.Keep, in.User)
 		} else {
 			c.Mint = append(c.Mint, in.User)

@@ -276,3 +276,49 @@ func TestWhatADeclarationChanges(t *testing.T) {
 		})
 	}
 }
+
+// An instance whose credential was issued by hand is neither kept nor minted: it is declared
+// without a membership, never revoked, and the node hears of it only when that changes.
+func TestADeclarationLeavesACredentialIssuedByHandAlone(t *testing.T) {
+	plain := wire.Declaration{Node: "one", Instances: []wire.Instance{{User: "one.a"}, {User: "one.b"}}}
+	d := wire.Declaration{Node: "one", Instances: []wire.Instance{{User: "one.a"}, {User: "one.b", ByHand: true}}}
+	if d.Digest() == plain.Digest() {
+		t.Fatal("an instance going from the agent to an operator's hand leaves the digest as it was: the node would not hear of it")
+	}
+	agents := map[string]state.DeclaredCredential{"one.a": {Hash: "h1", Sealed: []byte("sealed")}}
+	for name, tc := range map[string]struct {
+		last           state.Declared
+		hashes         map[string]string
+		want           DeclarationChange
+		changed, mints bool
+	}{
+		"enrolling mints only what the agent is to hold": {
+			last:    state.Declared{},
+			hashes:  map[string]string{"one.b": "by hand"},
+			want:    DeclarationChange{Mint: []string{"one.a"}, ByHand: []string{"one.b"}, Digest: d.Digest(), DigestChanged: true},
+			changed: true, mints: true,
+		},
+		"rotated by hand, it is no change to the node": {
+			last:   state.Declared{Generation: 2, Digest: d.Digest(), Credentials: agents},
+			hashes: map[string]string{"one.a": "h1", "one.b": "rotated by hand"},
+			want:   DeclarationChange{Keep: []string{"one.a"}, ByHand: []string{"one.b"}, Digest: d.Digest()},
+		},
+		"one the agent held, issued by hand since, is neither minted nor departed": {
+			last: state.Declared{Generation: 2, Digest: plain.Digest(),
+				Credentials: map[string]state.DeclaredCredential{"one.a": {Hash: "h1"}, "one.b": {Hash: "h2"}}},
+			hashes:  map[string]string{"one.a": "h1", "one.b": "by hand"},
+			want:    DeclarationChange{Keep: []string{"one.a"}, ByHand: []string{"one.b"}, Digest: d.Digest(), DigestChanged: true},
+			changed: true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := ChangeOf(tc.last, tc.hashes, d)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ChangeOf (-want +got):\n%s", diff)
+			}
+			if got.Changed() != tc.changed || got.ChangesCredentials() != tc.mints {
+				t.Errorf("Changed() = %v, ChangesCredentials() = %v; want %v, %v", got.Changed(), got.ChangesCredentials(), tc.changed, tc.mints)
+			}
+		})
+	}
+}

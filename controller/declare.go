@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -123,13 +124,20 @@ func (l *loop) declareAll(ctx context.Context, own map[string]string) ([]string,
 	if err != nil {
 		return nil, err
 	}
+	// Read once a pass: only an operator's command changes it, never the pass itself.
+	sctx, cancel = l.storeCtx(ctx)
+	byHand, err := l.cfg.Store.IssuedByHand(sctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
 	var errs []error
 	var published []string
 	for _, e := range enrolled {
 		if !slices.ContainsFunc(l.mesh.Nodes, func(n model.Node) bool { return n.Name == e.Node }) {
 			continue
 		}
-		did, err := l.declare(ctx, e, own)
+		did, err := l.declare(ctx, e, byHand, own)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("declaring to node %s: %w", e.Node, err))
 		}
@@ -142,12 +150,22 @@ func (l *loop) declareAll(ctx context.Context, own map[string]string) ([]string,
 
 // declare publishes node's declaration when it changed: a new generation carrying every
 // instance's membership sealed to the node's key — the sealed copy kept from last time where the
-// credential is unchanged, a fresh one minted where it is new or was minted again elsewhere
-// (ChangeOf decides which). Credentials are made live before the node hears of them; those of
-// instances that left the node are revoked. The hash of each credential it minted goes into
-// own, and "" for each it revoked.
-func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]string) (published bool, err error) {
+// credential is unchanged, a fresh one minted where it is new or was revoked (ChangeOf decides
+// which), and none for an instance in byHand, whose credential an operator issued by hand.
+// Credentials are made live before the node hears of them; those of instances that left the
+// node are revoked. The hash of each credential it minted goes into own, and "" for each it
+// revoked.
+//
+// An instance issued by hand keeps its credential when its node enrols, rather than the
+// enrolment refusing the node: the host using it works, and what an operator of a running bus
+// expects of a node joining is that nothing that works stops. The agent is given no membership
+// for it and leaves the instance's file alone; revoking the credential (`meshctl credentials
+// revoke`) hands the instance to the agent, declared a fresh one at the next pass.
+func (l *loop) declare(ctx context.Context, e state.Enrolment, byHand map[string]bool, own map[string]string) (published bool, err error) {
 	d := DeclarationFor(l.mesh, e.Node)
+	for i := range d.Instances {
+		d.Instances[i].ByHand = byHand[d.Instances[i].User]
+	}
 	last, err := l.cfg.Store.Declared(ctx, e.Node)
 	if err != nil {
 		return false, err
@@ -181,8 +199,36 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 		l.declared[e.Node] = d.Generation
 	}
 	l.log.Info("controller: declared to a node what it runs", "node", e.Node, "generation", d.Generation,
-		"instances", len(d.Instances), "minted", len(change.Mint), "kept", len(change.Keep), "departed", len(change.Departed))
+		"instances", len(d.Instances), "minted", len(change.Mint), "kept", len(change.Keep), "by_hand", len(change.ByHand),
+		"departed", len(change.Departed))
+	l.sayByHand(d)
 	return true, nil
+}
+
+// sayByHand logs, once for as long as it lasts, each instance of d declared without a
+// membership because its credential was issued by hand: an operator who expected the agent to
+// carry it learns why the agent wrote none, and how to hand it over.
+func (l *loop) sayByHand(d wire.Declaration) {
+	if l.byHand == nil {
+		l.byHand = map[string]bool{}
+	}
+	now := map[string]bool{}
+	for _, in := range d.Instances {
+		now[in.User] = in.ByHand
+	}
+	for u := range l.byHand {
+		if inst, _ := host.InstanceOf(u); inst.Node == d.Node && !now[u] {
+			delete(l.byHand, u) // the agent's now, or gone: said again should it come back
+		}
+	}
+	for _, in := range d.Instances {
+		if !in.ByHand || l.byHand[in.User] {
+			continue
+		}
+		l.byHand[in.User] = true
+		l.log.Info("controller: kept a credential issued by hand; the node's agent is given no membership for it and leaves it alone",
+			"node", d.Node, "user", in.User, "to_hand_it_to_the_agent", "meshctl credentials revoke "+in.User)
+	}
 }
 
 // renew mints the credentials change mints and revokes those of the departed, and returns the
@@ -190,9 +236,9 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, own map[string]st
 // revoked) goes into own.
 func (l *loop) renew(ctx context.Context, change DeclarationChange, own map[string]string) (secrets, hashes map[string]string, err error) {
 	if l.mesh.Bus.Nkeys() {
-		secrets, err = l.cfg.Store.MintNkeys(ctx, change.Mint, "declare")
+		secrets, err = l.cfg.Store.MintNkeys(ctx, change.Mint, state.OpDeclare)
 	} else {
-		secrets, err = l.cfg.Store.Mint(ctx, change.Mint, l.cfg.Cost, "declare")
+		secrets, err = l.cfg.Store.Mint(ctx, change.Mint, l.cfg.Cost, state.OpDeclare)
 	}
 	if err = l.kept(ctx, err); err != nil {
 		return nil, nil, err
@@ -212,13 +258,16 @@ func (l *loop) renew(ctx context.Context, change DeclarationChange, own map[stri
 }
 
 // sealMemberships gives each instance of d its membership — the sealed copy declared last time
-// for the users in keep, its freshly minted secret sealed to key for the others — and returns
-// the credentials to record with the declaration.
+// for the users in keep, its freshly minted secret sealed to key for the others but those
+// issued by hand, which get none — and returns the credentials to record with the declaration.
 func (l *loop) sealMemberships(d *wire.Declaration, key []byte, last state.Declared, keep []string,
 	secrets, hashes map[string]string) (map[string]state.DeclaredCredential, error) {
 	creds := map[string]state.DeclaredCredential{}
 	for i := range d.Instances {
 		in := &d.Instances[i]
+		if in.ByHand {
+			continue // the operator's: nothing sealed, nothing recorded, never departed
+		}
 		if slices.Contains(keep, in.User) {
 			in.Membership = last.Credentials[in.User].Sealed
 		} else {

@@ -9,8 +9,8 @@
 //     node and what kind a CONTROL subject names, whether a report is about a superseded
 //     declaration, what an enrolment request may ask, what to declare to a node, what
 //     declaring it anew changes (ChangeOf: whose sealed credential is kept, whose is minted,
-//     who departed, whether the digest changed), and the store window — what to do with a
-//     message the store did not take.
+//     whose was issued by hand and is left alone, who departed, whether the digest changed),
+//     and the store window — what to do with a message the store did not take.
 //   - The loop (Run, controller.go): one goroutine, one message at a time. Deliveries,
 //     heartbeats and new descriptions arrive on channels and the loop selects on them; no
 //     library callback ever runs the controller's logic, because the window's bookkeeping is
@@ -38,8 +38,14 @@
 //   - Declaration (declare.go): a pass over the enrolled nodes after each description, each
 //     failed pass retried with a capped backoff; for each node, the loop acts on ChangeOf —
 //     mints, revokes, makes the credentials live, publishes a new generation and records it.
-//   - Rotation: the controller is the only carrier of an enrolled node's instance credentials
-//     (Distributes, rotate.go). `credentials rotate` revokes one in the store and has the bus
+//   - Credentials issued by hand: an instance whose credential an operator issued (`credentials
+//     issue`, typically before its node enrolled) keeps it. The controller mints nothing for
+//     it, declares it by hand without a membership, so the agent leaves it alone, and logs
+//     that once; the host using it is never locked out by its node enrolling. Revoking it
+//     hands the instance to the agent. Refusing the enrolment instead would keep a whole node
+//     out for one instance, and say so only to the agent.
+//   - Rotation: the controller is the only carrier of the instance credentials it minted for
+//     an enrolled node (Distributes, rotate.go). `credentials rotate` revokes one in the store and has the bus
 //     reloaded; the loop notices the store's hashes changed (it polls them, since that process
 //     tells watch nothing: credentialsChanged, declare.go) and declares a fresh credential in
 //     a new generation (Redeclared).

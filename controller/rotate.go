@@ -11,10 +11,12 @@ import (
 )
 
 // Distributes reports whether the controller hands user's credential out — user is a module
-// instance's principal on a node that enrolled — and which node it goes to. Such a credential
-// has no other carrier: the controller mints it, seals it to the node's key and declares it,
-// and a password minted beside it (`credentials issue`) would be replaced at the controller's
-// next pass, because its hash is no longer the one declared.
+// instance's principal on a node that enrolled, and its credential was not issued by hand —
+// and which node it goes to. Such a credential has no other carrier: the controller mints it,
+// seals it to the node's key and declares it, and the node's agent writes it. One issued by
+// hand (state.Credential.ByHand) is the operator's, kept when the node enrolled (declare): the
+// controller declares it to nobody, so `credentials issue` and `rotate` mint it by hand again;
+// revoking it hands the instance to the controller, which declares it a fresh one.
 func Distributes(ctx context.Context, st *state.Store, m *model.Mesh, user string) (node string, ok bool, err error) {
 	instances := m.Instances()
 	i := slices.IndexFunc(instances, func(in model.Instance) bool { return render.InstanceUser(in) == user })
@@ -26,7 +28,14 @@ func Distributes(ctx context.Context, st *state.Store, m *model.Mesh, user strin
 	if err != nil {
 		return "", false, fmt.Errorf("reading which nodes enrolled: %w", err)
 	}
-	return node, slices.ContainsFunc(enrolled, func(e state.Enrolment) bool { return e.Node == node }), nil
+	if !slices.ContainsFunc(enrolled, func(e state.Enrolment) bool { return e.Node == node }) {
+		return node, false, nil
+	}
+	byHand, err := st.IssuedByHand(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	return node, !byHand[user], nil
 }
 
 // Redeclared reports whether node's declaration after generation carries a credential for user

@@ -64,7 +64,7 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 		if err := recordRevocation(ctx, tx, c, e.EnrolPrincipal, now); err != nil {
 			return err
 		}
-		if err := storeHashes(ctx, tx, c, fresh, now, "enrol"); err != nil {
+		if err := storeHashes(ctx, tx, c, fresh, now, opEnrol); err != nil {
 			return err
 		}
 		c.add(&enrolments, e.Node)

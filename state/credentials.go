@@ -49,6 +49,27 @@ const (
 	opSystemRemint       = "system-remint"
 )
 
+// OpDeclare is the operation the controller records with a module instance's credential it
+// mints to declare, sealed, to the instance's node: the node's agent holds it. opEnrol is the
+// one EnrolNode records with a node's own credential.
+const (
+	OpDeclare = "declare"
+	opEnrol   = "enrol"
+)
+
+// issuedByHand reports whether a credential minted by operation was issued by an operator
+// (`meshctl credentials issue` or `rotate`), who gave it to a host of their own, rather than
+// minted by meshctl itself: by the controller for a declaration or an enrolment, or as one of
+// meshctl's own identities. Any operation meshctl does not record itself counts as by hand: a
+// credential nobody can tell the origin of is not the controller's to replace.
+func issuedByHand(operation string) bool {
+	switch operation {
+	case OpDeclare, opEnrol, opControllerFirstUse, opControllerRemint, opSystemFirstUse, opSystemRemint:
+		return false
+	}
+	return true
+}
+
 // GeneratePassword returns a fresh random password: 26 characters of base32 (A–Z, 2–7) from
 // crypto/rand, 130 bits. The alphabet survives a URL, a JSON line, a shell and a config file
 // unquoted, and no password starts with '-' to be mistaken for a flag.
@@ -62,8 +83,13 @@ func GeneratePassword() (string, error) {
 type Credential struct {
 	Principal string
 	MintedAt  time.Time
-	Operation string // why it was minted, e.g. "issue", "rotate", "controller-first-use"
+	Operation string // why it was minted, e.g. "credentials issue", "declare", "controller-first-use"
 }
+
+// ByHand reports whether an operator issued the credential (`meshctl credentials issue` or
+// `rotate`) rather than meshctl minting it itself. For a module instance on an enrolled node it
+// says who holds it: the host it was issued to, not the node's agent.
+func (c Credential) ByHand() bool { return issuedByHand(c.Operation) }
 
 // Mint generates a password for each principal, stores its bcrypt hash at cost (replacing any
 // previous credential of that principal), and returns the plaintexts by principal. The hashing
@@ -267,6 +293,31 @@ func (s *Store) Hashes(ctx context.Context) (map[string]string, error) {
 		return nil, fmt.Errorf("reading the credential hashes: %w", err)
 	}
 	return hashes, nil
+}
+
+// IssuedByHand returns the principals whose stored credential an operator issued
+// (Credential.ByHand): the controller keeps such a module instance's credential when its node
+// enrols, rather than mint the agent one that would lock the host out.
+func (s *Store) IssuedByHand(ctx context.Context) (map[string]bool, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT principal, operation FROM credentials")
+	if err != nil {
+		return nil, fmt.Errorf("reading who issued the credentials: %w", err)
+	}
+	defer rows.Close()
+	byHand := map[string]bool{}
+	for rows.Next() {
+		var p, op string
+		if err := rows.Scan(&p, &op); err != nil {
+			return nil, fmt.Errorf("reading who issued the credentials: %w", err)
+		}
+		if issuedByHand(op) {
+			byHand[p] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading who issued the credentials: %w", err)
+	}
+	return byHand, nil
 }
 
 // Credentials lists the stored credentials, sorted by principal.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -486,5 +487,54 @@ func TestSystemPassword(t *testing.T) {
 	}
 	if pw, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || pw != controller {
 		t.Fatalf("minting the system user changed the controller's password (%v)", err)
+	}
+}
+
+// Who issued each credential: an operator's command (whatever it recorded) is by hand, and what
+// meshctl minted itself — for a declaration, an enrolment, its own identities — is not. Minted
+// again, a credential is as its last minting says.
+func TestIssuedByHandTellsTheOperatorsCredentialsFromMeshctls(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	if _, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil {
+		t.Fatal(err)
+	}
+	for principal, op := range map[string]string{"one.shop": "credentials issue", "one.audit": OpDeclare,
+		"two.mail": "credentials rotate", "enrol.one": "credentials issue", "two.old": "issue"} {
+		if _, err := s.Mint(ctx, []string{principal}, bcrypt.MinCost, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.EnrolNode(ctx, NodeEnrolment{Node: "one", EnrolPrincipal: "enrol.one", NodePrincipal: "node.one",
+		PublicKey: make([]byte, 32)}, bcrypt.MinCost); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"one.shop": true, "two.mail": true, "two.old": true}
+	got, err := s.IssuedByHand(ctx)
+	if err != nil || !maps.Equal(got, want) {
+		t.Errorf("IssuedByHand = %v (%v), want %v", got, err, want)
+	}
+	creds, err := s.Credentials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range creds {
+		if c.ByHand() != want[c.Principal] {
+			t.Errorf("%s minted by %q: ByHand() = %v", c.Principal, c.Operation, c.ByHand())
+		}
+	}
+
+	// The agent's credential, rotated by hand, is the operator's; one the controller mints
+	// after a revocation is the agent's again.
+	if _, err := s.Mint(ctx, []string{"one.audit"}, bcrypt.MinCost, "credentials rotate"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mint(ctx, []string{"one.shop"}, bcrypt.MinCost, OpDeclare); err != nil {
+		t.Fatal(err)
+	}
+	want = map[string]bool{"one.audit": true, "two.mail": true, "two.old": true}
+	if got, err := s.IssuedByHand(ctx); err != nil || !maps.Equal(got, want) {
+		t.Errorf("after minting again, IssuedByHand = %v (%v), want %v", got, err, want)
 	}
 }

@@ -66,6 +66,10 @@ type Instance struct {
 	// key. It is left out of the digest: it is sealed afresh with a random ephemeral key each
 	// time, and what it opens to is tracked by the credential's hash instead.
 	Membership []byte `json:"membership,omitempty"`
+	// ByHand says an operator issued the instance's credential by hand (`meshctl credentials
+	// issue`) to a host of their own: the declaration carries no membership for it, and the
+	// agent leaves the instance's membership alone, neither writing nor removing it.
+	ByHand bool `json:"by_hand,omitempty"`
 }
 
 // Consumer is a consumer an instance binds.

@@ -52,12 +52,17 @@ rotate  replaces a principal's password. For a module instance on a node that en
         to mint the new one, seal it to the node's key and declare it in a new
         generation, which the node's agent writes; no password is printed. issue
         refuses such an instance, since the controller would replace what it printed.
+        An instance issued by hand before its node enrolled is not the controller's:
+        enrolling keeps its credential, the agent leaves it alone ('meshctl status'
+        says "by hand"), and issue and rotate mint it here.
         For every other principal rotate is issue: the new membership, printed once.
 list    shows each principal the mesh derives, when its credential was minted, and
         which have none. Never a hash or a password.
 revoke  deletes the hash: the principal is locked out at the next reload. A module
         instance on an enrolled node is then declared a new credential by the
-        controller; to lock it out, take it off the node in the description.
+        controller; to lock it out, take it off the node in the description. This is
+        how an instance issued by hand is handed to the node's agent: its host is
+        locked out, and the agent writes the credential the controller declares.
 
 Issuing or revoking re-renders the accounts config and makes it live: on an external
 bus by its reload method, on the embedded bus through the meshctl process serving it,

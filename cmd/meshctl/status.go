@@ -34,7 +34,10 @@ changes): since when, the trigger and outcome of the reconcile that brought it, 
 description's problems or a refusal's reason, and whether that watch still runs. Per
 node it shows whether the node enrolled, the generation the controller last declared to
 it and the one it last reported applying, and the last heartbeat watch heard from it: watch records them in STATE/heartbeats.json when a node is first heard,
-goes silent (30s without one) or comes back, and otherwise once a minute. It lists what
+goes silent (30s without one) or comes back, and otherwise once a minute. For each
+node's module instances it says who holds the credential: the node's agent (declared
+to it by the controller), a host it was issued to by hand (kept when the node enrolled,
+left alone by the agent), or nobody. It lists what
 the embedded bus refused lately, as 'meshctl watch' recorded it, one line per kind of
 refusal (a user, an operation and the subjects of one rule: a client whose inbox prefix is
 not set, refused a new random inbox on every connection, is one line): the latest subject,
@@ -142,7 +145,7 @@ func readStatus(ctx context.Context, e *env, st *state.Store, m *model.Mesh, n i
 	}
 	b := &r.EmbeddedBus
 	b.URL, b.PID, b.Running = bus.RunningEmbeddedProcess(st.Dir())
-	if r.Nodes, err = controller.Nodes(ctx, st, r.Inventory.Nodes); err != nil {
+	if r.Nodes, err = controller.Nodes(ctx, st, r.Inventory); err != nil {
 		return r, err
 	}
 	if r.Heartbeats, err = withHeartbeats(r.Nodes, st.Dir(), time.Now()); err != nil {

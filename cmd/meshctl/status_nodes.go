@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -86,6 +87,33 @@ func printNodes(out io.Writer, nodes []controller.NodeStatus, beats heartbeatsSe
 			state = fmt.Sprintf("%d instance(s) not applied", len(n.Failed))
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", printable.Text(n.Node), enrolled, n.Declared, n.Reported, last, beat, state)
+	}
+	_ = w.Flush()
+	printInstanceCredentials(out, nodes)
+}
+
+// heldBy says who holds an instance's credential, for status's text.
+var heldBy = map[string]string{
+	controller.HeldByAgent:  "agent",
+	controller.HeldByHand:   "by hand",
+	controller.HeldByNobody: "none: cannot log in",
+}
+
+// printInstanceCredentials writes who holds each node's instances' credentials: the node's
+// agent, or the host an operator issued one to by hand, which enrolling kept and the agent
+// leaves alone.
+func printInstanceCredentials(out io.Writer, nodes []controller.NodeStatus) {
+	if !slices.ContainsFunc(nodes, func(n controller.NodeStatus) bool { return len(n.Instances) > 0 }) {
+		return
+	}
+	fmt.Fprintln(out, "\nInstance credentials (agent: declared to the node's agent; by hand: issued with 'meshctl credentials issue',")
+	fmt.Fprintln(out, "kept when the node enrolled and left alone by its agent; 'meshctl credentials revoke' hands one to the agent):")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  NODE\tINSTANCE\tHELD BY")
+	for _, n := range nodes {
+		for _, in := range n.Instances {
+			fmt.Fprintf(w, "  %s\t%s\t%s\n", printable.Text(n.Node), printable.Text(in.User), heldBy[in.Credential])
+		}
 	}
 	_ = w.Flush()
 }

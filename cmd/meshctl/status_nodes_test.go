@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,5 +154,71 @@ func TestStatusShowsTheHeartbeatsWatchRecorded(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "no watch records them now") {
 		t.Errorf("status does not say the heartbeats are old:\n%s", out.String())
+	}
+}
+
+// Status says, for each node's module instances, who holds the credential: the node's agent
+// (the controller minted it for a declaration), the host an operator issued it to by hand, or
+// nobody. In text and in JSON.
+func TestStatusSaysWhoHoldsEachInstancesCredential(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	st, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := state.Inventory{Nodes: []string{"one", "two"}, Instances: []state.Instance{
+		{Node: "one", Module: "audit"}, {Node: "one", Module: "mail"}, {Node: "one", Module: "shop"}, {Node: "two", Module: "shop"}}}
+	if err := st.SaveInventory(ctx, inv, 0); err != nil {
+		t.Fatal(err)
+	}
+	for principal, op := range map[string]string{"enrol.one": "credentials issue", "one.shop": "credentials issue",
+		"one.audit": state.OpDeclare, "two.shop": "credentials rotate"} {
+		if _, err := st.Mint(ctx, []string{principal}, bcrypt.MinCost, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.EnrolNode(ctx, state.NodeEnrolment{Node: "one", EnrolPrincipal: "enrol.one", NodePrincipal: "node.one",
+		PublicKey: make([]byte, 32)}, bcrypt.MinCost); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"status", "--state", dir}, &out, &errOut); code != exitOK {
+		t.Fatalf("status exited %d: %s", code, errOut.String())
+	}
+	text := out.String()
+	for _, want := range [][]string{{"one.audit", "agent"}, {"one.mail", "none"}, {"one.shop", "by hand"}, {"two.shop", "by hand"}} {
+		if !lineHolds(text, want...) {
+			t.Errorf("status does not say %s's credential is held %s:\n%s", want[0], want[1], text)
+		}
+	}
+	out.Reset()
+	if code := run(ctx, []string{"status", "--state", dir, "-o", "json"}, &out, &errOut); code != exitOK {
+		t.Fatalf("status -o json exited %d: %s", code, errOut.String())
+	}
+	var got struct {
+		Nodes []struct {
+			Node      string `json:"node"`
+			Instances []struct {
+				User       string `json:"user"`
+				Credential string `json:"credential"`
+			} `json:"instances"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	for _, n := range got.Nodes {
+		for _, in := range n.Instances {
+			held[n.Node+" "+in.User] = in.Credential
+		}
+	}
+	want := map[string]string{"one one.audit": "agent", "one one.mail": "none", "one one.shop": "hand", "two two.shop": "hand"}
+	if !maps.Equal(held, want) {
+		t.Errorf("status -o json says the instances' credentials are held %v, want %v", held, want)
 	}
 }
