@@ -336,10 +336,7 @@ func mintHosts(ctx context.Context, dir string, m *model.Mesh, users []string, f
 	}
 	enc := json.NewEncoder(f)
 	for _, u := range users {
-		mb := host.NewMembership(busclient.Target{URL: url}, u, secrets[u])
-		if m.Bus.Nkeys() {
-			mb.Password, mb.Seed = "", secrets[u]
-		}
+		mb := host.NewMembership(busclient.Target{URL: url}, u, secrets[u], m.Bus.Nkeys())
 		if err := enc.Encode(mb); err != nil {
 			f.Close()
 			return err

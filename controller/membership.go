@@ -11,12 +11,7 @@ import (
 // mesh's hosts log in with nkeys (bus.auth: nkey) the seed of its nkey, sealed to the node
 // like a password, and like it never logged or kept.
 func (l *loop) membershipOf(user, secret string) host.Membership {
-	if !l.mesh.Bus.Nkeys() {
-		return host.NewMembership(l.cfg.Target, user, secret)
-	}
-	m := host.NewMembership(l.cfg.Target, user, "")
-	m.Seed = secret
-	return m
+	return host.NewMembership(l.cfg.Target, user, secret, l.mesh.Bus.Nkeys())
 }
 
 // sealedMembership is user's membership with its freshly minted secret, sealed (wire.Seal) to

@@ -115,10 +115,17 @@ func ReadMembershipFile(path string) (Membership, error) {
 	return m, nil
 }
 
-// NewMembership is the membership of user on the bus t reaches: for a cluster, with every
-// server listed, so the host can reach the bus through any of them.
-func NewMembership(t busclient.Target, user, password string) Membership {
-	m := Membership{Address: t.URL, Fingerprint: t.Fingerprint, User: user, Password: password}
+// NewMembership is the membership of user on the bus t reaches, with its secret: the seed of
+// its nkey where nkey (bus.auth: nkey), else its password. For a cluster it lists every server,
+// so the host can reach the bus through any of them. The line `meshctl credentials issue`
+// prints and the memberships the controller seals are both built here, so the two cannot drift.
+func NewMembership(t busclient.Target, user, secret string, nkey bool) Membership {
+	m := Membership{Address: t.URL, Fingerprint: t.Fingerprint, User: user}
+	if nkey {
+		m.Seed = secret
+	} else {
+		m.Password = secret
+	}
 	if t.Others != "" {
 		m.Servers = append([]string{t.URL}, strings.Split(t.Others, ",")...)
 	}

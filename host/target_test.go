@@ -12,7 +12,7 @@ import (
 // of a single server carries no servers key, as memberships did before clusters.
 func TestAMembershipListsEveryServerOfACluster(t *testing.T) {
 	cluster := busclient.Cluster([]busclient.Target{{URL: "nats://10.0.0.1:4222"}, {URL: "nats://10.0.0.2:4222"}, {URL: "nats://10.0.0.3:4222"}})
-	line, err := json.Marshal(NewMembership(cluster, "alpha.shop", "pw"))
+	line, err := json.Marshal(NewMembership(cluster, "alpha.shop", "pw", false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestAMembershipListsEveryServerOfACluster(t *testing.T) {
 	if got := m.target(); got.URL != "nats://10.0.0.1:4222" || got.Others != "nats://10.0.0.2:4222,nats://10.0.0.3:4222" {
 		t.Fatalf("the membership %s reads back as %+v", line, got)
 	}
-	single, _ := json.Marshal(NewMembership(busclient.Target{URL: "nats://10.0.0.1:4222"}, "alpha.shop", "pw"))
+	single, _ := json.Marshal(NewMembership(busclient.Target{URL: "nats://10.0.0.1:4222"}, "alpha.shop", "pw", false))
 	if strings.Contains(string(single), "servers") {
 		t.Fatalf("a single server's membership changed shape: %s", single)
 	}

@@ -360,7 +360,7 @@ func TestAHostKeepsConsumingWhenItsServerStops(t *testing.T) {
 
 	// The auditor joins through n1 first, so stopping n1 is stopping its server.
 	opts := []nats.Option{nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
-	auditor, err := host.Join(ctx, host.NewMembership(s.Target, "alpha.audit", pw["alpha.audit"]), opts...)
+	auditor, err := host.Join(ctx, host.NewMembership(s.Target, "alpha.audit", pw["alpha.audit"], false), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestAHostKeepsConsumingWhenItsServerStops(t *testing.T) {
 	}
 	defer cc.Stop()
 
-	shop, err := host.Join(ctx, host.NewMembership(s.Target, "alpha.shop", pw["alpha.shop"]), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	shop, err := host.Join(ctx, host.NewMembership(s.Target, "alpha.shop", pw["alpha.shop"], false), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -447,23 +447,18 @@ func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live b
 // the address a host dials and the bus's fingerprint, and on a bus of several servers every
 // server.
 func (c credentialChange) membership(secret string, nkey bool) host.Membership {
-	mem := host.Membership{Address: busAddress(c.m, c.st.Dir()), Fingerprint: c.m.Bus.Fingerprint, User: c.principal}
-	if nkey {
-		mem.Seed = secret
-	} else {
-		mem.Password = secret
-	}
+	t := busclient.Target{URL: busAddress(c.m, c.st.Dir()), Fingerprint: c.m.Bus.Fingerprint}
 	if len(c.m.Bus.Servers) > 1 {
 		// Every server, so a host reaches the bus through any of them; address stays the
-		// first, for a reader that knows only it.
+		// first (the description's bus.url is its first server's), for a reader that knows
+		// only it.
 		var servers []busclient.Target
 		for _, s := range c.m.Bus.Servers {
 			servers = append(servers, busclient.Target{URL: s.URL, Fingerprint: s.Fingerprint})
 		}
-		t := host.NewMembership(busclient.Cluster(servers), c.principal, "")
-		mem.Servers, mem.Fingerprint = t.Servers, t.Fingerprint
+		t = busclient.Cluster(servers)
 	}
-	return mem
+	return host.NewMembership(t, c.principal, secret, nkey)
 }
 
 // membershipLine is the membership as the one JSON line credentials issue prints. Its keys come

@@ -195,7 +195,7 @@ func (b *Mesh) Target() plan.Target { return plan.TargetOf(b.Desired, b.hashes) 
 
 // Membership is what `meshctl credentials issue` would print for user.
 func (b *Mesh) Membership(user string) host.Membership {
-	return host.NewMembership(b.target, user, b.passwords[user])
+	return host.NewMembership(b.target, user, b.passwords[user], false)
 }
 
 // Dial joins as user on a connection of its own, closed when t ends.
