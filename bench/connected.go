@@ -18,11 +18,10 @@ import (
 
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
-	"github.com/meshbus/meshctl/busclient"
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // What a change costs with the mesh's hosts connected. At each reload nats-server re-checks
@@ -336,7 +335,7 @@ func mintHosts(ctx context.Context, dir string, m *model.Mesh, users []string, f
 	}
 	enc := json.NewEncoder(f)
 	for _, u := range users {
-		mb := host.NewMembership(busclient.Target{URL: url}, u, secrets[u], m.Bus.Nkeys())
+		mb := wire.NewMembership([]string{url}, "", u, secrets[u], m.Bus.Nkeys())
 		if err := enc.Encode(mb); err != nil {
 			f.Close()
 			return err

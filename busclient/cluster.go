@@ -33,13 +33,20 @@ func Cluster(servers []Target) Target {
 	return t
 }
 
+// ServerURLs is the URL of every server t reaches: its URL, then its Others. A membership
+// lists them so (wire.NewMembership), the first the one a host dials first.
+func (t Target) ServerURLs() []string {
+	if t.Others == "" {
+		return []string{t.URL}
+	}
+	return append([]string{t.URL}, strings.Split(t.Others, ",")...)
+}
+
 // servers is t's URL and its Others, each the Target of one server.
 func (t Target) servers() []Target {
-	out := []Target{{URL: t.URL}}
-	if t.Others != "" {
-		for _, u := range strings.Split(t.Others, ",") {
-			out = append(out, Target{URL: u})
-		}
+	var out []Target
+	for _, u := range t.ServerURLs() {
+		out = append(out, Target{URL: u})
 	}
 	return out
 }

@@ -3,15 +3,14 @@ package controller
 import (
 	"encoding/json"
 
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/wire"
 )
 
 // membershipOf is user's membership with its freshly minted secret: a password, or where the
 // mesh's hosts log in with nkeys (bus.auth: nkey) the seed of its nkey, sealed to the node
 // like a password, and like it never logged or kept.
-func (l *loop) membershipOf(user, secret string) host.Membership {
-	return host.NewMembership(l.cfg.Target, user, secret, l.mesh.Bus.Nkeys())
+func (l *loop) membershipOf(user, secret string) wire.Membership {
+	return wire.NewMembership(l.cfg.Target.ServerURLs(), l.cfg.Target.Fingerprint, user, secret, l.mesh.Bus.Nkeys())
 }
 
 // sealedMembership is user's membership with its freshly minted secret, sealed (wire.Seal) to

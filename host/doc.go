@@ -6,11 +6,12 @@
 //
 // What it owns:
 //
-//   - The membership (Membership, ReadMembership, ReadMembershipFile): the one JSON line
+//   - Reading the membership (ReadMembership, ReadMembershipFile): the one JSON line
 //     `meshctl credentials issue` prints — address, fingerprint, user and one secret (a
 //     password, or an nkey user seed for `bus.auth: nkey`) as separate fields, and for a
 //     cluster every server's URL; never a URL with a secret in it. The agent and the example
-//     host read their files through it.
+//     host read their files through it. Its shape (Membership, an alias) is package wire's,
+//     since the controller seals it to the agent.
 //   - Joining (Join): busclient.Dial with those fields joined once, through whichever of the
 //     servers answers, the certificate pinned by its fingerprint and the inbox prefix
 //     `_INBOX.<user>`, the only inbox the user is granted.

@@ -38,7 +38,7 @@ type Host struct {
 // An address without a scheme is taken as nats://. Errors name the address and user, never the
 // password or seed.
 func Join(ctx context.Context, m Membership, opts ...nats.Option) (*Host, error) {
-	t := m.target()
+	t := targetOf(m)
 	h := &Host{user: m.User, address: t.Address(), closed: make(chan struct{})}
 	// After the caller's options, so it chains their closed handler rather than losing it;
 	// busclient.Dial chains this one in turn.

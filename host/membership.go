@@ -10,37 +10,13 @@ import (
 	"strings"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/wire"
 )
 
-// Membership is what a host needs to join the bus: exactly the JSON line `meshctl credentials
-// issue` prints. The user and password ride beside the address, not inside it: a credential
-// embedded in a URL leaks into every log line that prints a connection, so the host
-// joins them once, when it dials.
-type Membership struct {
-	// Address is the bus's URL without credentials: nats://host:port or tls://host:port.
-	Address string `json:"address"`
-	// Fingerprint is the hex SHA-256 of the bus's leaf certificate, or empty for a bus that
-	// presents none (the embedded default on loopback).
-	Fingerprint string `json:"fingerprint"`
-	User        string `json:"user"`
-	// Password is a password principal's secret; Seed is an nkey principal's (an `SU…` user
-	// seed, `bus.auth: nkey`). A membership carries exactly one of the two.
-	Password string `json:"password,omitempty"`
-	Seed     string `json:"seed,omitempty"`
-	// Servers, for a bus of several servers, is every server's URL, Address first (NewMembership):
-	// the host connects to whichever answers and moves on when its server goes away. A
-	// membership of one server has none, as before clusters.
-	Servers []string `json:"servers,omitempty"`
-}
-
-// String names the address and user and never the password or seed, so a Membership printed
-// by mistake does not put a secret in a log.
-func (m Membership) String() string {
-	return fmt.Sprintf("user %q at %s (secret redacted)", m.User, m.Address)
-}
-
-// GoString is String for %#v, which would otherwise print every field.
-func (m Membership) GoString() string { return "host.Membership{" + m.String() + "}" }
+// Membership is what a host needs to join the bus: the line `meshctl credentials issue` prints,
+// and what the controller seals to a node. Its shape is the mesh's protocol (wire.Membership);
+// reading it and joining with it are this package's.
+type Membership = wire.Membership
 
 // maxMembership bounds what ReadMembership reads: a membership is one short line, and a host
 // pointed at the wrong file should say so rather than read a disk image into memory.
@@ -115,26 +91,9 @@ func ReadMembershipFile(path string) (Membership, error) {
 	return m, nil
 }
 
-// NewMembership is the membership of user on the bus t reaches, with its secret: the seed of
-// its nkey where nkey (bus.auth: nkey), else its password. For a cluster it lists every server,
-// so the host can reach the bus through any of them. The line `meshctl credentials issue`
-// prints and the memberships the controller seals are both built here, so the two cannot drift.
-func NewMembership(t busclient.Target, user, secret string, nkey bool) Membership {
-	m := Membership{Address: t.URL, Fingerprint: t.Fingerprint, User: user}
-	if nkey {
-		m.Seed = secret
-	} else {
-		m.Password = secret
-	}
-	if t.Others != "" {
-		m.Servers = append([]string{t.URL}, strings.Split(t.Others, ",")...)
-	}
-	return m
-}
-
-// target is where the membership's bus is: its address, and every other server it lists. An
-// address without a scheme is taken as nats://.
-func (m Membership) target() busclient.Target {
+// targetOf is where m's bus is: its address, and every other server it lists. An address
+// without a scheme is taken as nats://.
+func targetOf(m Membership) busclient.Target {
 	address := withScheme(m.Address)
 	var others []string
 	for _, s := range m.Servers {

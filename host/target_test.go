@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // A cluster's membership lists every server and reads back as a target reaching each; one
 // of a single server carries no servers key, as memberships did before clusters.
 func TestAMembershipListsEveryServerOfACluster(t *testing.T) {
 	cluster := busclient.Cluster([]busclient.Target{{URL: "nats://10.0.0.1:4222"}, {URL: "nats://10.0.0.2:4222"}, {URL: "nats://10.0.0.3:4222"}})
-	line, err := json.Marshal(NewMembership(cluster, "alpha.shop", "pw", false))
+	line, err := json.Marshal(wire.NewMembership(cluster.ServerURLs(), cluster.Fingerprint, "alpha.shop", "pw", false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,10 +21,10 @@ func TestAMembershipListsEveryServerOfACluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := m.target(); got.URL != "nats://10.0.0.1:4222" || got.Others != "nats://10.0.0.2:4222,nats://10.0.0.3:4222" {
+	if got := targetOf(m); got.URL != "nats://10.0.0.1:4222" || got.Others != "nats://10.0.0.2:4222,nats://10.0.0.3:4222" {
 		t.Fatalf("the membership %s reads back as %+v", line, got)
 	}
-	single, _ := json.Marshal(NewMembership(busclient.Target{URL: "nats://10.0.0.1:4222"}, "alpha.shop", "pw", false))
+	single, _ := json.Marshal(wire.NewMembership([]string{"nats://10.0.0.1:4222"}, "", "alpha.shop", "pw", false))
 	if strings.Contains(string(single), "servers") {
 		t.Fatalf("a single server's membership changed shape: %s", single)
 	}
@@ -32,7 +33,7 @@ func TestAMembershipListsEveryServerOfACluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := old.target(); got.URL != "nats://10.0.0.1:4222" || got.Others != "nats://10.0.0.2:4222" {
+	if got := targetOf(old); got.URL != "nats://10.0.0.1:4222" || got.Others != "nats://10.0.0.2:4222" {
 		t.Fatalf("read back as %+v", got)
 	}
 }

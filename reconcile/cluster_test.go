@@ -19,6 +19,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // clusterMesh describes a mesh on the test cluster: every server with its own accounts file
@@ -360,7 +361,7 @@ func TestAHostKeepsConsumingWhenItsServerStops(t *testing.T) {
 
 	// The auditor joins through n1 first, so stopping n1 is stopping its server.
 	opts := []nats.Option{nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
-	auditor, err := host.Join(ctx, host.NewMembership(s.Target, "alpha.audit", pw["alpha.audit"], false), opts...)
+	auditor, err := host.Join(ctx, wire.NewMembership(s.Target.ServerURLs(), s.Target.Fingerprint, "alpha.audit", pw["alpha.audit"], false), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func TestAHostKeepsConsumingWhenItsServerStops(t *testing.T) {
 	}
 	defer cc.Stop()
 
-	shop, err := host.Join(ctx, host.NewMembership(s.Target, "alpha.shop", pw["alpha.shop"], false), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	shop, err := host.Join(ctx, wire.NewMembership(s.Target.ServerURLs(), s.Target.Fingerprint, "alpha.shop", pw["alpha.shop"], false), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

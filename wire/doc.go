@@ -1,6 +1,6 @@
 // Package wire is the mesh's own protocol between the controller and a node's agent, as
 // values: the enrolment request and its answer, the declaration of what a node runs, the
-// node's report of what it applied and its heartbeat, and the sealing of a membership to a
+// node's report of what it applied and its heartbeat, the membership, and its sealing to a
 // node's key.
 //
 // What it owns:
@@ -8,6 +8,9 @@
 //   - The messages' JSON shapes (EnrolRequest, EnrolAnswer, Declaration, Instance, Report,
 //     Heartbeat) and what identifies a declaration apart from its sealed memberships
 //     (Declaration.Digest).
+//   - The membership's JSON shape (Membership) and how one is built (NewMembership): the line
+//     `meshctl credentials issue` prints and what the controller seals are the same value, made
+//     by the same function. Reading one and joining the bus with it are package host's.
 //   - Where an enrolment's answer may go (EnrolReply): only under the inbox of the enrolment
 //     identity of the node the request's subject names, within MaxEnrolReplyLen bytes of
 //     subject tokens, from a payload of at most MaxEnrolRequestSize.

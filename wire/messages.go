@@ -19,7 +19,7 @@ const DefaultSyncTimeout = time.Minute
 // request carried. Exactly one of Membership and Refused is set.
 type EnrolAnswer struct {
 	Node string `json:"node"`
-	// Membership is the node's own membership (host.Membership as JSON), sealed to the key the
+	// Membership is the node's own membership (a Membership as JSON), sealed to the key the
 	// request carried.
 	Membership []byte `json:"membership,omitempty"`
 	// Refused says why the node was not enrolled.
@@ -62,7 +62,7 @@ type Instance struct {
 	Calls     []string   `json:"calls,omitempty"`
 	Holds     []string   `json:"holds,omitempty"`
 	Consumers []Consumer `json:"consumers,omitempty"`
-	// Membership is the instance's membership (host.Membership as JSON) sealed to the node's
+	// Membership is the instance's membership (a Membership as JSON) sealed to the node's
 	// key. It is left out of the digest: it is sealed afresh with a random ephemeral key each
 	// time, and what it opens to is tracked by the credential's hash instead.
 	Membership []byte `json:"membership,omitempty"`

@@ -11,12 +11,12 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
-	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/wire"
 )
 
 func init() {
@@ -446,7 +446,7 @@ func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live b
 // membership is the principal's membership with secret, its password or with nkey its seed:
 // the address a host dials and the bus's fingerprint, and on a bus of several servers every
 // server.
-func (c credentialChange) membership(secret string, nkey bool) host.Membership {
+func (c credentialChange) membership(secret string, nkey bool) wire.Membership {
 	t := busclient.Target{URL: busAddress(c.m, c.st.Dir()), Fingerprint: c.m.Bus.Fingerprint}
 	if len(c.m.Bus.Servers) > 1 {
 		// Every server, so a host reaches the bus through any of them; address stays the
@@ -458,13 +458,13 @@ func (c credentialChange) membership(secret string, nkey bool) host.Membership {
 		}
 		t = busclient.Cluster(servers)
 	}
-	return host.NewMembership(t, c.principal, secret, nkey)
+	return wire.NewMembership(t.ServerURLs(), t.Fingerprint, c.principal, secret, nkey)
 }
 
 // membershipLine is the membership as the one JSON line credentials issue prints. Its keys come
 // sorted (address, fingerprint, password or seed, servers, user), the order of the line a host
-// or a script reads, whatever order host.Membership declares its fields in.
-func membershipLine(mem host.Membership) []byte {
+// or a script reads, whatever order wire.Membership declares its fields in.
+func membershipLine(mem wire.Membership) []byte {
 	fields, _ := json.Marshal(mem)
 	var byKey map[string]json.RawMessage
 	_ = json.Unmarshal(fields, &byKey)

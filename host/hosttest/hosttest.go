@@ -32,6 +32,7 @@ import (
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // Mesh is one test's bus and the mesh it carries.
@@ -195,7 +196,7 @@ func (b *Mesh) Target() plan.Target { return plan.TargetOf(b.Desired, b.hashes) 
 
 // Membership is what `meshctl credentials issue` would print for user.
 func (b *Mesh) Membership(user string) host.Membership {
-	return host.NewMembership(b.target, user, b.passwords[user], false)
+	return wire.NewMembership(b.target.ServerURLs(), b.target.Fingerprint, user, b.passwords[user], false)
 }
 
 // Dial joins as user on a connection of its own, closed when t ends.
@@ -382,7 +383,7 @@ func UserSeed(t testing.TB) string {
 
 // Membership is user's, as `meshctl credentials issue` prints it for an nkey principal.
 func (b *NkeyBus) Membership() host.Membership {
-	return host.Membership{Address: b.Bus.URL(), User: b.User, Seed: b.Seed}
+	return wire.NewMembership([]string{b.Bus.URL()}, "", b.User, b.Seed, true)
 }
 
 // WaitServing waits until every stream and consumer of the mesh answers the controller, each
