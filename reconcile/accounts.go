@@ -109,7 +109,7 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 	if err := saveGeneration(a.StateDir, a.Server, gen); err != nil {
 		return nil, err
 	}
-	if err := atomicfile.Write(a.Path, stamped); err != nil {
+	if err := atomicfile.WriteShared(a.Path, stamped); err != nil {
 		werr := state.DiskError(fmt.Errorf("writing the accounts config %s: %w", a.Path, err), dir)
 		if rerr := restoreGeneration(a.StateDir, a.Server, prevGen, prevKnown); rerr != nil {
 			return nil, errors.Join(werr, rerr)
@@ -280,7 +280,7 @@ func (a Accounts) restore(ctx context.Context, cause error, previous []byte, exi
 	defer cancel()
 	var werr error
 	if existed {
-		werr = atomicfile.Write(a.Path, previous)
+		werr = atomicfile.WriteShared(a.Path, previous)
 	} else {
 		werr = os.Remove(a.Path)
 	}

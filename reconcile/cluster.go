@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -103,6 +104,13 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 	if a.Owned != nil {
 		if err := a.Owned(); err != nil {
 			return fmt.Errorf("the accounts config is left as it is: %w", err)
+		}
+	}
+	// Every server's file first: one open to every user is refused before any server is
+	// changed, rather than rolled back from the servers before it.
+	for _, s := range a.servers() {
+		if _, err := atomicfile.CheckShared(s.Path); err != nil {
+			return fmt.Errorf("the accounts config of %s holds password hashes, and is left as it is: %w", s.name(), err)
 		}
 	}
 	var done []changed
