@@ -196,7 +196,9 @@ func (s *Session) redial(ctx context.Context, m *model.Mesh) error {
 // succeeds: a server whose accounts name no user at all requires no authentication and
 // lets anyone in — into an account without JetStream, not MESH.
 func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
-	if s.controllerLetIn() {
+	canLogIn := s.controllerCanLogIn(s.Accounts.Path)
+	// A read-only session writes no first files: its dial says that no server answers.
+	if canLogIn && (s.opts.ReadOnly || !s.Accounts.awaitingFirstStart()) {
 		return nil
 	}
 	if err := mayInstall(ctx, s.Store, s.Accounts, s.Target, s.password); err != nil {
@@ -205,7 +207,7 @@ func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
 	if s.opts.ReadOnly {
 		return s.refuseBootstrap(s.Accounts.Path)
 	}
-	if s.controllerCanLogIn(s.Accounts.Path) {
+	if canLogIn {
 		s.logf("no server of the bus is running, and some have no accounts config yet; writing the rendered one for their first start")
 	} else {
 		s.logf("the accounts config at %s does not let the controller in; installing the rendered one first", s.Accounts.Path)

@@ -154,6 +154,16 @@ func TestAFirstFileItsCopyDidNotPlaceIsWrittenAgain(t *testing.T) {
 		}
 	}
 
+	// A diff meanwhile writes nothing, and says no server answers, not that the files written
+	// do not let the controller in.
+	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitError ||
+		!strings.Contains(errOut, "no servers available") || strings.Contains(errOut, "does not let the controller in") {
+		t.Fatalf("a diff before the servers start: exit %d, want %d saying no server answers\n%s%s", code, exitError, out, errOut)
+	}
+	if _, err := os.Stat(last.AccountsFile + ".staged"); err == nil {
+		t.Fatal("a diff wrote an accounts file")
+	}
+
 	desc = writeMesh(t, map[string]string{"mesh.yaml": clusterDescription(c)})
 	code, out, errOut = meshctl(t, "apply", "-f", desc, "--state", st, "--bcrypt-cost", "4")
 	lastName := "server " + strings.TrimPrefix(last.URL, "nats://")
