@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/meshbus/meshctl/bus"
@@ -108,7 +109,7 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 	if err := saveGeneration(a.StateDir, a.Server, gen); err != nil {
 		return nil, err
 	}
-	if err := atomicfile.Write(a.Path, stamped); err != nil {
+	if err := atomicfile.WriteShared(a.Path, stamped); err != nil {
 		werr := state.DiskError(fmt.Errorf("writing the accounts config %s: %w", a.Path, err), dir)
 		if rerr := restoreGeneration(a.StateDir, a.Server, prevGen, prevKnown); rerr != nil {
 			return nil, errors.Join(werr, rerr)
@@ -128,22 +129,57 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 		// proves.
 		return nil, fmt.Errorf("%w (%w)", errAtNextStart, err)
 	}
-	if !existed && !listening(a.Target) {
+	var notCopied copyError
+	if !existed && !errors.As(err, &notCopied) && !listening(a.Target) {
 		// A server whose config includes this file cannot start before it exists: the first
 		// apply leaves it, and its generation record, for that first start, and the next
-		// apply proves it served. Removing it would leave the server unable to start.
-		return nil, atFirstStart(fmt.Sprintf("the server at %s is not answering (%v); the accounts config is left at %s for its first start: "+
-			"start the server, whose config includes it, then apply again", a.Target.Address(), err, a.Path))
+		// apply proves it served. Removing it would leave the server unable to start. A file
+		// its copy did not put on the server is removed, so the next apply copies it again.
+		return nil, atFirstStart{{a, err}}
 	}
 	return nil, undo(ctx, err)
 }
 
-// atFirstStart is a file written for a server that is not running yet: not live, as
-// ErrNotLive says, and nothing for the operator to reload.
-type atFirstStart string
+// atFirstStart is the files written for servers that are not running yet, each the only
+// way such a server can start: not live, as ErrNotLive says, and nothing for the operator
+// to reload. A cluster's first apply names every one of its servers in one error.
+type atFirstStart []firstStart
 
-func (e atFirstStart) Error() string        { return string(e) }
+// firstStart is one server's file left for its first start, and how its reload failed
+// (nothing accepting a connection at its address, it is taken for not running).
+type firstStart struct {
+	server Accounts
+	cause  error
+}
+
 func (e atFirstStart) Is(target error) bool { return target == ErrNotLive }
+
+func (e atFirstStart) Error() string {
+	where := func(f firstStart) string {
+		if f.server.Copy != nil {
+			return f.server.Path + " (copied onto the server by its copy command)"
+		}
+		return f.server.Path
+	}
+	if len(e) == 1 {
+		f := e[0]
+		name := "the server at " + f.server.Target.Address()
+		if f.server.Server != "" {
+			name = f.server.name()
+		}
+		return fmt.Sprintf("%s is not answering (%v); the accounts config is left at %s for its first start: "+
+			"start the server, whose config includes it, then apply again", name, f.cause, where(f))
+	}
+	// Each reload failed the same way, on a server not running: the address says enough.
+	var names, files []string
+	for _, f := range e {
+		names = append(names, f.server.name())
+		files = append(files, fmt.Sprintf("%s at %s", f.server.name(), where(f)))
+	}
+	return fmt.Sprintf("%s are not answering (nothing accepts a connection at their addresses); the accounts config of each "+
+		"is left for its first start (%s): start every one of them, each of whose configs includes its file, then apply again",
+		strings.Join(names, ", "), strings.Join(files, "; "))
+}
 
 // listening reports whether anything accepts a TCP connection at t's address: a server not
 // running at all, as opposed to one that refused the reload.
@@ -244,7 +280,7 @@ func (a Accounts) restore(ctx context.Context, cause error, previous []byte, exi
 	defer cancel()
 	var werr error
 	if existed {
-		werr = atomicfile.Write(a.Path, previous)
+		werr = atomicfile.WriteShared(a.Path, previous)
 	} else {
 		werr = os.Remove(a.Path)
 	}
@@ -292,8 +328,18 @@ func (a Accounts) copyFile(ctx context.Context) error {
 	if a.Copy == nil {
 		return nil
 	}
-	return a.Copy(ctx, a.Path)
+	if err := a.Copy(ctx, a.Path); err != nil {
+		return copyError{err}
+	}
+	return nil
 }
+
+// copyError is a copy command's failure: the file on the control host did not reach the
+// server.
+type copyError struct{ err error }
+
+func (e copyError) Error() string { return e.err.Error() }
+func (e copyError) Unwrap() error { return e.err }
 
 // restoreGeneration puts the previous generation record back, or removes the record when the
 // previous file carried none of meshctl's.

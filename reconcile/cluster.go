@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -28,12 +30,15 @@ import (
 // back to the previous file, each proven again, so the cluster never serves two user sets
 // because one server would not take the new one. A server that is down is left as it is and
 // named: the others are brought up to date, and the next apply finds it behind and finishes
-// the job. The single server of bus.url, and the embedded bus, are a cluster of one: the same
-// code, one step.
+// the job. A server before its first start — no file of its own yet, nothing listening at its
+// address — is not left alone: its config includes the file, so it could never start, and a
+// new cluster's first apply writes (and copies) every server's file for that start. The single
+// server of bus.url, and the embedded bus, are a cluster of one: the same code, one step.
 
 // ErrServerDown is returned (wrapped) when an accounts change reached every server of a
-// cluster but some that did not answer: those are named, the others serve the new config,
-// and the next apply (or watch) brings the rest up to date when they are back.
+// cluster but some that did not answer: those are named, with the servers seen serving the
+// new config (if any), and the next apply (or watch) brings the rest up to date when they
+// are back.
 var ErrServerDown = errors.New("some servers of the bus are down")
 
 // servers is a and its Others, each one server of the bus, in the order the description
@@ -101,14 +106,20 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 			return fmt.Errorf("the accounts config is left as it is: %w", err)
 		}
 	}
+	// Every server's file first: one open to every user is refused before any server is
+	// changed, rather than rolled back from the servers before it.
+	for _, s := range a.servers() {
+		if _, err := atomicfile.CheckShared(s.Path); err != nil {
+			return fmt.Errorf("the accounts config of %s holds password hashes, and is left as it is: %w", s.name(), err)
+		}
+	}
 	var done []changed
-	var down, notLive, notLiveWhy []string
-	var firstStarts []atFirstStart
-	var serving, behind []string
+	var down, serving, behind, notLive, notLiveWhy []string
+	var firstStarts atFirstStart
 	for _, s := range a.servers() {
 		if s.Server != "" {
 			serves, err := s.alreadyServes(ctx, data)
-			if err != nil {
+			if err != nil && !s.beforeFirstStart() {
 				down = append(down, fmt.Sprintf("%s (%v)", s.name(), err))
 				behind = append(behind, s.name())
 				continue
@@ -124,7 +135,7 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		case err == nil:
 			serving = append(serving, s.name())
 		case errors.As(err, &first):
-			firstStarts = append(firstStarts, first)
+			firstStarts = append(firstStarts, first...)
 			behind = append(behind, s.name())
 		case errors.Is(err, ErrNotLive):
 			notLive = append(notLive, s.name())
@@ -146,6 +157,10 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 				cause := fmt.Errorf("%s did not take the new config", s.name())
 				errs = append(errs, fmt.Errorf("%s, changed before it: %w", c.s.name(), c.undo(ctx, cause)))
 			}
+			if len(firstStarts) > 0 {
+				// Not rolled back: a server not running has nothing else to start on.
+				errs = append(errs, firstStarts)
+			}
 			return errors.Join(errs...)
 		}
 		if undo != nil {
@@ -153,12 +168,22 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		}
 	}
 	var errs []error
-	for _, f := range firstStarts {
-		errs = append(errs, f)
+	if len(firstStarts) > 0 {
+		errs = append(errs, firstStarts)
 	}
 	if len(down) > 0 {
-		errs = append(errs, fmt.Errorf("%w: %s did not answer, and its accounts config was not changed; the other servers serve the new one, "+
-			"and the next apply brings the rest up to date once they are back", ErrServerDown, strings.Join(down, ", ")))
+		// Only servers seen serving the new config are said to: when none is (every server
+		// down, or the rest only written), saying the others serve it would be false.
+		others := "no server is seen serving the new one"
+		switch len(serving) {
+		case 0:
+		case 1:
+			others = serving[0] + " serves the new one"
+		default:
+			others = strings.Join(serving, ", ") + " serve the new one"
+		}
+		errs = append(errs, fmt.Errorf("%w: %s did not answer, and its accounts config was not changed; %s, "+
+			"and the next apply brings the rest up to date once they are back", ErrServerDown, strings.Join(down, ", "), others))
 	}
 	if len(notLive) > 0 {
 		what := ""
@@ -175,6 +200,24 @@ func (a Accounts) write(ctx context.Context, data []byte) error {
 		return &PartlyServed{Serving: serving, Behind: behind, err: errors.Join(errs...)}
 	}
 	return errors.Join(errs...)
+}
+
+// beforeFirstStart reports whether the server has no accounts config on the control host and
+// nothing accepts a connection at its address: a server that cannot start before meshctl
+// writes the file its config includes. Its file is written (and copied) like any other, not
+// left alone as a server that is down, or a new cluster would never start.
+func (a Accounts) beforeFirstStart() bool {
+	_, err := os.Stat(a.Path)
+	return errors.Is(err, fs.ErrNotExist) && !listening(a.Target)
+}
+
+// awaitingFirstStart reports whether some server of a is before its first start and none
+// runs: a connection to the bus can only fail, and the servers without a file could never
+// start. While any server runs, the plan finds the missing file and writes it.
+func (a Accounts) awaitingFirstStart() bool {
+	servers := a.servers()
+	return slices.ContainsFunc(servers, Accounts.beforeFirstStart) &&
+		!slices.ContainsFunc(servers, func(s Accounts) bool { return listening(s.Target) })
 }
 
 // alreadyServes reports whether the server is seen serving exactly the rendering data, as

@@ -196,7 +196,9 @@ func (s *Session) redial(ctx context.Context, m *model.Mesh) error {
 // succeeds: a server whose accounts name no user at all requires no authentication and
 // lets anyone in — into an account without JetStream, not MESH.
 func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
-	if s.controllerCanLogIn(s.Accounts.Path) {
+	canLogIn := s.controllerCanLogIn(s.Accounts.Path)
+	// A read-only session writes no first files: its dial says that no server answers.
+	if canLogIn && (s.opts.ReadOnly || !s.Accounts.awaitingFirstStart()) {
 		return nil
 	}
 	if err := mayInstall(ctx, s.Store, s.Accounts, s.Target, s.password); err != nil {
@@ -205,7 +207,11 @@ func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
 	if s.opts.ReadOnly {
 		return s.refuseBootstrap(s.Accounts.Path)
 	}
-	s.logf("the accounts config at %s does not let the controller in; installing the rendered one first", s.Accounts.Path)
+	if canLogIn {
+		s.logf("no server of the bus is running, and some have no accounts config yet; writing the rendered one for their first start")
+	} else {
+		s.logf("the accounts config at %s does not let the controller in; installing the rendered one first", s.Accounts.Path)
+	}
 	if err := s.bootstrap(ctx, m); err != nil {
 		return err
 	}
@@ -291,6 +297,13 @@ func systemCredential(ctx context.Context, store *state.Store, m *model.Mesh, co
 	}
 	_, err := store.SystemPassword(ctx, cost)
 	return err
+}
+
+// controllerLetIn reports whether the accounts config in use lets the controller in, and the
+// bus is not waiting for its first start: with no server running and some without a file,
+// those could never start, and no connection would ever get as far as writing their files.
+func (s *Session) controllerLetIn() bool {
+	return s.controllerCanLogIn(s.Accounts.Path) && !s.Accounts.awaitingFirstStart()
 }
 
 // controllerCanLogIn reports whether the accounts config at path lets the controller in
@@ -468,7 +481,7 @@ func (s *Session) bootstrap(ctx context.Context, m *model.Mesh) error {
 			return err
 		}
 		defer lock.Unlock()
-		if s.controllerCanLogIn(s.Accounts.Path) {
+		if s.controllerLetIn() {
 			return nil // installed by the holder we waited for
 		}
 	}

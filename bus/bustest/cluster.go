@@ -48,6 +48,21 @@ type TestClusterServer struct {
 // it.
 func StartTestCluster(tb testnats.TB, n int) *TestCluster {
 	tb.Helper()
+	c := NewTestCluster(tb, n)
+	for _, srv := range c.Servers {
+		if err := os.WriteFile(srv.AccountsFile, []byte("accounts { MESH { jetstream: enabled } }\n"), 0o600); err != nil {
+			tb.Fatalf("%v", err)
+		}
+	}
+	c.StartAll()
+	return c
+}
+
+// NewTestCluster writes the config of n servers with routes to each other and starts none:
+// a cluster before its first start, whose configs include accounts files nobody has written
+// yet, so no server can start until one is (StartAll).
+func NewTestCluster(tb testnats.TB, n int) *TestCluster {
+	tb.Helper()
 	c := &TestCluster{tb: tb, bin: testnats.NATSServerBinary(tb)}
 	dir := tb.TempDir()
 	ports := freePorts(tb, 3*n)
@@ -74,9 +89,6 @@ include "mesh-accounts.conf"
 		if err := os.WriteFile(srv.ConfigFile, srv.Original, 0o600); err != nil {
 			tb.Fatalf("%v", err)
 		}
-		if err := os.WriteFile(srv.AccountsFile, []byte("accounts { MESH { jetstream: enabled } }\n"), 0o600); err != nil {
-			tb.Fatalf("%v", err)
-		}
 		c.Servers = append(c.Servers, srv)
 	}
 	tb.Cleanup(func() {
@@ -84,18 +96,24 @@ include "mesh-accounts.conf"
 			srv.Stop()
 		}
 	})
+	return c
+}
+
+// StartAll starts every server at once, as an operator starts a new cluster, and waits until
+// each answers and the cluster has a JetStream meta leader.
+func (c *TestCluster) StartAll() {
+	c.tb.Helper()
 	for _, srv := range c.Servers {
 		if err := srv.start(c.bin); err != nil {
-			tb.Fatalf("starting the test cluster: %v", err)
+			c.tb.Fatalf("starting the test cluster: %v", err)
 		}
 	}
 	for _, srv := range c.Servers {
 		if err := srv.waitReady(); err != nil {
-			tb.Fatalf("starting the test cluster: %v", err)
+			c.tb.Fatalf("starting the test cluster: %v", err)
 		}
 	}
 	c.WaitForMetaLeader()
-	return c
 }
 
 func freePorts(tb testnats.TB, n int) []int {
