@@ -1,0 +1,213 @@
+package accounts
+
+import (
+	"crypto/sha512"
+	"encoding/base32"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+)
+
+// ErrNoJetStream is an account JWT without JetStream storage. The server switches JetStream
+// off for an account whose JWT sets neither memory nor disk storage, and a push of one stops
+// every stream of the mesh, so none is encoded or pushed.
+var ErrNoJetStream = errors.New("the account JWT sets no JetStream storage limit (memory or disk; -1 is unlimited), which would stop the mesh's streams")
+
+// ErrNotOperatorKey is a signer of an account JWT that is not an operator key. The servers
+// trust an account JWT only when the operator or one of its signing keys signed it; one signed
+// by anything else is still stored and answered 200 by every server, and applied by none.
+var ErrNotOperatorKey = errors.New("an account JWT must be signed by the operator or one of its signing keys")
+
+// Account is the mesh's account as its JWT states it.
+type Account struct {
+	// Name is the account's name tag in the JWT.
+	Name string
+	// PublicKey is the account's public nkey (A…): the JWT's subject and the account's name
+	// to the servers.
+	PublicKey string
+	// JetStream is the account's JetStream limits; JetStreamTiers, when set, replaces it
+	// with limits per replication tier ("R1", "R3"). One of them must set memory or disk
+	// storage.
+	JetStream      jwt.JetStreamLimits
+	JetStreamTiers jwt.JetStreamTieredLimits
+	// SigningKeys are account signing keys (public, A…) that may sign the account's users
+	// besides the account's own key.
+	SigningKeys []string
+	// UserLifetime is how long a user JWT minted for the account stays valid; zero is for
+	// ever. A revocation is kept until every JWT it revokes has expired, so with zero it is
+	// kept for ever. Lowering it while revocations remain would drop them too early.
+	UserLifetime time.Duration
+}
+
+// Encode signs the account's JWT with signer, an operator key, as the successor of previous
+// (the JWT the servers hold, or "" for the first), revoking the users of revoke (public keys,
+// or jwt.All) as of now. Its `iat` is now, or one second past previous's when the clock has
+// not passed it; previous's revocations are carried over unless every JWT they revoke has
+// expired.
+func (a Account) Encode(signer nkeys.KeyPair, previous string, now time.Time, revoke ...string) (string, error) {
+	if !nkeys.IsValidPublicAccountKey(a.PublicKey) {
+		return "", fmt.Errorf("encoding the account JWT: %q is not an account public key", a.PublicKey)
+	}
+	if err := operatorKey(signer); err != nil {
+		return "", fmt.Errorf("encoding the account JWT of %s: %w", a.PublicKey, err)
+	}
+	c := jwt.NewAccountClaims(a.PublicKey)
+	c.Name = a.Name
+	c.Limits.JetStreamLimits = a.JetStream
+	c.Limits.JetStreamTieredLimits = a.JetStreamTiers
+	c.SigningKeys.Add(a.SigningKeys...)
+	// A user JWT that carries no permission of its own gets the account's defaults: none,
+	// on a bus where every principal publishes and subscribes exactly what it declares.
+	c.DefaultPermissions.Pub.Deny.Add(">")
+	c.DefaultPermissions.Sub.Deny.Add(">")
+	var prevIAT int64
+	if previous != "" {
+		prev, err := jwt.DecodeAccountClaims(previous)
+		if err != nil {
+			return "", fmt.Errorf("encoding the account JWT of %s: reading the JWT it replaces: %w", a.PublicKey, err)
+		}
+		if prev.Subject != a.PublicKey {
+			return "", fmt.Errorf("encoding the account JWT of %s: the JWT it replaces is account %s's", a.PublicKey, prev.Subject)
+		}
+		prevIAT = prev.IssuedAt
+		if c.Revocations == nil {
+			c.Revocations = jwt.RevocationList{}
+		}
+		for key, at := range prev.Revocations {
+			if !a.revocationExpired(at, now) {
+				c.Revocations[key] = at
+			}
+		}
+	}
+	for _, key := range revoke {
+		if key != jwt.All && !nkeys.IsValidPublicUserKey(key) {
+			return "", fmt.Errorf("encoding the account JWT of %s: revoking %q, which is not a user public key", a.PublicKey, key)
+		}
+		c.RevokeAt(key, now)
+	}
+	if err := checkAccountClaims(c); err != nil {
+		return "", fmt.Errorf("encoding the account JWT of %s: %w", a.PublicKey, err)
+	}
+	iat := now.Unix()
+	if iat <= prevIAT {
+		iat = prevIAT + 1
+	}
+	return encodeAccountAt(c, signer, iat)
+}
+
+// revocationExpired reports whether every user JWT a revocation made at `at` revokes has
+// expired by now: each was issued at or before `at` and lived UserLifetime at most, and a
+// JWT is valid through the second its `exp` names.
+func (a Account) revocationExpired(at int64, now time.Time) bool {
+	if a.UserLifetime <= 0 {
+		return false
+	}
+	return now.Unix() > at+lifetimeSeconds(a.UserLifetime)
+}
+
+func lifetimeSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
+
+// checkAccountClaims refuses an account JWT the servers would refuse, or one that would stop
+// the mesh's JetStream.
+func checkAccountClaims(c *jwt.AccountClaims) error {
+	if !c.Limits.IsJSEnabled() {
+		return ErrNoJetStream
+	}
+	// Time checks count: a server does not apply an account JWT that has expired or is not
+	// yet valid.
+	vr := jwt.CreateValidationResults()
+	c.Validate(vr)
+	var problems []error
+	for _, issue := range vr.Issues {
+		if issue.Blocking || issue.TimeCheck {
+			problems = append(problems, errors.New(issue.Description))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("the account JWT is invalid: %w", errors.Join(problems...))
+	}
+	return nil
+}
+
+func operatorKey(kp nkeys.KeyPair) error {
+	if kp == nil {
+		return ErrNotOperatorKey
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return fmt.Errorf("reading the signing key: %w", err)
+	}
+	if !nkeys.IsValidPublicOperatorKey(pub) {
+		return ErrNotOperatorKey
+	}
+	return nil
+}
+
+// encodeAccountAt writes and signs the JWT of c as jwt/v2's Encode does, but with the `iat`
+// given: Encode always stamps the clock's second, which a push in the same second as the last
+// would tie. The result is decoded again, so a JWT the library would not read never leaves.
+func encodeAccountAt(c *jwt.AccountClaims, signer nkeys.KeyPair, iat int64) (string, error) {
+	issuer, err := signer.PublicKey()
+	if err != nil {
+		return "", fmt.Errorf("encoding the account JWT: %w", err)
+	}
+	c.Type = jwt.AccountClaim
+	c.Version = 2 // jwt/v2's claim version
+	c.Issuer = issuer
+	c.IssuedAt = iat
+	// The ID is the hash of the claims' common fields with no ID, as the library makes it:
+	// the servers compare JWTs by it.
+	c.ID = ""
+	data, err := json.Marshal(c.ClaimsData)
+	if err != nil {
+		return "", fmt.Errorf("encoding the account JWT: %w", err)
+	}
+	sum := sha512.Sum512_256(data)
+	c.ID = base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:])
+	header, err := json.Marshal(jwt.Header{Type: jwt.TokenTypeJwt, Algorithm: jwt.AlgorithmNkey})
+	if err != nil {
+		return "", fmt.Errorf("encoding the account JWT: %w", err)
+	}
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("encoding the account JWT: %w", err)
+	}
+	b64 := base64.RawURLEncoding
+	toSign := b64.EncodeToString(header) + "." + b64.EncodeToString(payload)
+	sig, err := signer.Sign([]byte(toSign))
+	if err != nil {
+		return "", fmt.Errorf("signing the account JWT: %w", err)
+	}
+	token := toSign + "." + b64.EncodeToString(sig)
+	back, err := jwt.DecodeAccountClaims(token)
+	if err != nil {
+		return "", fmt.Errorf("encoding the account JWT: it does not decode: %w", err)
+	}
+	if back.IssuedAt != iat || back.ID != c.ID {
+		return "", fmt.Errorf("encoding the account JWT: it decodes with iat %d and ID %s, not %d and %s", back.IssuedAt, back.ID, iat, c.ID)
+	}
+	return token, nil
+}
+
+// checkPushable refuses, before anything is sent, an account JWT that would do harm: one that
+// does not decode, is not an account's, was not signed by an operator key, or sets no
+// JetStream storage.
+func checkPushable(accountJWT string) (*jwt.AccountClaims, error) {
+	c, err := jwt.DecodeAccountClaims(accountJWT)
+	if err != nil {
+		return nil, fmt.Errorf("reading the account JWT: %w", err)
+	}
+	if !nkeys.IsValidPublicOperatorKey(c.Issuer) {
+		return nil, fmt.Errorf("pushing the account JWT of %s, issued by %s: %w", c.Subject, c.Issuer, ErrNotOperatorKey)
+	}
+	if err := checkAccountClaims(c); err != nil {
+		return nil, fmt.Errorf("pushing the account JWT of %s: %w", c.Subject, err)
+	}
+	return c, nil
+}

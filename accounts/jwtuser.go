@@ -1,0 +1,102 @@
+package accounts
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+)
+
+// ErrUnknownUserSigner is a key that may not sign the account's users: neither the account's
+// own key nor one of the signing keys its JWT lists. The servers refuse a login with a user
+// JWT it signed.
+var ErrUnknownUserSigner = errors.New("a user JWT must be signed by the account's key or one of its signing keys")
+
+// Grants are what a user may do: the subjects it may publish and subscribe to, and whether it
+// may publish to the reply subject of a request it received (allow_responses).
+type Grants struct {
+	Publish        []string
+	Subscribe      []string
+	AllowResponses bool
+}
+
+// Creds is a user's credential: its public key, its user JWT and the creds file that holds
+// both with the user's nkey seed. It prints as its public key, never its seed.
+type Creds struct {
+	UserKey string
+	JWT     string
+	// File is the creds file (jwt.FormatUserConfig): it holds the seed.
+	File []byte
+}
+
+// String names the credential by its user's public key.
+func (c Creds) String() string { return "creds of " + c.UserKey }
+
+// GoString is String: a %#v must not print the seed either.
+func (c Creds) GoString() string { return c.String() }
+
+// MintUser makes a credential for a user of the account named name: a fresh user nkey and a
+// user JWT signed by signer (the account's key or one of its signing keys) that grants exactly
+// g, valid for the account's UserLifetime.
+func (a Account) MintUser(signer nkeys.KeyPair, name string, g Grants) (Creds, error) {
+	issuer, err := signer.PublicKey()
+	if err != nil {
+		return Creds{}, fmt.Errorf("minting user %s: reading the signing key: %w", name, err)
+	}
+	if issuer != a.PublicKey && !slices.Contains(a.SigningKeys, issuer) {
+		return Creds{}, fmt.Errorf("minting user %s of account %s with key %s: %w", name, a.PublicKey, issuer, ErrUnknownUserSigner)
+	}
+	for _, s := range slices.Concat(g.Publish, g.Subscribe) {
+		if s == "" || strings.ContainsAny(s, " \t\r\n") {
+			return Creds{}, fmt.Errorf("minting user %s: %q is not a subject", name, s)
+		}
+	}
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
+	}
+	pub, err := user.PublicKey()
+	if err != nil {
+		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
+	}
+	seed, err := user.Seed()
+	if err != nil {
+		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
+	}
+	c := jwt.NewUserClaims(pub)
+	c.Name = name
+	if issuer != a.PublicKey {
+		c.IssuerAccount = a.PublicKey
+	}
+	// In a user JWT an empty allow list allows every subject: a user granted nothing is
+	// denied everything instead.
+	c.Pub.Allow.Add(g.Publish...)
+	if len(g.Publish) == 0 {
+		c.Pub.Deny.Add(">")
+	}
+	c.Sub.Allow.Add(g.Subscribe...)
+	if len(g.Subscribe) == 0 {
+		c.Sub.Deny.Add(">")
+	}
+	if g.AllowResponses {
+		// Zero values are the server's defaults: one response within two minutes, as
+		// `allow_responses: true` in a config file.
+		c.Resp = &jwt.ResponsePermission{}
+	}
+	if a.UserLifetime > 0 {
+		c.Expires = time.Now().Unix() + lifetimeSeconds(a.UserLifetime)
+	}
+	token, err := c.Encode(signer)
+	if err != nil {
+		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
+	}
+	file, err := jwt.FormatUserConfig(token, seed)
+	if err != nil {
+		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
+	}
+	return Creds{UserKey: pub, JWT: token, File: file}, nil
+}
