@@ -51,6 +51,7 @@ func Compute(target Target, live Live, o Options) *Plan {
 		}
 	}
 	p.Holders = holderMoves(live.Holding, target.Bus.Holding, target.Bus.Formerly)
+	p.Graces = target.Bus.Graces
 	p.MassDelete = massDelete(p, target, live, o)
 	return p
 }

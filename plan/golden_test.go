@@ -32,10 +32,7 @@ func TestDiffGolden(t *testing.T) {
 	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			t.Parallel()
-			old := target(t, filepath.Join(dir, "old"), nil)
-			tg := target(t, filepath.Join(dir, "new"), nil)
-			p := Compute(tg, LiveOf(old), Options{})
-			p.Draw(description(t, filepath.Join(dir, "old")), description(t, filepath.Join(dir, "new")))
+			p := Between(description(t, filepath.Join(dir, "old")), description(t, filepath.Join(dir, "new")))
 			if p.Baseline != BaselineDescription {
 				t.Errorf("baseline %q, want %q", p.Baseline, BaselineDescription)
 			}
@@ -59,7 +56,7 @@ func TestDiffGoldenCases(t *testing.T) {
 	plans := map[string]*Plan{}
 	for _, c := range []string{"module-added", "module-follows-event", "seat-handover", "node-removed", "seat-renamed", "in-sync", "fleet-grown"} {
 		dir := filepath.Join("testdata/diff", c)
-		plans[c] = Compute(target(t, filepath.Join(dir, "new"), nil), LiveOf(target(t, filepath.Join(dir, "old"), nil)), Options{})
+		plans[c] = Between(description(t, filepath.Join(dir, "old")), description(t, filepath.Join(dir, "new")))
 	}
 	ids := func(p *Plan) []string {
 		var out []string

@@ -37,11 +37,27 @@ func TestATargetMadeWhenNeededPlansWhatARenderedOnePlans(t *testing.T) {
 	inUse := LiveOf(TargetOf(render.Derive(parse(base)), hashes))
 	notServed := inUse
 	notServed.AccountsNotServed = "the server does not serve it"
-	for name, g := range map[string]meshgen.Mesh{"converged": base, "a change": touched} {
+	// A seat's former holder still acknowledging the work it took.
+	var graces []render.AckGrace
+	if m := parse(base); len(m.Holding) > 0 {
+		h, former := m.Holding[0], m.Instances()[0]
+		if former == h.Holder {
+			former = m.Instances()[1]
+		}
+		graces = []render.AckGrace{{Seat: h.Seat, Holder: former}}
+	}
+	if graces == nil {
+		t.Fatal("the mesh has no seat with a holder to hand over")
+	}
+	for name, g := range map[string]meshgen.Mesh{"converged": base, "a change": touched, "a grace": base} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			rendered := TargetOf(render.Derive(parse(g)), hashes)
-			lazy := TargetOfMesh(parse(g), hashes)
+			var graced []render.AckGrace
+			if name == "a grace" {
+				graced = graces
+			}
+			rendered := TargetOf(render.DeriveWithGraces(parse(g), graced), hashes)
+			lazy := TargetOfMesh(parse(g), graced, hashes)
 			if lazy.Bus.Principals != nil {
 				t.Fatal("the target's principals were derived before anything needed them")
 			}
@@ -63,7 +79,7 @@ func TestATargetMadeWhenNeededPlansWhatARenderedOnePlans(t *testing.T) {
 					same.Accounts, same.AccountsRendered = rendered.Accounts, false
 					want = Compute(rendered, same, Options{})
 				}
-				got := Compute(TargetOfMesh(parse(g), hashes), live, Options{})
+				got := Compute(TargetOfMesh(parse(g), graced, hashes), live, Options{})
 				if d := cmp.Diff(planJSON(t, want), planJSON(t, got)); d != "" {
 					t.Errorf("%s: the plans differ (-rendered +made when needed):\n%s", what, d)
 				}

@@ -8,6 +8,7 @@ import (
 	"github.com/meshbus/meshctl/graph"
 	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
 )
 
 // foldAfter is how many rows a section shows before it folds them into a <details> block:
@@ -25,6 +26,9 @@ func (p *Plan) Markdown(w io.Writer) error {
 	var b strings.Builder
 	if p.inSync() {
 		b.WriteString("**meshctl diff:** " + mdText(p.inSyncSentence()) + "\n")
+		for _, g := range p.runningGraces() {
+			b.WriteString("\n" + mdText(g) + "\n")
+		}
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
@@ -50,6 +54,9 @@ func (p *Plan) Markdown(w io.Writer) error {
 	p.markdownObjects(&b)
 	p.markdownUsers(&b)
 	p.markdownHolders(&b)
+	for _, g := range p.runningGraces() {
+		b.WriteString(mdText(g) + "\n\n")
+	}
 	_, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n")
 	return err
 }
@@ -251,11 +258,17 @@ func (p *Plan) markdownHolders(b *strings.Builder) {
 	}
 	var t strings.Builder
 	t.WriteString("| Seat | Holder before | Holder after |\n|---|---|---|\n")
+	acks := false
 	for _, h := range p.Holders {
 		fmt.Fprintf(&t, "| %s | %s | %s |\n", mdCode(h.Seat, true), mdInstance(h.From), mdInstance(h.To))
+		acks = acks || p.startingGrace(h) != ""
 	}
 	b.WriteString("#### Seat holders\n\n")
-	b.WriteString("A seat's work queue stays when its holder changes: queued work waits for the new holder.\n\n")
+	b.WriteString("A seat's work queue stays when its holder changes: queued work waits for the new holder.")
+	if acks {
+		fmt.Fprintf(b, " The holder before may acknowledge the work it took for one ack wait (%s) after the apply, and takes nothing new: the new holder does none of it again.", render.AckWait)
+	}
+	b.WriteString("\n\n")
 	writeFolded(b, plural(uint64(len(p.Holders)), "seat"), strings.TrimRight(t.String(), "\n"), len(p.Holders))
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -141,6 +142,11 @@ const (
 type Plan struct {
 	Changes []Change     `json:"changes"`
 	Holders []HolderMove `json:"holders,omitempty"`
+	// Graces are the seats' former holders that may still acknowledge the work they took, and
+	// nothing else of the seat: those of a holder moving (Until zero, one ack wait from the
+	// apply) and those of a handover applied less than an ack wait ago, whose grant the first
+	// plan after Until takes away.
+	Graces []render.AckGrace `json:"graces,omitempty"`
 	// Baseline is what the plan was computed against.
 	Baseline Baseline `json:"baseline"`
 	// Accounts is the config an apply writes, when the accounts change is planned.
@@ -248,13 +254,16 @@ func TargetOf(d *render.Desired, hashes map[string]string) Target {
 	return Target{Bus: d, Accounts: render.AccountsConfig(d.Principals, hashes), Hashes: hashes}
 }
 
-// TargetOfMesh is the target of m's derivation, with its accounts config rendered with hashes
-// once needed whole (Rendering) — to show and write a change — and its principals derived once
-// needed (Principals). A plan of a mesh whose accounts config in use is the rendering compares
-// the two by digest, and holds neither the config, megabytes at scale, nor the principals, a
-// 20,000-instance mesh's largest part (plan.Live.AccountsRendered).
-func TargetOfMesh(m *model.Mesh, hashes map[string]string) Target {
-	return Target{Bus: render.DeriveObjects(m), Hashes: hashes, lazy: &lazyTarget{mesh: m}}
+// TargetOfMesh is the target of m's derivation with graces (render.DeriveWithGraces), with its
+// accounts config rendered with hashes once needed whole (Rendering) — to show and write a
+// change — and its principals derived once needed (Principals). A plan of a mesh whose accounts
+// config in use is the rendering compares the two by digest, and holds neither the config,
+// megabytes at scale, nor the principals, a 20,000-instance mesh's largest part
+// (plan.Live.AccountsRendered).
+func TargetOfMesh(m *model.Mesh, graces []render.AckGrace, hashes map[string]string) Target {
+	d := render.DeriveObjects(m)
+	d.Graces = graces
+	return Target{Bus: d, Hashes: hashes, lazy: &lazyTarget{mesh: m}}
 }
 
 // Principals are the target's principals (Bus.Principals), derived on the first call in a
@@ -276,7 +285,7 @@ func (t Target) principal(user string) (render.Principal, bool) {
 
 func (t Target) principalsLocked() []render.Principal {
 	if t.Bus.Principals == nil {
-		t.Bus.Principals = render.DerivePrincipals(t.lazy.mesh)
+		t.Bus.Principals = render.DerivePrincipals(t.lazy.mesh, t.Bus.Graces)
 	}
 	return t.Bus.Principals
 }
@@ -312,7 +321,7 @@ func (t Target) RenderingDigest() string {
 	case t.Bus.Principals != nil:
 		l.digest = render.AccountsDigest(t.Bus.Principals, t.Hashes)
 	default:
-		l.digest = render.AccountsDigestOf(l.mesh, t.Hashes)
+		l.digest = render.AccountsDigestOf(l.mesh, t.Bus.Graces, t.Hashes)
 	}
 	return l.digest
 }
@@ -435,6 +444,18 @@ func (t Target) notOwned(what string, metadata map[string]string) string {
 			what, render.MeshKey, metadata[render.MeshKey], t.Mesh)
 	}
 	return ""
+}
+
+// Between plans the description after against the bus before derives, as though before had
+// been applied and nothing had happened since (`meshctl diff --from`): it reads no bus and no
+// store, and renders no credential. As an apply does, it lets each seat's former holder that
+// after takes the seat from acknowledge the work it took for one ack wait (render.AckGraces),
+// and draws who talks to whom as the change alters it.
+func Between(before, after *model.Mesh) *Plan {
+	graces := render.AckGraces(after, before.Holding, nil, time.Time{})
+	p := Compute(TargetOf(render.DeriveWithGraces(after, graces), nil), LiveOf(TargetOf(render.Derive(before), nil)), Options{})
+	p.Draw(before, after)
+	return p
 }
 
 // LiveOf is the bus exactly as a target describes it, as though it had been applied and

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
 )
 
 // SchemaVersion names the JSON shape of a plan. It changes only when a field changes
@@ -24,6 +26,8 @@ type Document struct {
 	Summary  Summary      `json:"summary"`
 	Changes  []Change     `json:"changes"`
 	Holders  []HolderMove `json:"holders"`
+	// Graces are the former holders that may still acknowledge the work they took (Plan.Graces).
+	Graces []render.AckGrace `json:"graces,omitempty"`
 	// MassDelete is present when the plan deletes more than half of what meshctl owns.
 	MassDelete *MassDelete `json:"mass_delete,omitempty"`
 }
@@ -31,7 +35,7 @@ type Document struct {
 // Doc is the plan as its JSON document.
 func (p *Plan) Doc() Document {
 	d := Document{Schema: SchemaVersion, Baseline: p.Baseline, InSync: p.inSync(), Blocked: p.Blocked(), Summary: p.Summary(),
-		Changes: p.Changes, Holders: p.Holders, MassDelete: p.MassDelete}
+		Changes: p.Changes, Holders: p.Holders, Graces: p.Graces, MassDelete: p.MassDelete}
 	if d.Baseline == "" {
 		d.Baseline = BaselineBus
 	}
@@ -98,6 +102,9 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 	var b strings.Builder
 	if p.inSync() {
 		b.WriteString(p.inSyncSentence() + "\n")
+		for _, g := range p.runningGraces() {
+			b.WriteString(g + "\n")
+		}
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
@@ -136,7 +143,10 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 		}
 	}
 	for _, h := range p.Holders {
-		fmt.Fprintf(&b, "%s seat %s: holder %s → %s (its work queue is kept)\n", c.mod("~"), printable.Text(h.Seat), instanceOrNone(h.From), instanceOrNone(h.To))
+		fmt.Fprintf(&b, "%s seat %s: holder %s → %s (its work queue is kept%s)\n", c.mod("~"), printable.Text(h.Seat), instanceOrNone(h.From), instanceOrNone(h.To), p.startingGrace(h))
+	}
+	for _, g := range p.runningGraces() {
+		b.WriteString(g + "\n")
 	}
 	fmt.Fprintf(&b, "\nPlan: %s.\n", p.Summary())
 	if p.MassDeleteRefused() {
@@ -228,4 +238,29 @@ func instanceOrNone(i *model.Instance) string {
 		return "none"
 	}
 	return printable.Text(i.String())
+}
+
+// startingGrace is what a holder move's former holder may still do, as a clause of the move's
+// line: acknowledge the work it took for one ack wait after the apply; "" when it may not.
+func (p *Plan) startingGrace(h HolderMove) string {
+	for _, g := range p.Graces {
+		if h.From != nil && g.Seat == h.Seat && g.Holder == *h.From && g.Until.IsZero() {
+			return fmt.Sprintf("; %s may acknowledge the work it took for one ack wait, %s, after this apply, and takes nothing new",
+				printable.Text(g.Holder.String()), render.AckWait)
+		}
+	}
+	return ""
+}
+
+// runningGraces says of each grace begun by an earlier apply until when its former holder may
+// still acknowledge the work it took, and that the first reconcile after that ends it.
+func (p *Plan) runningGraces() []string {
+	var out []string
+	for _, g := range p.Graces {
+		if !g.Until.IsZero() {
+			out = append(out, fmt.Sprintf("seat %s: its former holder %s may acknowledge the work it took until %s, and takes nothing new; the first reconcile after that takes the grant away",
+				printable.Text(g.Seat), printable.Text(g.Holder.String()), g.Until.UTC().Format(time.RFC3339)))
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -42,6 +43,9 @@ type Result struct {
 	Plan    *plan.Plan
 	Applied int
 	ApplyID int64
+	// GraceEnds is when the first grace of a seat's former holder still running ends
+	// (render.AckGrace): a reconcile then takes its acknowledgements away. Zero when none runs.
+	GraceEnds time.Time
 }
 
 // Desired derives what the bus should be from a mesh and the stored hashes.
@@ -68,7 +72,11 @@ func desired(ctx context.Context, store *state.Store, m *model.Mesh) (plan.Targe
 	if err != nil {
 		return plan.Target{}, err
 	}
-	t := plan.TargetOfMesh(m, hashes).ForMesh(id)
+	graces, err := ackGraces(ctx, store, m, time.Now())
+	if err != nil {
+		return plan.Target{}, err
+	}
+	t := plan.TargetOfMesh(m, graces, hashes).ForMesh(id)
 	t.Known = known
 	return t, nil
 }
@@ -196,13 +204,16 @@ func (s *Session) reconcile(ctx context.Context, l *cycleLock, m *model.Mesh, o 
 		o.OnPlan(p)
 	}
 	if p.Empty() && len(p.Holders) == 0 {
-		res := Result{Plan: p}
+		res := Result{Plan: p, GraceEnds: render.FirstGraceEnd(p.Graces)}
 		if o.RecordNoop {
 			res.ApplyID, err = s.recordConverged(ctx, o.Dir, started, p)
 		}
 		return res, err
 	}
-	return s.applyAndRecord(ctx, m, p, t, opts, o, started)
+	res, err := s.applyAndRecord(ctx, m, p, t, opts, o, started)
+	// A handover this apply recorded begins a grace, which ends one ack wait from the record.
+	res.GraceEnds = s.graceEnds(ctx, m)
+	return res, err
 }
 
 // lockAndPlan takes the apply lock unless l holds it, makes sure the embedded bus is still

@@ -273,7 +273,11 @@ func (s *Session) bootstrapAccounts(ctx context.Context, m *model.Mesh, path str
 	if err != nil {
 		return nil, err
 	}
-	d := render.Derive(m)
+	graces, err := ackGraces(ctx, s.Store, m, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	d := render.DeriveWithGraces(m, graces)
 	principals := d.Principals
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		principals = nil

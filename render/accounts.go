@@ -48,12 +48,12 @@ func AccountsDigest(principals []Principal, hashes map[string]string) string {
 	return digestOf(principals, slices.Values(principals), hashes)
 }
 
-// AccountsDigestOf is AccountsDigest of m's principals (DerivePrincipals), each derived, written
-// and let go in turn: a plan of a converged mesh compares the config in use with it, and holds
-// none of the principals — a 20,000-instance mesh's are 28,000, with their grants the largest
-// part of its derivation.
-func AccountsDigestOf(m *model.Mesh, hashes map[string]string) string {
-	src := newPrincipalSource(m)
+// AccountsDigestOf is AccountsDigest of m's principals with graces (DerivePrincipals), each
+// derived, written and let go in turn: a plan of a converged mesh compares the config in use
+// with it, and holds none of the principals — a 20,000-instance mesh's are 28,000, with their
+// grants the largest part of its derivation.
+func AccountsDigestOf(m *model.Mesh, graces []AckGrace, hashes map[string]string) string {
+	src := newPrincipalSource(m, graces)
 	// What the text before the users needs of the principals: meshctl's system user, and
 	// whether hosts are nkey users (every host principal is one, or none).
 	var head []Principal

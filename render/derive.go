@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -74,6 +73,9 @@ type Desired struct {
 	Streams    []jetstream.StreamConfig `json:"streams"`
 	Consumers  []Consumer               `json:"consumers"`
 	Holding    []model.Holding          `json:"holding"`
+	// Graces are the seats' former holders that may still acknowledge the work they took
+	// (AckGrace), each granted that alone.
+	Graces []AckGrace `json:"graces,omitempty"`
 	// Formerly maps a seat's former names to its current one, so a plan can say that a
 	// work queue about to go is a renamed seat's.
 	Formerly map[string]string `json:"formerly,omitempty"`
@@ -99,15 +101,19 @@ func (d *Desired) Users() []string {
 
 // Derive computes the desired bus of a validated mesh. It is deterministic: principals
 // sorted by user, grants by subject, streams by name, consumers by stream and name.
-func Derive(m *model.Mesh) *Desired {
+func Derive(m *model.Mesh) *Desired { return DeriveWithGraces(m, nil) }
+
+// DeriveWithGraces is Derive for a bus on which the former holders graces name may still
+// acknowledge the work they took (AckGraces says which, when).
+func DeriveWithGraces(m *model.Mesh, graces []AckGrace) *Desired {
 	// The streams and consumers are derived beside the principals: neither needs the other,
 	// and a large mesh's are each a tenth of a second or more of a plan's work.
 	var d *Desired
 	var objects sync.WaitGroup
 	objects.Go(func() { d = DeriveObjects(m) })
-	principals := DerivePrincipals(m)
+	principals := DerivePrincipals(m, graces)
 	objects.Wait()
-	d.Principals = principals
+	d.Principals, d.Graces = principals, graces
 	return d
 }
 
@@ -126,9 +132,9 @@ func DeriveObjects(m *model.Mesh) *Desired {
 	return d
 }
 
-// DerivePrincipals is Derive's principals of m, sorted by user.
-func DerivePrincipals(m *model.Mesh) []Principal {
-	src := newPrincipalSource(m)
+// DerivePrincipals is DeriveWithGraces's principals of m, sorted by user.
+func DerivePrincipals(m *model.Mesh, graces []AckGrace) []Principal {
+	src := newPrincipalSource(m, graces)
 	principals := make([]Principal, 0, len(src.order))
 	for _, r := range src.order {
 		principals = append(principals, src.derive(r))
@@ -151,7 +157,8 @@ type principalSource struct {
 	m       *model.Mesh
 	modules map[string]*model.Module
 	holds   map[model.Instance][]model.Seat
-	shared  map[string]*moduleGrants // each module's grants, made for its first instance
+	acks    map[model.Instance][]string // the seats whose work a former holder may still acknowledge
+	shared  map[string]*moduleGrants    // each module's grants, made for its first instance
 	pull    bool
 	order   []principalRef // by user
 }
@@ -164,7 +171,7 @@ type principalRef struct {
 	inst model.Instance // of a module instance
 }
 
-func newPrincipalSource(m *model.Mesh) *principalSource {
+func newPrincipalSource(m *model.Mesh, graces []AckGrace) *principalSource {
 	seats := make(map[string]model.Seat, len(m.Seats))
 	for _, s := range m.Seats {
 		seats[s.Name] = s
@@ -174,7 +181,7 @@ func newPrincipalSource(m *model.Mesh) *principalSource {
 		holds[h.Holder] = append(holds[h.Holder], seats[h.Seat])
 	}
 	instances := m.Instances()
-	src := &principalSource{m: m, modules: modulesOf(m), holds: holds, shared: make(map[string]*moduleGrants, len(m.Modules)),
+	src := &principalSource{m: m, modules: modulesOf(m), holds: holds, acks: acksOf(graces), shared: make(map[string]*moduleGrants, len(m.Modules)),
 		pull: m.Bus.Consumers != model.ConsumersPush, order: make([]principalRef, 0, 2+2*len(m.Nodes)+len(instances))}
 	src.order = append(src.order, principalRef{user: ControllerUser, kind: KindController})
 	if m.Bus.ReloadsBySystem() {
@@ -209,7 +216,7 @@ func (s *principalSource) derive(r principalRef) Principal {
 		own = grantsOfModule(mod)
 		s.shared[mod.Name] = own
 	}
-	return instancePrincipal(r.inst, mod, own, s.holds[r.inst], s.pull)
+	return instancePrincipal(r.inst, mod, own, s.holds[r.inst], s.acks[r.inst], s.pull)
 }
 
 // grants collects a principal's grants, once per subject (the first job to need a subject
@@ -445,7 +452,10 @@ func grantsOfModule(mod *model.Module) *moduleGrants {
 	return &moduleGrants{pub: pub.list, sub: sub.list}
 }
 
-func instancePrincipal(inst model.Instance, mod *model.Module, own *moduleGrants, holds []model.Seat, pull bool) Principal {
+// instancePrincipal is a module instance's principal: what its module grants each of its
+// instances, its own consumer, each seat it holds (holds) and the acknowledgements of each seat
+// it held and may still acknowledge the work of (acks, AckGrace).
+func instancePrincipal(inst model.Instance, mod *model.Module, own *moduleGrants, holds []model.Seat, acks []string, pull bool) Principal {
 	var pub, sub grants
 	user := InstanceUser(inst)
 	consumer := InstanceConsumer(inst)
@@ -487,6 +497,12 @@ func instancePrincipal(inst model.Instance, mod *model.Module, own *moduleGrants
 			sub.add("serve seat "+s.Name+"'s tool "+t, SeatTool(s.Name, t))
 			serves = true
 		}
+	}
+	for _, seat := range acks {
+		// Only the acknowledgement: the work it took before the handover is finished and not
+		// done again by the new holder, and it takes nothing new (AckGrace).
+		pub.add("acknowledge the work of seat "+seat+" it took before the seat was handed over",
+			ackSubject(SeatStreamName(seat), WorkerConsumer(seat)))
 	}
 	return Principal{
 		User: user, Kind: KindModule, Node: inst.Node, Module: inst.Module,
@@ -548,7 +564,7 @@ func (o objectMaker) consumer(stream, name, deliver, description string, filters
 	cfg := jetstream.ConsumerConfig{
 		Durable: name, Description: description, DeliverSubject: deliver,
 		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 30 * time.Second, MaxDeliver: -1, ReplayPolicy: jetstream.ReplayInstantPolicy,
+		AckWait: AckWait, MaxDeliver: -1, ReplayPolicy: jetstream.ReplayInstantPolicy,
 		Metadata: o.marker,
 	}
 	slices.Sort(filters)

@@ -65,7 +65,7 @@ func TestTheConfigReadAnEntryAtATimeIsTheRendering(t *testing.T) {
 			}
 			hashes := hashesFor(t, d.Principals)
 			conf := AccountsConfig(d.Principals, hashes)
-			if got, want := AccountsDigestOf(m, hashes), Digest(conf); got != want {
+			if got, want := AccountsDigestOf(m, nil, hashes), Digest(conf); got != want {
 				t.Errorf("AccountsDigestOf = %s; the rendering's digest is %s", got, want)
 			}
 			if got, want := AccountsDigest(d.Principals, hashes), Digest(conf); got != want {

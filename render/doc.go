@@ -2,8 +2,10 @@
 // exact permissions, the streams, the consumers, and the accounts config text the server
 // loads.
 //
-// It is a pure function of the model and the stored credentials. It does no I/O, and it
-// never sees a password or a seed: only bcrypt hashes, which it writes double-quoted (an
+// It is a pure function of the model, the stored credentials and the seats' former holders
+// still in their grace after a handover (grace.go: the handovers' times come in as data, as
+// does the time they are read at). It does no I/O, and it never sees a password or a seed:
+// only bcrypt hashes, which it writes double-quoted (an
 // unquoted `$…` is a variable reference to the nats-server config parser), and, with
 // bus.auth: nkey, the host principals' public keys (nkey.go: which principals, and what a
 // principal without a key of its kind is given). Every naming rule of the

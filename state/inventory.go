@@ -116,8 +116,23 @@ func (s *Store) Holders(ctx context.Context) ([]Holder, error) {
 
 // HolderChanges returns up to limit holder changes, newest first (limit <= 0: all of them).
 func (s *Store) HolderChanges(ctx context.Context, limit int) ([]HolderChange, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT at, seat, from_node, from_module, to_node, to_module, apply_id
+	return s.queryHolderChanges(ctx, `SELECT at, seat, from_node, from_module, to_node, to_module, apply_id
 		FROM holder_changes ORDER BY id DESC LIMIT ?`, sqlLimit(limit))
+}
+
+// Handovers returns the holder changes recorded at since or later that took a seat from a
+// holder (From set), oldest first: a seat's former holder may still acknowledge the work it
+// took for one ack wait from its handover's time, which SaveInventory records once the apply
+// that made it succeeded.
+func (s *Store) Handovers(ctx context.Context, since time.Time) ([]HolderChange, error) {
+	// The times are written in one fixed-width layout, so they compare as text.
+	return s.queryHolderChanges(ctx, `SELECT at, seat, from_node, from_module, to_node, to_module, apply_id
+		FROM holder_changes WHERE from_node IS NOT NULL AND at >= ? ORDER BY id`, formatTime(since))
+}
+
+// queryHolderChanges runs query, a SELECT of holder_changes' columns, with args.
+func (s *Store) queryHolderChanges(ctx context.Context, query string, args ...any) ([]HolderChange, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the holder changes: %w", err)
 	}

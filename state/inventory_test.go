@@ -128,6 +128,21 @@ func TestSaveInventoryRecordsHolderChanges(t *testing.T) {
 		}
 	}
 
+	// The handovers are the changes that took a seat from a holder, oldest first, from a time on.
+	handovers, err := s.Handovers(ctx, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]HolderChange{wantChanges[2], wantChanges[1], wantChanges[0]}, handovers, cmpopts.IgnoreFields(HolderChange{}, "At")); diff != "" {
+		t.Errorf("Handovers (-want +got):\n%s", diff)
+	}
+	if since, err := s.Handovers(ctx, changes[0].At); err != nil || len(since) != 1 || !since[0].At.Equal(changes[0].At) {
+		t.Errorf("Handovers since the last one = %+v, %v; want that one", since, err)
+	}
+	if later, err := s.Handovers(ctx, changes[0].At.Add(time.Nanosecond)); err != nil || len(later) != 0 {
+		t.Errorf("Handovers since after the last one = %+v, %v; want none", later, err)
+	}
+
 	limited, err := s.HolderChanges(ctx, 2)
 	if err != nil {
 		t.Fatal(err)

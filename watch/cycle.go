@@ -103,7 +103,7 @@ func (l *loop) cycle(ctx context.Context, conn *connection, t Trigger) (Cycle, *
 			LockNotice:  func(msg string) { l.log.Warn(msg) },
 		},
 	})
-	cy := Cycle{Trigger: t &^ triggerReload, Plan: res.Plan, Applied: res.Applied}
+	cy := Cycle{Trigger: t &^ triggerReload, Plan: res.Plan, Applied: res.Applied, GraceEnds: res.GraceEnds}
 	cy.Outcome, cy.Err = l.outcome(ctx, conn, res, err)
 	cy.Duration = time.Since(started)
 	// Counted once, when healed: a refused or failing plan is planned again every cycle.

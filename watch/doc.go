@@ -11,7 +11,8 @@
 // announces that one of its streams or consumers was deleted or a stream's config changed
 // (JetStream's advisories, debounced the same way; the advisories of watch's own changes are told apart and cause
 // nothing), on a resync interval (the safety net for drift no advisory announces — a
-// consumer's config changed in place, the accounts file edited by hand), and on SIGHUP. A description that does not validate is reported and
+// consumer's config changed in place, the accounts file edited by hand), when the grace of a seat's former holder
+// to acknowledge the work it took ends (the reconcile takes that grant away), and on SIGHUP. A description that does not validate is reported and
 // nothing is applied, so the last good state stays live; a plan the reconciler refuses
 // (data at stake, a conflict) is reported every cycle and never forced; a bus that is
 // down is retried with a capped backoff.

@@ -124,7 +124,14 @@ func (h *harness) mark() int {
 // waitFor returns the first cycle from index from on that satisfies ok, waiting for it.
 func (h *harness) waitFor(from int, what string, ok func(Cycle) bool) Cycle {
 	h.t.Helper()
-	deadline := time.NewTimer(waitLimit)
+	return h.waitWithin(waitLimit, from, what, ok)
+}
+
+// waitWithin is waitFor for a cycle that comes only after something of its own takes its time:
+// it gives up after limit.
+func (h *harness) waitWithin(limit time.Duration, from int, what string, ok func(Cycle) bool) Cycle {
+	h.t.Helper()
+	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	for {
 		h.mu.Lock()
@@ -140,7 +147,7 @@ func (h *harness) waitFor(from int, what string, ok func(Cycle) bool) Cycle {
 		select {
 		case <-more:
 		case <-deadline.C:
-			h.t.Fatalf("no cycle %s after %s; saw: %s", what, waitLimit, seen)
+			h.t.Fatalf("no cycle %s after %s; saw: %s", what, limit, seen)
 		}
 	}
 }

@@ -128,7 +128,7 @@ var outcomes = []Outcome{OutcomeOK, OutcomeNoop, OutcomeInvalid, OutcomeRefused,
 
 // Trigger is what started a reconcile. Causes that arrive while one runs merge into the
 // next, so a Trigger can hold several.
-type Trigger uint8
+type Trigger uint16
 
 // The triggers.
 const (
@@ -148,7 +148,7 @@ var triggerNames = []struct {
 	t    Trigger
 	name string
 }{{TriggerStart, "start"}, {TriggerFiles, "files"}, {TriggerResync, "resync"}, {TriggerSignal, "sighup"}, {TriggerRetry, "retry"},
-	{TriggerController, "controller"}, {TriggerAdvisory, "advisory"}}
+	{TriggerController, "controller"}, {TriggerAdvisory, "advisory"}, {TriggerGrace, "grace"}}
 
 // Has reports whether t holds any of u's causes.
 func (t Trigger) Has(u Trigger) bool { return t&u != 0 }
@@ -165,8 +165,11 @@ func (t Trigger) String() string {
 }
 
 // drift reports whether changes planned under t are drift: made on the bus behind watch's
-// back, since neither a change of the description nor the first look at the bus caused them.
-func (t Trigger) drift() bool { return !t.Has(TriggerStart | TriggerFiles | TriggerController) }
+// back, since neither a change of the description, the first look at the bus, the controller
+// nor the end of a former holder's grace caused them.
+func (t Trigger) drift() bool {
+	return !t.Has(TriggerStart | TriggerFiles | TriggerController | TriggerGrace)
+}
 
 // Cycle is one reconcile: why it ran and how it ended.
 type Cycle struct {
@@ -183,6 +186,9 @@ type Cycle struct {
 	// description, an error wrapping reconcile.ErrBlocked for a refusal.
 	Err      error
 	Duration time.Duration
+	// GraceEnds is when the first grace of a seat's former holder still running ends
+	// (reconcile.Result); zero when none runs or the cycle could not say. Watch reconciles then.
+	GraceEnds time.Time
 }
 
 // Run reconciles the bus with the description in c.Dir until ctx ends, then stops
@@ -344,7 +350,9 @@ type schedule struct {
 	// answered when the one in flight ends.
 	syncsWaiting, syncsInFlight []chan error
 	debounce, retry             *time.Timer
-	results                     chan cycleResult
+	// grace fires when the first grace of a seat's former holder ends (Cycle.GraceEnds).
+	grace   *time.Timer
+	results chan cycleResult
 }
 
 // run is the loop. It returns when ctx ends, once the reconcile in flight has returned and
@@ -352,9 +360,10 @@ type schedule struct {
 func (l *loop) run(ctx context.Context) {
 	resync := time.NewTicker(l.cfg.Resync)
 	defer resync.Stop()
-	s := &schedule{debounce: stoppedTimer(), retry: stoppedTimer(), results: make(chan cycleResult, 1)}
+	s := &schedule{debounce: stoppedTimer(), retry: stoppedTimer(), grace: stoppedTimer(), results: make(chan cycleResult, 1)}
 	defer s.debounce.Stop()
 	defer s.retry.Stop()
+	defer s.grace.Stop()
 	defer l.shutdown(s)
 
 	l.request(ctx, s, TriggerStart)
@@ -382,6 +391,8 @@ func (l *loop) run(ctx context.Context) {
 			l.request(ctx, s, l.hup(s))
 		case <-s.retry.C:
 			l.request(ctx, s, TriggerRetry|s.owed)
+		case <-s.grace.C:
+			l.request(ctx, s, TriggerGrace)
 		case <-l.hearing.queue.signal:
 			l.heard(s.running)
 		case <-l.hearing.debounce.C:
@@ -462,6 +473,12 @@ func (l *loop) finished(ctx context.Context, s *schedule, r cycleResult) bool {
 	} else {
 		s.failures, s.owed = 0, 0
 		s.retry.Stop()
+	}
+	if !r.cycle.GraceEnds.IsZero() {
+		// At that moment, not at the next resync: until then the former holder may still
+		// acknowledge work the server has since handed to the new holder. A timer left armed
+		// for a grace that was cut short costs one reconcile that finds nothing to do.
+		s.grace.Reset(time.Until(r.cycle.GraceEnds))
 	}
 	l.report(r.cycle, retryIn)
 	answerSyncs(s.syncsInFlight, r.cycle)

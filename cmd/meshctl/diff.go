@@ -186,13 +186,9 @@ func planDescriptions(ctx context.Context, e *env, oldDir, newDir string) (*plan
 	if code != exitOK {
 		return nil, code
 	}
-	old := plan.TargetOf(render.Derive(oldMesh), nil)
-	target := plan.TargetOf(render.Derive(newMesh), nil)
-	p := plan.Compute(target, plan.LiveOf(old), plan.Options{})
 	// Both descriptions are at hand, so the Markdown can draw who talks to whom as the
 	// change alters it; a bus keeps no description to draw from.
-	p.Draw(oldMesh, newMesh)
-	return p, exitOK
+	return plan.Between(oldMesh, newMesh), exitOK
 }
 
 // writePlan prints a plan in the asked format on stdout.
