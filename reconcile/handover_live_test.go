@@ -13,10 +13,10 @@ import (
 
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
-	"github.com/meshbus/meshctl/wire"
 	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/wire"
 )
 
 // handoverMesh is quickMesh with a second claimant of seat mailer, alpha's courier, declared
