@@ -238,23 +238,6 @@ func hasConsumer(t *testing.T, js jetstream.JetStream, stream, name string) bool
 	}
 }
 
-// eventually retries check until it returns nil: for conditions no cycle reports, such as
-// another process's view of the bus.
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not after %s: %v", what, waitLimit, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // realSignals serialises the tests that send real SIGHUPs, and subscribes a channel to
 // the process's SIGHUP until the test ends. A signal goes to every channel subscribed in
 // the process, so two such tests at once would each reload the other's bus, mid-reconcile.
