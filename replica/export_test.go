@@ -1,6 +1,17 @@
 package replica
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// OpenLeasesTTL is OpenLeases with a bucket whose TTL is ttl: a test of a lapse waits a
+// short one out, not LeaseTTL.
+func OpenLeasesTTL(ctx context.Context, js jetstream.JetStream, replicas int, ttl time.Duration) (*Leases, error) {
+	return openLeases(ctx, js, replicas, ttl)
+}
 
 // Freeze stops the lease's renewals as a holder frozen (SIGSTOP) or dead would: it keeps
 // counting itself the holder until Held finds its last renewal too old.
