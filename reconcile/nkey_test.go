@@ -214,10 +214,12 @@ var hostProbes = []probe{
 // everything not granted is refused, on a live bus, for both kinds of user.
 func TestAnNkeyHostIsGrantedWhatAPasswordHostIs(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
 	for _, auth := range []string{model.AuthPassword, model.AuthNkey} {
 		t.Run(auth, func(t *testing.T) {
 			t.Parallel()
+			// Its own deadline, started once it runs: a parallel subtest waits for its turn
+			// after its parent returned, and a deadline made by the parent would pass meanwhile.
+			ctx := testContext(t)
 			yaml := quickMesh
 			if auth == model.AuthNkey {
 				yaml = withNkeys(quickMesh)

@@ -2,7 +2,9 @@
 // a server in another process taking a reload, a log line, a count reached — where there is
 // nothing to block on. It asks again at a growing interval (internal/backoff) and gives up only
 // after Limit: a failsafe against a hang, not a measurement. A wait ends as soon as its
-// condition holds, so a loaded machine makes a test slower, never red.
+// condition holds, so a loaded machine makes a test slower, never red. For the same reason a
+// test's context deadline is made once the test runs, after its t.Parallel(), never by a
+// parent for its parallel subtests: a test of this package holds every test file to that.
 //
 // It is test support, for tests and the test-support packages (bus/bustest, host/hosttest);
 // meshctl's binary does not link it. It imports nothing of meshctl but internal/backoff, so
