@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -96,13 +97,7 @@ func TestACallWaitsForABusThatComesBack(t *testing.T) {
 
 	e.Shutdown()
 	// The call starts once the gate has seen the drop, and so must wait for the return.
-	for nc.IsConnected() {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the connection never saw the server stop")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	testwait.Until(t, "the connection seeing the server stop", func() bool { return !nc.IsConnected() })
 	result := make(chan error, 1)
 	go func() {
 		result <- gate.call(ctx, true, func(ctx context.Context) error {
