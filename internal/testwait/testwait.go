@@ -8,12 +8,13 @@
 //
 // It is test support, for tests and the test-support packages (bus/bustest, host/hosttest);
 // meshctl's binary does not link it. It imports nothing of meshctl but internal/backoff, so
-// every package's tests can use it without an import cycle.
+// every package's tests can use it without an import cycle, and not the testing package, so
+// the benchmark driver, which starts bustest's servers outside a test, may link it.
 package testwait
 
 import (
+	"context"
 	"errors"
-	"testing"
 	"time"
 
 	"github.com/meshbus/meshctl/internal/backoff"
@@ -29,10 +30,16 @@ type Condition interface {
 	func() bool | func() error
 }
 
+// TB is the part of testing.TB a wait needs, which bustest's testnats.TB has too.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // Until asks cond until it holds, and fails t once Limit has passed, naming what it waited for
 // and why cond did not hold the last time it was asked. cond runs on the calling goroutine, so
 // it may fail the test itself when the wait can no longer succeed (a process that exited).
-func Until[C Condition](t testing.TB, what string, cond C) {
+func Until[C Condition](t TB, what string, cond C) {
 	t.Helper()
 	until(t, Limit, what, cond)
 }
@@ -40,7 +47,7 @@ func Until[C Condition](t testing.TB, what string, cond C) {
 // errNotYet is why a func() bool condition does not hold: it says no more.
 var errNotYet = errors.New("the condition does not hold")
 
-func until[C Condition](t testing.TB, limit time.Duration, what string, cond C) {
+func until[C Condition](t TB, limit time.Duration, what string, cond C) {
 	t.Helper()
 	ask := func() error {
 		switch c := any(cond).(type) {
@@ -63,6 +70,6 @@ func until[C Condition](t testing.TB, limit time.Duration, what string, cond C) 
 		if time.Now().After(deadline) {
 			t.Fatalf("waiting for %s: not within %s: %v", what, limit, err)
 		}
-		backoff.Sleep(t.Context(), interval.Next())
+		backoff.Sleep(context.Background(), interval.Next())
 	}
 }
