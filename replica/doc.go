@@ -23,8 +23,8 @@
 // the leader goes either commits or is reported failed; state then resends the whole store with
 // its next change (state.ErrReplicaBehind), so a failure never leaves the bucket quietly behind.
 // What the bus cannot survive is losing a majority of its servers at once; on a single server
-// (R1) the bucket is as durable as that server's disk (NATS-FACTS: messages are in the block
-// file before the PubAck, fsynced every sync_interval).
+// (R1) the bucket is as durable as that server's disk: a message is in the block file before
+// its PubAck, and fsynced every sync_interval.
 //
 // History is 1 and there is no TTL: a restore wants each row's latest value and nothing older,
 // so the bucket holds one message per key and no more bytes than the store's own rows.

@@ -106,7 +106,7 @@ func (k *KV) Adopt(f Fence) { k.fence.Store(f.Revision) }
 var _ state.Replica = (*KV)(nil)
 
 // config is the bucket's whole configuration, sent whole whenever it is created or changed
-// (NATS-FACTS: a partial config silently resets what nobody meant to change).
+// (a partial config silently resets what it leaves out).
 func config(replicas int) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:       render.StateBucket,
@@ -124,9 +124,9 @@ func config(replicas int) jetstream.KeyValueConfig {
 // A bucket whose replicas, history, value size, TTL, byte limit or storage differ from this
 // configuration is updated to it: bus.replicas grew (a cluster formed) and the store must follow
 // the mesh's streams, which are updated the same way. The server changes replicas in place in
-// a cluster (NATS-FACTS: stream updates) and refuses a change of storage (10052), which Open
-// returns. An equal bucket is only bound, never updated: an update, even to the same config, is
-// a stream-updated advisory that watch would hear on every Open.
+// a cluster and refuses a change of storage (10052), which Open returns. An equal bucket is only
+// bound, never updated: an update, even to the same config, is a stream-updated advisory that
+// watch would hear on every Open.
 func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*KV, error) {
 	kv, err := ensureBucket(ctx, js, config(replicas), "the store's bucket")
 	if err != nil {
@@ -144,7 +144,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		// Two controllers creating it at once both succeed: creating a stream that exists with
-		// the same config returns it (NATS-FACTS: streams).
+		// the same config returns it.
 		if kv, err = js.CreateKeyValue(ctx, want); err != nil {
 			return nil, fmt.Errorf("creating %s %s on the bus: %w", what, want.Bucket, err)
 		}
@@ -180,7 +180,7 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*KV, error) {
 }
 
 // differs compares what config sets, as the server reports it back. Not the whole config: the
-// server adds `_nats.` metadata (NATS-FACTS: metadata), which a comparison of everything would
+// server adds `_nats.` metadata of its own, which a comparison of everything would
 // see as drift forever.
 func differs(have, want jetstream.KeyValueConfig) bool {
 	maxBytes := want.MaxBytes
@@ -333,7 +333,7 @@ const readBatch = 256
 // key (deliver last-per-subject), pulled in batches, rather than a KV watcher: nats.go's watcher
 // is an ordered push consumer with flow control, whose flow-control replies go to
 // `$JS.FC.<stream>.>` — a grant no other job of the controller needs, and without which
-// delivery stalls (NATS-FACTS: push consumers). A pull request and its answers need only
+// delivery stalls. A pull request and its answers need only
 // `$JS.API.>` and the controller's inbox. It reads until the consumer has nothing pending, so
 // a record written meanwhile is read too; the latest message of each key wins.
 func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
