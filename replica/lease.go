@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -328,6 +329,14 @@ func (l *Lease) renew(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, renewEvery(l.ls.ttl))
 	defer cancel()
 	next, err := l.ls.kv.Update(ctx, l.key, l.value, rev)
+	if wrongRevision(err) {
+		// A renewal the bus stored but whose answer was lost (the bus stopping mid-renewal)
+		// left this holder's own value at a later revision: renewed on from it, expecting
+		// that one. Another's value, or none (lapsed), loses the lease below.
+		if e, gerr := l.ls.kv.Get(ctx, l.key); gerr == nil && e.Revision() > rev && bytes.Equal(e.Value(), l.value) {
+			next, err = l.ls.kv.Update(ctx, l.key, l.value, e.Revision())
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {

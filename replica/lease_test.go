@@ -95,6 +95,39 @@ func TestALeaseHasOneHolderAndLapsesWithItsHolder(t *testing.T) {
 	took.Release(ctx)
 }
 
+// A renewal the bus stored but whose answer never came (the bus stopping mid-renewal) leaves the
+// key with the holder's own value at a revision the holder did not hear of: its next renewal,
+// expecting the revision before, is refused. The holder finds its own value there and renews on
+// from it; it had counted itself lost, and stood by for its own lease to lapse.
+func TestARenewalWhoseAnswerWasLostKeepsTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	ls, err := replica.OpenLeases(ctx, connect(t, bustest.StartTestBus(t, nil).URL()), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ls.Acquire(ctx, replica.LeaderKey, replica.Me("store-a", "copy-a", "watch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	l.Freeze() // no renewal of keep's between the two below
+	if err := l.LoseARenewalsAnswer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Thaw(); err != nil {
+		t.Fatalf("the renewal after one whose answer was lost: %v, want the lease kept", err)
+	}
+	if err := l.Thaw(); err != nil {
+		t.Fatalf("the renewal after that: %v, want the lease kept", err)
+	}
+	other := replica.Me("store-b", "copy-b", "watch")
+	other.PID++
+	if _, err := ls.Acquire(ctx, replica.LeaderKey, other); !errors.Is(err, replica.ErrHeld) {
+		t.Fatalf("a contender: %v, want held", err)
+	}
+}
+
 // A writer fenced out has its writes refused whole, and the writer that fenced it out writes
 // on; the fence itself is no record of the store.
 func TestAFencedOutWriterIsRefused(t *testing.T) {
