@@ -30,8 +30,10 @@ func wideMesh(n int) string {
 	return strings.Replace(quickMesh, "controller:\n", b.String()+"controller:\n", 1)
 }
 
-// A server that goes away mid-apply stops the apply within 15 s with one line saying what
-// was done and what was not, instead of every remaining call waiting out its timeout.
+// A server that goes away mid-apply stops the apply at once with one line saying what was done
+// and what was not, instead of every remaining call (sixty consumers) waiting out its timeout
+// one after another. The test allows it a minute: far above the moment the loss takes to be
+// seen on a slow machine, far below the calls' timeouts added up.
 func TestAServerKilledMidApplyFailsFastWithOneLine(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -61,8 +63,8 @@ func TestAServerKilledMidApplyFailsFastWithOneLine(t *testing.T) {
 	if !errors.Is(err, ErrBusLost) {
 		t.Fatalf("an apply whose server stopped: %v; want ErrBusLost", err)
 	}
-	if took > 15*time.Second {
-		t.Errorf("the apply took %s to fail after the server stopped; want at most 15s", took)
+	if took > testwait.Limit {
+		t.Errorf("the apply took %s to fail after the server stopped: its calls waited out their timeouts", took)
 	}
 	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "change(s) were made") {
 		t.Errorf("the failure is not one line saying what was done: %q", msg)
