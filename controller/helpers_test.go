@@ -34,7 +34,7 @@ import (
 
 // waitLimit is how long a test waits for a condition before it gives up: a failsafe, not a
 // measurement; every wait ends as soon as its condition holds.
-const waitLimit = 20 * time.Second
+const waitLimit = testwait.Limit
 
 // twoNodes is a small mesh: one node that emits and sends, one that holds a seat and follows.
 const twoNodes = `nodes:
