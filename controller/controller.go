@@ -492,8 +492,7 @@ func (l *loop) sync(ctx context.Context) error {
 // a one-shot apply holds the apply lock, or this watch no longer leads) is a failure: what the
 // store committed is not the mesh's. The message is taken again later, once a reconcile has
 // made the store equal to its copy on the bus again, which the controller asks for now and
-// waits for, at most SyncTimeout, as for every Sync: on the loop, whose state nothing else
-// touches meanwhile, and never on a goroutine nobody waits for.
+// waits for on the loop, at most SyncTimeout, as for every Sync.
 func (l *loop) kept(ctx context.Context, err error) error {
 	if errors.Is(err, state.ErrReplicaBehind) {
 		l.log.Warn("controller: the store took a change its copy on the bus did not yet", "error", err)
