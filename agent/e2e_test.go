@@ -27,6 +27,7 @@ import (
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
@@ -36,7 +37,7 @@ import (
 )
 
 // waitLimit is a failsafe, not a measurement: every wait ends as soon as its condition holds.
-const waitLimit = 30 * time.Second
+const waitLimit = testwait.Limit
 
 const mesh = `bus:
   listen: 127.0.0.1:0

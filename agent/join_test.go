@@ -14,6 +14,7 @@ import (
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
@@ -58,13 +59,7 @@ func TestARefusalRightAfterEnrollingIsTheExpectedWait(t *testing.T) {
 			h, _ := a.join(ctx, membership)
 			joined <- h
 		}()
-		deadline := time.Now().Add(waitLimit)
-		for !strings.Contains(logs.String(), "tries=") {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no refusal logged:\n%s", c.name, logs.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testwait.Until(t, c.name+": a refusal logged", func() bool { return strings.Contains(logs.String(), "tries=") })
 		cancel()
 		<-joined
 		if !strings.Contains(logs.String(), c.want) || strings.Contains(logs.String(), c.not) {

@@ -188,16 +188,14 @@ func TestAPortInUseFailsTheStartAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	start := time.Now()
 	_, err = StartEmbedded(context.Background(), EmbeddedOptions{StateDir: t.TempDir(), Listen: l.Addr().String()})
 	if err == nil {
 		t.Fatal("started on a port in use")
 	}
-	if !strings.Contains(err.Error(), l.Addr().String()) {
-		t.Errorf("the error does not name the address: %v", err)
-	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("took %s to report a port in use", took)
+	// The listener's own reason, which the readiness timeout would not give: the start failed
+	// when the listen did, not when the wait for readiness ran out.
+	if msg := err.Error(); !strings.Contains(msg, l.Addr().String()) || !strings.Contains(msg, "address already in use") {
+		t.Errorf("the error does not name the address and why it cannot be listened on: %v", err)
 	}
 }
 

@@ -65,22 +65,6 @@ func dialAs(t *testing.T, url string, u testUser) *busclient.Conn {
 	return c
 }
 
-// waitFor polls cond until it holds, failing the test after d. For conditions only observable by
-// asking (a file appearing, a server in another process accepting a user), where there is nothing
-// to block on.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 // stateDirOf is the StateDir an Embedded was started with.
 func stateDirOf(e *Embedded) string { return filepath.Dir(filepath.Dir(e.ConfigFile())) }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
@@ -72,7 +73,7 @@ func TestTheEmbeddedServerNamesARefusedNkeyUserByItsPrincipal(t *testing.T) {
 		if want := (busclient.PermissionError{User: "two.shop", Op: busclient.OpPublish, Subject: "mesh.mod.telegram.tool.status"}); r != want {
 			t.Errorf("refusal %+v, want %+v", r, want)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Limit):
 		t.Fatal("no refusal handed over")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/testnats"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 // A nats-server in another process, reloaded the way an operator's bus is: by SIGHUP to the pid
@@ -64,17 +66,17 @@ include "mesh-accounts.conf"
 	// The server writes its ports file once it listens; that is its address.
 	portsFile := filepath.Join(dir, "nats-server_"+strconv.Itoa(cmd.Process.Pid)+".ports")
 	var url string
-	waitFor(t, 10*time.Second, "the server's ports file", func() bool {
+	testwait.Until(t, "the server's ports file", func() error {
 		data, err := os.ReadFile(portsFile)
 		if err != nil {
-			return false
+			return err
 		}
 		var ports struct{ Nats []string }
-		if json.Unmarshal(data, &ports) != nil || len(ports.Nats) == 0 {
-			return false
+		if err := json.Unmarshal(data, &ports); err != nil || len(ports.Nats) == 0 {
+			return fmt.Errorf("no client address in %q (%v)", data, err)
 		}
 		url = ports.Nats[0]
-		return true
+		return nil
 	})
 	dialAs(t, url, a)
 
@@ -86,13 +88,13 @@ include "mesh-accounts.conf"
 		t.Fatalf("%s: %v", r.Describe(), err)
 	}
 	// The signal is asynchronous; the outcome is the proof.
-	waitFor(t, 10*time.Second, "the new user to log in after SIGHUP", func() bool {
+	testwait.Until(t, "the new user to log in after SIGHUP", func() error {
 		c, err := busclient.Dial(context.Background(), busclient.Target{URL: url}, busclient.Credential{User: b.name, Password: b.password})
 		if err != nil {
-			return false
+			return err
 		}
 		c.Close()
-		return true
+		return nil
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 func TestParseServerViolation(t *testing.T) {
@@ -81,7 +82,7 @@ func TestTheEmbeddedServerLogsIntoMeshctlsLog(t *testing.T) {
 		if want := (busclient.PermissionError{User: "two.shop", Op: busclient.OpPublish, Subject: "mesh.mod.telegram.tool.status"}); r != want {
 			t.Errorf("refusal %+v, want %+v", r, want)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Limit):
 		t.Fatalf("no refusal handed over; the log:\n%s", out.String())
 	}
 	text := out.String()

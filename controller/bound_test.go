@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
@@ -84,7 +85,7 @@ func TestTheControlQueueKeepsANodesLatestWithinTheBound(t *testing.T) {
 	f.ctrl.Mesh(f.mesh)
 	// Polled on the connection opened before: enrolling node two reloads the bus, and a login
 	// during a reload can be cut off.
-	eventually(t, "CONTROL is emptied", func() bool {
+	testwait.Until(t, "CONTROL is emptied", func() bool {
 		info, err := s.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})
@@ -161,7 +162,7 @@ func TestTheControlBoundIsAnUpdateInPlace(t *testing.T) {
 	}
 	enrolAndDeclare(t, f, "one", filed) // each generation it reports was declared to it
 	f.run()
-	eventually(t, "CONTROL is emptied", func() bool { return f.controlMessages() == 0 })
+	testwait.Until(t, "CONTROL is emptied", func() bool { return f.controlMessages() == 0 })
 	if r := f.reports(); len(r) != 1 || r[0].Generation != filed {
 		t.Errorf("the store recorded %+v, want node one's newest report (%d)", r, filed)
 	}

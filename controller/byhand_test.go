@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/wire"
 )
 
@@ -117,7 +118,7 @@ func TestEnrolmentKeepsACredentialIssuedByHand(t *testing.T) {
 		t.Errorf("generation %d still declares one.shop by hand", d3.Generation)
 	}
 	f.joinAs(sm)
-	eventually(t, "the revoked credential issued by hand refused", func() bool {
+	testwait.Until(t, "the revoked credential issued by hand refused", func() bool {
 		jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		h, err := host.Join(jctx, byHand)

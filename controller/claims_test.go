@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/wire"
 )
@@ -31,7 +32,7 @@ func TestAReportIsRecordedAndLeavesTheWorkQueue(t *testing.T) {
 	if len(r) != 1 || r[0].Node != "one" || len(r[0].Applied) != 1 {
 		t.Fatalf("the store holds %+v, want node one's report", r)
 	}
-	eventually(t, "the report leaves CONTROL", func() bool { return f.controlMessages() == 0 })
+	testwait.Until(t, "the report leaves CONTROL", func() bool { return f.controlMessages() == 0 })
 }
 
 // A report the store cannot take (its write lock held by another connection) is nak'd with a
@@ -59,7 +60,7 @@ func TestAReportTheStoreCannotTakeIsHeldAndRecordedWhenItReturns(t *testing.T) {
 	if r := f.reports(); len(r) != 1 || r[0].Node != "one" {
 		t.Fatalf("after the store returned it holds %+v, want node one's report", r)
 	}
-	eventually(t, "the report leaves CONTROL", func() bool { return f.controlMessages() == 0 })
+	testwait.Until(t, "the report leaves CONTROL", func() bool { return f.controlMessages() == 0 })
 }
 
 // A report about a superseded declaration (an older generation) is settled without being acted
@@ -77,7 +78,7 @@ func TestAReportAboutASupersededDeclarationIsSettledNotActedOn(t *testing.T) {
 	if r := f.reports(); len(r) != 0 {
 		t.Fatalf("the store recorded a superseded report: %+v", r)
 	}
-	eventually(t, "the superseded report leaves CONTROL", func() bool { return f.controlMessages() == 0 })
+	testwait.Until(t, "the superseded report leaves CONTROL", func() bool { return f.controlMessages() == 0 })
 }
 
 // A report the store never takes is let go (term) once the bound passes, and logged.
@@ -92,7 +93,7 @@ func TestAReportTheStoreNeverTakesIsLetGoAtTheBound(t *testing.T) {
 	if !strings.Contains(e.Settle.Reason, "past the bound") {
 		t.Errorf("let go as %q", e.Settle.Reason)
 	}
-	eventually(t, "the report leaves CONTROL", func() bool { return f.controlMessages() == 0 })
+	testwait.Until(t, "the report leaves CONTROL", func() bool { return f.controlMessages() == 0 })
 	if !strings.Contains(f.logs.String(), "let a message go") {
 		t.Errorf("letting the report go was not logged:\n%s", f.logs.String())
 	}

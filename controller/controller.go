@@ -494,15 +494,18 @@ func (l *loop) sync(ctx context.Context) error {
 // A change the bus refused because another meshctl writes the store there now (state.ErrFenced:
 // a one-shot apply holds the apply lock, or this watch no longer leads) is a failure: what the
 // store committed is not the mesh's. The message is taken again later, once a reconcile has
-// made the store equal to its copy on the bus again, which the controller asks for now.
+// made the store equal to its copy on the bus again, which the controller asks for now and
+// waits for on the loop, at most SyncTimeout, as for every Sync.
 func (l *loop) kept(ctx context.Context, err error) error {
 	if errors.Is(err, state.ErrReplicaBehind) {
 		l.log.Warn("controller: the store took a change its copy on the bus did not yet", "error", err)
 		return nil
 	}
-	if errors.Is(err, state.ErrFenced) && l.cfg.Sync != nil {
+	if errors.Is(err, state.ErrFenced) {
 		l.log.Warn("controller: another meshctl writes the store on the bus now; the change is taken again once this store is equal to it", "error", err)
-		go l.cfg.Sync(ctx)
+		if serr := l.sync(ctx); serr != nil {
+			l.log.Warn("controller: the reconcile that makes the store equal to its copy on the bus did not finish", "error", serr)
+		}
 	}
 	return err
 }

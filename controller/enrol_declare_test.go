@@ -8,12 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/wire"
 )
@@ -116,20 +116,17 @@ func TestAReplayedEnrolmentIsRefusedAndLogged(t *testing.T) {
 	// Refused as an authorization violation; the server may close the socket before the
 	// client reads why (a broken pipe), so such an attempt is made again, and only a join
 	// that succeeds, or a refusal that never says why, fails.
-	for {
+	testwait.Until(t, "the used enrolment credential refused as unauthorized", func() error {
 		h, err := host.Join(ctx, host.Membership{Address: f.bus.URL(), User: render.EnrolUser("one"), Password: f.passwords[render.EnrolUser("one")]})
 		if err == nil {
 			h.Close()
 			t.Fatal("the used enrolment credential still joins")
 		}
 		if errors.Is(err, nats.ErrAuthorization) {
-			break
+			return nil
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("the used enrolment credential is not refused as unauthorized: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // takeDeclaration binds node's declaration consumer as the node and returns the next declaration.
@@ -141,8 +138,7 @@ func takeDeclaration(t *testing.T, h *host.Host, node string, after uint64) wire
 	// Bound again while refused: a reload the controller asked for can cut a request off, as
 	// the agent also finds, and it binds again too.
 	var cc jetstream.ConsumeContext
-	var err error
-	for {
+	testwait.Until(t, "binding "+node+"'s declarations", func() (err error) {
 		cc, err = h.Declarations(ctx, node, func(m jetstream.Msg) {
 			var d wire.Declaration
 			if json.Unmarshal(m.Data(), &d) == nil {
@@ -150,14 +146,8 @@ func takeDeclaration(t *testing.T, h *host.Host, node string, after uint64) wire
 			}
 			_ = m.Ack()
 		})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	defer cc.Stop()
 	for {
 		select {

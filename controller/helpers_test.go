@@ -23,6 +23,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -33,7 +34,7 @@ import (
 
 // waitLimit is how long a test waits for a condition before it gives up: a failsafe, not a
 // measurement; every wait ends as soon as its condition holds.
-const waitLimit = 20 * time.Second
+const waitLimit = testwait.Limit
 
 // twoNodes is a small mesh: one node that emits and sends, one that holds a seat and follows.
 const twoNodes = `nodes:
@@ -236,20 +237,15 @@ func (f *fixture) join(user string) *host.Host {
 // the controller asked for a moment earlier, and a login during a reload can be cut off.
 func (f *fixture) joinAs(m host.Membership) *host.Host {
 	f.t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
+	var h *host.Host
+	testwait.Until(f.t, "joining as "+m.User, func() (err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		h, err := host.Join(ctx, m)
-		cancel()
-		if err == nil {
-			f.t.Cleanup(h.Close)
-			return h
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("joining as %s: %v", m.User, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer cancel()
+		h, err = host.Join(ctx, m)
+		return err
+	})
+	f.t.Cleanup(h.Close)
+	return h
 }
 
 // controlMessages is how many messages the CONTROL work queue holds.
@@ -286,18 +282,6 @@ func (c *Controller) probe(t *testing.T, url string) *busclient.Conn {
 	}
 	t.Cleanup(conn.Close)
 	return conn
-}
-
-// eventually polls cond until it holds, failing the test after waitLimit.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, waitLimit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // holdWriteLock takes the store's write lock from a connection of its own, as another process

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/internal/printable"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/wire"
 )
@@ -167,7 +168,7 @@ func TestTheControllerJoinsAgainWhenItsConnectionIsLost(t *testing.T) {
 		// Filed once the server let the lost connection go: a report filed while it still
 		// counts that connection's pull request as waiting is delivered there, and comes back
 		// only after its ack wait (a busy machine takes a moment to see a socket closed).
-		eventually(t, "the server letting the lost connection go", func() bool {
+		testwait.Until(t, "the server letting the lost connection go", func() bool {
 			cz, err := f.bus.Server().Connz(&server.ConnzOptions{CID: lostCID})
 			return err == nil && len(cz.Conns) == 0
 		})
@@ -180,7 +181,7 @@ func TestTheControllerJoinsAgainWhenItsConnectionIsLost(t *testing.T) {
 		if e.Settle.Verb != Ack {
 			t.Fatalf("after losing its connection (%d), the report was settled %+v", i, e.Settle)
 		}
-		eventually(t, "a heartbeat heard", func() bool {
+		testwait.Until(t, "a heartbeat heard", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = node.Heartbeat(ctx, "one", mustJSON(wire.Heartbeat{Generation: g}))

@@ -3,13 +3,19 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
+	"github.com/meshbus/meshctl/state"
 	"github.com/meshbus/meshctl/wire"
 )
 
@@ -75,4 +81,68 @@ func TestARevokedCredentialIsDeclaredAgainWithoutAReconcile(t *testing.T) {
 	if _, err := host.Join(ctx, before); !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("the revoked credential still joins: %v", err)
 	}
+}
+
+// A change the bus refused because another meshctl writes the store there (state.ErrFenced)
+// asks for a reconcile on the loop's goroutine, as Config.Sync says of every Sync: the loop
+// waits for it, at most the sync timeout, and no goroutine is left running Sync that nothing
+// waits for once Run has returned.
+func TestAFencedChangeIsSyncedOnTheLoop(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var loop string     // the goroutine the loop's events are observed on
+	var synced []string // the goroutines Sync ran on since the store was fenced out
+	fenced := make(chan struct{})
+	f := start(t, twoNodes, func(c *Config) {
+		observe, sync := c.Observe, c.Sync
+		c.Observe = func(e Event) {
+			mu.Lock()
+			loop = goroutine()
+			mu.Unlock()
+			observe(e)
+		}
+		c.Sync = func(ctx context.Context) error {
+			select {
+			case <-fenced:
+				mu.Lock()
+				synced = append(synced, goroutine())
+				mu.Unlock()
+			default:
+			}
+			return sync(ctx)
+		}
+	})
+	enrolAndDeclare(t, f, "one", 1)
+	f.store.SetReplica(fencedOut{})
+	close(fenced)
+	f.report(f.join(render.NodeUser("one")), "one", wire.Report{Generation: 1})
+	f.waitEvent(0, func(e Event) bool { return e.Kind == KindReport && e.Settle.Verb == Nak })
+	testwait.Until(t, "a Sync after the fenced report", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(synced) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, g := range synced {
+		if g != loop {
+			t.Fatalf("Sync ran on goroutine %s, not on the loop's (%s)", g, loop)
+		}
+	}
+}
+
+// fencedOut is the store's copy on the bus once another meshctl fenced this one out: it
+// refuses every write.
+type fencedOut struct{}
+
+func (fencedOut) Write(context.Context, []state.Record) error {
+	return fmt.Errorf("writing to the store's bucket: %w", state.ErrFenced)
+}
+
+// goroutine is the number of the calling goroutine, as its stack trace names it.
+func goroutine() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	return id
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/host/hosttest"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/wire"
 )
@@ -70,7 +71,7 @@ func TestANodeCannotAskToEnrolItself(t *testing.T) {
 			t.Fatalf("the server said %v, not a permission violation for publishing to %s", err, render.EnrolSubject(node))
 		}
 		t.Logf("refused: %v", err)
-	case <-time.After(2 * time.Second):
+	case <-time.After(testwait.Limit):
 		t.Fatalf("%s published an enrolment request to %s and the server did not refuse it", user, render.EnrolSubject(node))
 	}
 	select {

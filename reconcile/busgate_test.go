@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -29,8 +30,10 @@ func wideMesh(n int) string {
 	return strings.Replace(quickMesh, "controller:\n", b.String()+"controller:\n", 1)
 }
 
-// A server that goes away mid-apply stops the apply within 15 s with one line saying what
-// was done and what was not, instead of every remaining call waiting out its timeout.
+// A server that goes away mid-apply stops the apply at once with one line saying what was done
+// and what was not, instead of every remaining call (sixty consumers) waiting out its timeout
+// one after another. The test allows it a minute: far above the moment the loss takes to be
+// seen on a slow machine, far below the calls' timeouts added up.
 func TestAServerKilledMidApplyFailsFastWithOneLine(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -60,8 +63,8 @@ func TestAServerKilledMidApplyFailsFastWithOneLine(t *testing.T) {
 	if !errors.Is(err, ErrBusLost) {
 		t.Fatalf("an apply whose server stopped: %v; want ErrBusLost", err)
 	}
-	if took > 15*time.Second {
-		t.Errorf("the apply took %s to fail after the server stopped; want at most 15s", took)
+	if took > testwait.Limit {
+		t.Errorf("the apply took %s to fail after the server stopped: its calls waited out their timeouts", took)
 	}
 	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "change(s) were made") {
 		t.Errorf("the failure is not one line saying what was done: %q", msg)
@@ -96,13 +99,7 @@ func TestACallWaitsForABusThatComesBack(t *testing.T) {
 
 	e.Shutdown()
 	// The call starts once the gate has seen the drop, and so must wait for the return.
-	for nc.IsConnected() {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the connection never saw the server stop")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	testwait.Until(t, "the connection seeing the server stop", func() bool { return !nc.IsConnected() })
 	result := make(chan error, 1)
 	go func() {
 		result <- gate.call(ctx, true, func(ctx context.Context) error {

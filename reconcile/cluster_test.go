@@ -17,6 +17,7 @@ import (
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/wire"
@@ -65,44 +66,51 @@ func loginAlone(ctx context.Context, srv *bustest.TestClusterServer, user, passw
 func eachServer(t *testing.T, ctx context.Context, servers []*bustest.TestClusterServer, user, password string, admits bool) {
 	t.Helper()
 	for _, srv := range servers {
-		var err error
-		for range 50 {
-			err = loginAlone(ctx, srv, user, password)
-			if admits == (err == nil) && (admits || errors.Is(err, nats.ErrAuthorization)) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if admits && err != nil {
-			t.Fatalf("server %s does not let %s in: %v", srv.Name, user, err)
-		}
-		if !admits && !errors.Is(err, nats.ErrAuthorization) {
-			t.Fatalf("server %s does not refuse %s: %v", srv.Name, user, err)
-		}
+		testwait.Until(t, admitting(srv.Name, user, admits), func() error {
+			return admitted(loginAlone(ctx, srv, user, password), admits, func(err error) bool { return errors.Is(err, nats.ErrAuthorization) })
+		})
 	}
+}
+
+// admitting says what eachServer and eachServerNkey wait for.
+func admitting(server, user string, admits bool) string {
+	if admits {
+		return fmt.Sprintf("server %s letting %s in", server, user)
+	}
+	return fmt.Sprintf("server %s refusing %s", server, user)
+}
+
+// admitted is why a login that ended with err is not yet what admits asks: let in, or
+// refused as refused says.
+func admitted(err error, admits bool, refused func(error) bool) error {
+	switch {
+	case admits:
+		return err
+	case err == nil:
+		return errors.New("the server lets the user in")
+	case !refused(err):
+		return err
+	}
+	return nil
 }
 
 // awaitReloads waits until every server of c has finished a reload since before (its
 // configTimes): a reload by signal returns before the server has done it, and until then a
 // JetStream request can find the account not yet enabled again.
-func awaitReloads(t *testing.T, ctx context.Context, c *bustest.TestCluster, before []time.Time) {
+func awaitReloads(t *testing.T, c *bustest.TestCluster, before []time.Time) {
 	t.Helper()
-	for {
+	testwait.Until(t, "every server finishing its reload", func() error {
 		done := 0
 		for i, at := range configTimes(t, c) {
 			if at.After(before[i]) {
 				done++
 			}
 		}
-		if done == len(before) {
-			return
+		if done < len(before) {
+			return fmt.Errorf("%d of %d servers finished their reload", done, len(before))
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d of %d servers finished their reload: %v", done, len(before), ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
 func configTimes(t *testing.T, c *bustest.TestCluster) []time.Time {
@@ -391,17 +399,12 @@ func TestAHostKeepsConsumingWhenItsServerStops(t *testing.T) {
 	defer shop.Close()
 	publish := func(i int) {
 		t.Helper()
-		var err error
-		for range 100 {
+		testwait.Until(t, fmt.Sprintf("EVENTS taking order %d", i), func() error {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err = shop.JetStream().Publish(pctx, "mesh.mod.shop.event.order.placed", fmt.Appendf(nil, "order %d", i))
-			cancel()
-			if err == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Fatalf("publishing order %d: %v", i, err)
+			defer cancel()
+			_, err := shop.JetStream().Publish(pctx, "mesh.mod.shop.event.order.placed", fmt.Appendf(nil, "order %d", i))
+			return err
+		})
 	}
 	const total = 30
 	for i := range total / 2 {
@@ -416,19 +419,14 @@ func TestAHostKeepsConsumingWhenItsServerStops(t *testing.T) {
 	defer func() {
 		t.Logf("every event received %s after the server stopped", time.Since(stopped).Round(time.Millisecond))
 	}()
-	deadline := time.Now().Add(45 * time.Second)
-	for {
+	testwait.Until(t, "the auditor receiving every event after its server stopped", func() error {
 		mu.Lock()
-		n := len(seen)
-		mu.Unlock()
-		if n == total {
-			break
+		defer mu.Unlock()
+		if len(seen) < total {
+			return fmt.Errorf("%d of %d received", len(seen), total)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the auditor received %d of %d events after its server stopped", n, total)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := auditor.Conn().ConnectedUrl(); got == c.Servers[0].URL {
 		t.Fatalf("the auditor is still on the stopped server")
 	}

@@ -6,12 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 // externalServer runs the real nats-server binary as its own process, with TLS, a pid file
@@ -48,18 +48,13 @@ func TestAnExternalServerIsReloadedByPIDFileOverPinnedTLS(t *testing.T) {
 	// A credential issued afterwards works once the accounts config is reloaded by pid.
 	pw := f.mint(ctx, "alpha.shop")
 	f.mustApply(ctx, s)
-	var err error
-	for range 50 {
-		var c *busclient.Conn
-		if c, err = busclient.Dial(ctx, busclient.Target{URL: x.url, Fingerprint: x.fingerprint}, busclient.Credential{User: "alpha.shop", Password: pw["alpha.shop"]}); err == nil {
+	testwait.Until(t, "a credential issued and applied logging in to the external bus", func() error {
+		c, err := busclient.Dial(ctx, busclient.Target{URL: x.url, Fingerprint: x.fingerprint}, busclient.Credential{User: "alpha.shop", Password: pw["alpha.shop"]})
+		if err == nil {
 			c.Close()
-			break
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("a credential issued and applied cannot log in to the external bus: %v", err)
-	}
+		return err
+	})
 	if strings.Contains(f.log.String(), pw["alpha.shop"]) {
 		t.Fatal("the password was logged")
 	}

@@ -193,8 +193,11 @@ func (f *fixture) js(s *Session) jetstream.JetStream {
 	return js
 }
 
+// testContext bounds a whole test, made once it runs (after its t.Parallel()): a bound on a
+// hang, not a measurement. A cluster test takes half a minute on a quiet machine, and several
+// times that on two cores running the whole suite under the race detector.
 func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/meshbus/meshctl/bus/bustest"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -217,6 +218,8 @@ func TestAnNkeyHostIsGrantedWhatAPasswordHostIs(t *testing.T) {
 	for _, auth := range []string{model.AuthPassword, model.AuthNkey} {
 		t.Run(auth, func(t *testing.T) {
 			t.Parallel()
+			// Its own deadline, started once it runs: a parallel subtest waits for its turn
+			// after its parent returned, and a deadline made by the parent would pass meanwhile.
 			ctx := testContext(t)
 			yaml := quickMesh
 			if auth == model.AuthNkey {
@@ -379,19 +382,8 @@ func TestAnNkeyMeshOnAThreeServerCluster(t *testing.T) {
 func eachServerNkey(t *testing.T, ctx context.Context, servers []*bustest.TestClusterServer, user, seed string, admits bool) {
 	t.Helper()
 	for _, srv := range servers {
-		var err error
-		for range 50 {
-			err = nkeyLogin(ctx, srv.URL, user, seed)
-			if admits == (err == nil) && (admits || seedRefused(err)) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if admits && err != nil {
-			t.Fatalf("server %s does not let %s in with its seed: %v", srv.Name, user, err)
-		}
-		if !admits && !seedRefused(err) {
-			t.Fatalf("server %s does not refuse %s's seed: %v", srv.Name, user, err)
-		}
+		testwait.Until(t, admitting(srv.Name, user, admits)+" by its seed", func() error {
+			return admitted(nkeyLogin(ctx, srv.URL, user, seed), admits, seedRefused)
+		})
 	}
 }

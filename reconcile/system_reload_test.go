@@ -60,7 +60,7 @@ func TestAClusterReloadedByRequest(t *testing.T) {
 	if err := bus.PIDFileReloader(c.Servers[len(c.Servers)-1].PIDFile).Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	awaitReloads(t, ctx, c, signalled)
+	awaitReloads(t, c, signalled)
 
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)

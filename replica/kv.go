@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
@@ -214,12 +215,12 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 		// Each window's acknowledgements are waited for ackWait at most, whatever ctx says:
 		// a server that cannot store (its disk full, JetStream disabled) may answer nothing,
 		// and a change recorded with a context that never ends would wait for ever.
-		timeout := time.NewTimer(ackWait)
-		defer timeout.Stop()
+		window, cancel := context.WithTimeoutCause(ctx, ackWait, errNoAck)
+		defer cancel()
 		for _, f := range inFlight {
 			select {
-			case <-timeout.C:
-				return fmt.Errorf("writing %s to the store's bucket %s: no acknowledgement within %s", strings.TrimPrefix(f.Msg().Subject, prefix), render.StateBucket, ackWait)
+			case <-window.Done():
+				return fmt.Errorf("writing %s to the store's bucket %s: %w", strings.TrimPrefix(f.Msg().Subject, prefix), render.StateBucket, context.Cause(window))
 			case <-f.Ok():
 			case err := <-f.Err():
 				if errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -227,7 +228,7 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 					// server killed): the message is sent again, as it was, until one
 					// answers. A put of a key is the same put twice, and the fence it
 					// expects is a key this write does not change.
-					if err = k.republish(ctx, f.Msg(), timeout.C); err == nil {
+					if err = k.republish(window, f.Msg()); err == nil {
 						continue
 					}
 				}
@@ -235,8 +236,6 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 					err = fmt.Errorf("%w: another meshctl fenced the bucket since this one did (%w)", state.ErrFenced, err)
 				}
 				return fmt.Errorf("writing %s to the store's bucket %s: %w", strings.TrimPrefix(f.Msg().Subject, prefix), render.StateBucket, err)
-			case <-ctx.Done():
-				return fmt.Errorf("writing to the store's bucket %s: %w", render.StateBucket, ctx.Err())
 			}
 		}
 		inFlight = inFlight[:0]
@@ -270,28 +269,29 @@ func (k *KV) Write(ctx context.Context, records []state.Record) error {
 	return settle()
 }
 
-// republish sends msg again, its headers as they were, until the stream answers, the window's
-// wait ends (done) or ctx does.
-func (k *KV) republish(ctx context.Context, msg *nats.Msg, done <-chan time.Time) error {
-	for {
-		select {
-		case <-done:
-			return fmt.Errorf("no acknowledgement within %s: %w", ackWait, jetstream.ErrNoStreamResponse)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+// republish sends msg again, its headers as they were, until the stream answers or window
+// ends: the wait for the acknowledgements of Write's window, within the caller's ctx.
+func (k *KV) republish(window context.Context, msg *nats.Msg) error {
+	for backoff.Sleep(window, republishEvery) {
+		actx, cancel := context.WithTimeout(window, 2*time.Second)
 		_, err := k.js.PublishMsg(actx, msg)
 		cancel()
 		if err == nil || !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
 	}
+	return fmt.Errorf("%w: %w", context.Cause(window), jetstream.ErrNoStreamResponse)
 }
+
+// republishEvery is how often republish sends a message again: a stream electing a leader
+// answers within moments.
+const republishEvery = 250 * time.Millisecond
 
 // ackWait bounds the wait for one window of Write's acknowledgements.
 const ackWait = 10 * time.Second
+
+// errNoAck is why a window of Write's ended unacknowledged, when the caller's ctx did not end.
+var errNoAck = fmt.Errorf("no acknowledgement within %s", ackWait)
 
 // writeWindow is how many of Write's records wait for their acknowledgement at once: enough to
 // keep a cluster's round trips overlapped, well under nats.go's own limit of 4,000 pending.

@@ -17,6 +17,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/internal/testnats"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
 	"github.com/meshbus/meshctl/state"
@@ -28,9 +29,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// testContext bounds a whole test, made once it runs (after its t.Parallel()): a bound on a
+// hang, not a measurement. A cluster test takes half a minute on a quiet machine, and several
+// times that on two cores running the whole suite under the race detector.
 func testContext(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -50,24 +54,16 @@ func connect(t *testing.T, urls string, opts ...nats.Option) jetstream.JetStream
 	return js
 }
 
-// eventually retries op, ten seconds an attempt, until it succeeds or ctx ends: for a cluster
-// whose stream is between leaders. Not shorter: on a machine running the whole suite a read's
-// consumer, created through a meta leader just elected, can take seconds, and an attempt cut
-// off before it answers only leaves one more consumer for the server to create.
-func eventually(ctx context.Context, t *testing.T, op func(ctx context.Context) error) {
-	t.Helper()
-	for {
-		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := op(octx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		t.Logf("retrying: %v", err)
-		time.Sleep(200 * time.Millisecond)
+// attempt is op as a condition for testwait.Until, each try bounded to ten seconds by a context
+// of its own under ctx: for a cluster whose stream is between leaders. Not shorter: on a machine
+// running the whole suite a read's consumer, created through a meta leader just elected, can
+// take seconds, and a try cut off before it answers only leaves one more consumer for the
+// server to create.
+func attempt(ctx context.Context, op func(ctx context.Context) error) func() error {
+	return func() error {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return op(actx)
 	}
 }
 
@@ -180,9 +176,6 @@ func TestWriteAndReadBack(t *testing.T) {
 	}
 }
 
-// On a three-server cluster the bucket has three replicas, and every record Write reported
-// written is read back after the stream's leader is stopped; writing goes on under the new
-// leader. An existing R1 bucket is raised to the mesh's replicas by Open.
 // clusterJS lets one user with every permission into the MESH account of every server of c,
 // and is JetStream as that user on the cluster: the tests of durability are not about who may
 // reach the buckets (the host matrix is).
@@ -201,16 +194,13 @@ func clusterJS(ctx context.Context, t *testing.T, c *bustest.TestCluster) jetstr
 		}
 	}
 	for _, srv := range c.Servers {
-		for {
+		testwait.Until(t, "server "+srv.Name+" reloading", func() error {
 			at, err := srv.ConfigLoadTime()
-			if err == nil && !at.Before(reloaded.Truncate(time.Second)) {
-				break
+			if err == nil && at.Before(reloaded.Truncate(time.Second)) {
+				err = fmt.Errorf("its configuration was last loaded at %s", at)
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("server %s did not reload: %v", srv.Name, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err
+		})
 	}
 	var urls []string
 	for _, srv := range c.Servers {
@@ -218,30 +208,30 @@ func clusterJS(ctx context.Context, t *testing.T, c *bustest.TestCluster) jetstr
 	}
 	login := nats.UserInfo("ctl", "pw")
 	var js jetstream.JetStream
-	for {
-		// The servers take the new users one after another; retry until one lets us in.
-		// A server that has taken them may not yet have enabled JetStream for the account
-		// ("JetStream not enabled for account"): retry until the account answers too.
+	// The servers take the new users one after another; asked until one lets the user in. A
+	// server that has taken them may not yet have enabled JetStream for the account
+	// ("JetStream not enabled for account"): asked until the account answers too.
+	testwait.Until(t, "the cluster letting the user into its JetStream", func() error {
 		nc, err := nats.Connect(strings.Join(urls, ","), login, nats.MaxReconnects(-1))
-		if err == nil {
-			if js, err = jetstream.New(nc); err != nil {
-				t.Fatal(err)
-			}
-			if _, err = js.AccountInfo(ctx); err == nil {
-				t.Cleanup(nc.Close)
-				break
-			}
-			nc.Close()
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
+		if js, err = jetstream.New(nc); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-
+		if _, err = js.AccountInfo(ctx); err != nil {
+			nc.Close()
+			return err
+		}
+		t.Cleanup(nc.Close)
+		return nil
+	})
 	return js
 }
 
+// On a three-server cluster the bucket has three replicas, and every record Write reported
+// written is read back after the stream's leader is stopped; writing goes on under the new
+// leader. An existing R1 bucket is raised to the mesh's replicas by Open.
 func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -263,14 +253,14 @@ func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 	}
 	want := records(500, "1")
 	// Right after R1→R3 the new replicas may still be catching up (docs/nats-behaviour.md,
-	// "Clusters"); a write is retried until the stream takes it.
-	eventually(ctx, t, func(ctx context.Context) error { return kv.Write(ctx, want) })
+	// "Clusters"); a write is tried again until the stream takes it.
+	testwait.Until(t, "the bucket taking the write", attempt(ctx, func(ctx context.Context) error { return kv.Write(ctx, want) }))
 
 	// Every replica current before the leader goes: a replica the R1→R3 change is still
 	// catching up (a busy machine takes seconds) leaves the other two without a peer able to
 	// serve, however many of them hold every acknowledged record.
 	var info *jetstream.StreamInfo
-	eventually(ctx, t, func(ctx context.Context) (err error) {
+	testwait.Until(t, "every replica of the bucket current", attempt(ctx, func(ctx context.Context) (err error) {
 		if info, err = s.Info(ctx); err != nil {
 			return err
 		}
@@ -283,7 +273,7 @@ func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 			}
 		}
 		return nil
-	})
+	}))
 	leader := info.Cluster.Leader
 	for _, srv := range c.Servers {
 		if srv.Name == leader {
@@ -293,15 +283,15 @@ func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 	t.Logf("stopped %s, the bucket's leader", leader)
 	// Until the remaining two elect a leader, the stream does not answer.
 	var got []state.Record
-	eventually(ctx, t, func(ctx context.Context) (err error) {
+	testwait.Until(t, "reading the bucket under its new leader", attempt(ctx, func(ctx context.Context) (err error) {
 		got, err = kv.ReadAll(ctx)
 		return err
-	})
+	}))
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("after the leader stopped (-written +read):\n%s", diff)
 	}
 	more := []state.Record{{Key: "credential.p00000"}, {Key: "credential.zzz", Value: []byte("{}")}}
-	eventually(ctx, t, func(ctx context.Context) error { return kv.Write(ctx, more) })
+	testwait.Until(t, "the bucket taking a write under its new leader", attempt(ctx, func(ctx context.Context) error { return kv.Write(ctx, more) }))
 	want = append(want[1:], more[1])
 	if diff := cmp.Diff(want, mustReadAll(ctx, t, kv)); diff != "" {
 		t.Fatalf("after a write under the new leader (-written +read):\n%s", diff)

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -24,8 +26,8 @@ import (
 // never both hold a key: the second's expectation fails (err 10071, wrong last sequence).
 //
 // A holder that dies lets go by the server's clock, not its own: the bucket's TTL is its
-// stream's MaxAge, and the server removes a message LeaseTTL after it stored it. A key not
-// renewed for LeaseTTL is gone, and the next to Create it holds it. On a cluster the age is the
+// stream's MaxAge, and the server removes a message the TTL after it stored it. A key not
+// renewed for the TTL is gone, and the next to Create it holds it. On a cluster the age is the
 // stored message's timestamp, replicated with it, so a leader change of the stream neither
 // extends nor shortens a lease; a lost server takes no lease with it (the stream has the bus's
 // replicas, as the store's bucket does).
@@ -39,14 +41,14 @@ import (
 // LeaseTTL is how long a lease outlives its holder's last renewal: the bucket's TTL.
 const LeaseTTL = 10 * time.Second
 
-// renewEvery is how often a holder renews its lease: five times a TTL, so that a bus slow to
-// answer one renewal, or a stream electing a leader, costs no lease.
-const renewEvery = LeaseTTL / 5
+// renewEvery is how often a holder renews a lease of ttl: five times a TTL, so that a bus slow
+// to answer one renewal, or a stream electing a leader, costs no lease.
+func renewEvery(ttl time.Duration) time.Duration { return ttl / 5 }
 
-// heldFor is how long after its last renewal a holder counts itself the holder without asking
-// the bus (Held): three quarters of the TTL, the rest a margin for a change checked just before
-// it to reach the server.
-const heldFor = LeaseTTL * 3 / 4
+// heldFor is how long after its last renewal a holder of a lease of ttl counts itself the
+// holder without asking the bus (Held): three quarters of the TTL, the rest a margin for a
+// change checked just before it to reach the server.
+func heldFor(ttl time.Duration) time.Duration { return ttl * 3 / 4 }
 
 // The leases' keys.
 const (
@@ -122,27 +124,34 @@ var ErrLost = errors.New("the lease on the bus is lost")
 // Leases is the bucket of the leases.
 type Leases struct {
 	kv jetstream.KeyValue
+	// ttl is the bucket's TTL, and the one the holders' renewals keep to: LeaseTTL, but for a
+	// test of the lapse, which need not wait ten seconds for each.
+	ttl time.Duration
 }
 
-func leaseConfig(replicas int) jetstream.KeyValueConfig {
+func leaseConfig(replicas int, ttl time.Duration) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:      render.LeaseBucket,
 		Description: "meshctl: which watch leads, and who holds the apply lock; written by the controller alone",
 		History:     1,
-		TTL:         LeaseTTL,
+		TTL:         ttl,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
 	}
 }
 
 // OpenLeases binds the bucket of the leases, creating it when the bus has none, and updating it
-// to the bus's replicas as Open does the store's.
+// to the bus's replicas as Open does the store's. Its TTL is LeaseTTL.
 func OpenLeases(ctx context.Context, js jetstream.JetStream, replicas int) (*Leases, error) {
-	kv, err := ensureBucket(ctx, js, leaseConfig(replicas), "the bucket of leases")
+	return openLeases(ctx, js, replicas, LeaseTTL)
+}
+
+func openLeases(ctx context.Context, js jetstream.JetStream, replicas int, ttl time.Duration) (*Leases, error) {
+	kv, err := ensureBucket(ctx, js, leaseConfig(replicas, ttl), "the bucket of leases")
 	if err != nil {
 		return nil, err
 	}
-	return &Leases{kv: kv}, nil
+	return &Leases{kv: kv, ttl: ttl}, nil
 }
 
 // Read returns who holds key now, and when the server last took its renewal; ok is false when
@@ -212,10 +221,8 @@ func (ls *Leases) AcquireWaiting(ctx context.Context, key string, h Holder, noti
 			notice(held)
 			told = true
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, acquireEvery) {
 			return nil, fmt.Errorf("waiting for the %s: %w (%w)", leaseName(key), ctx.Err(), held)
-		case <-time.After(acquireEvery):
 		}
 	}
 }
@@ -252,7 +259,7 @@ func (l *Lease) Holder() Holder { return l.holder }
 // not, or may not be.
 //
 // Within heldFor of the last renewal the server took, the holder knows it holds the lease: the
-// server lets it lapse no sooner than LeaseTTL after storing that renewal, which was sent after
+// server lets it lapse no sooner than the TTL after storing that renewal, which was sent after
 // the time counted from. Past that, it may have lapsed, and Held renews it there and then: a
 // renewal the bucket takes, expecting the revision this holder last wrote, proves that nobody
 // took it since and that it did not lapse (a lapsed key has no revision to match). A renewal
@@ -260,7 +267,7 @@ func (l *Lease) Holder() Holder { return l.holder }
 // lost this once, and Held asks again next time. ctx bounds that renewal.
 func (l *Lease) Held(ctx context.Context) error {
 	l.mu.Lock()
-	err, fresh := l.err, time.Since(l.renewed) < heldFor
+	err, fresh := l.err, time.Since(l.renewed) < heldFor(l.ls.ttl)
 	since := time.Since(l.renewed)
 	l.mu.Unlock()
 	if err != nil || fresh {
@@ -285,10 +292,10 @@ func (l *Lease) loseLocked(err error) {
 	}
 }
 
-// keep renews the lease every renewEvery until Release, or until it is lost.
+// keep renews the lease five times a TTL (renewEvery) until Release, or until it is lost.
 func (l *Lease) keep() {
 	defer close(l.done)
-	t := time.NewTicker(renewEvery)
+	t := time.NewTicker(renewEvery(l.ls.ttl))
 	defer t.Stop()
 	for {
 		select {
@@ -319,9 +326,17 @@ func (l *Lease) renew(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, renewEvery)
+	ctx, cancel := context.WithTimeout(ctx, renewEvery(l.ls.ttl))
 	defer cancel()
 	next, err := l.ls.kv.Update(ctx, l.key, l.value, rev)
+	if wrongRevision(err) {
+		// A renewal the bus stored but whose answer was lost (the bus stopping mid-renewal)
+		// left this holder's own value at a later revision: renewed on from it, expecting
+		// that one. Another's value, or none (lapsed), loses the lease below.
+		if e, gerr := l.ls.kv.Get(ctx, l.key); gerr == nil && e.Revision() > rev && bytes.Equal(e.Value(), l.value) {
+			next, err = l.ls.kv.Update(ctx, l.key, l.value, e.Revision())
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -349,7 +364,7 @@ func (l *Lease) Release(ctx context.Context) {
 	l.loseLocked(fmt.Errorf("%w: the %s was let go", ErrLost, leaseName(l.key)))
 	l.mu.Unlock()
 	if held {
-		// Failing leaves the key to lapse within LeaseTTL.
+		// Failing leaves the key to lapse within the TTL.
 		_ = l.ls.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
 	}
 }

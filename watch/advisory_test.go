@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
 )
@@ -31,7 +32,7 @@ func TestDriftIsHealedFromTheBusAdvisories(t *testing.T) {
 	if err := js.DeleteConsumer(ctx, "EVENTS", "beta_postman"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "recreating EVENTS/beta_postman", func() error {
+	testwait.Until(t, "recreating EVENTS/beta_postman", func() error {
 		if !hasConsumer(t, js, "EVENTS", "beta_postman") {
 			return errors.New("still missing")
 		}
@@ -212,7 +213,7 @@ func TestAdvisoriesAreHeardAgainOnceTheGrantIsLive(t *testing.T) {
 	if err := js.DeleteConsumer(context.Background(), "EVENTS", "beta_postman"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "recreating EVENTS/beta_postman", func() error {
+	testwait.Until(t, "recreating EVENTS/beta_postman", func() error {
 		if !hasConsumer(t, js, "EVENTS", "beta_postman") {
 			return errors.New("still missing")
 		}

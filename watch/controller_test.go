@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/wire"
@@ -72,7 +73,7 @@ func TestTheControllerLoopFollowsItsCredentialMintedAnew(t *testing.T) {
 	if _, err := reconcile.SyncAccounts(ctx, m, st); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "watch minting the controller a new credential", func() error {
+	testwait.Until(t, "watch minting the controller a new credential", func() error {
 		if after, err := os.ReadFile(passwordFile); err != nil || bytes.Equal(before, after) {
 			return fmt.Errorf("controller.password is still the revoked one (%v)", err)
 		}
@@ -81,7 +82,7 @@ func TestTheControllerLoopFollowsItsCredentialMintedAnew(t *testing.T) {
 	h.waitFor(h.mark(), "reconciling with the new credential", is(TriggerResync, OutcomeNoop))
 
 	var alpha *host.Host
-	eventually(t, "node alpha joining", func() error {
+	testwait.Until(t, "node alpha joining", func() error {
 		jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		alpha, err = host.Join(jctx, host.Membership{Address: h.busURL(), User: render.NodeUser("alpha"), Password: node[render.NodeUser("alpha")]})
@@ -94,7 +95,7 @@ func TestTheControllerLoopFollowsItsCredentialMintedAnew(t *testing.T) {
 	if _, err := alpha.Report(pctx, "alpha", report); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the controller loop taking node alpha's report", func() error {
+	testwait.Until(t, "the controller loop taking node alpha's report", func() error {
 		if !events.has(func(e controller.Event) bool { return e.Kind == controller.KindReport && e.Node == "alpha" }) {
 			return fmt.Errorf("not taken")
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshbus/meshctl/controller"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/wire"
@@ -105,7 +106,7 @@ func TestAHeartbeatReachesTheFileStatusReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	var alpha *host.Host
-	eventually(t, "node alpha joining", func() error {
+	testwait.Until(t, "node alpha joining", func() error {
 		jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		alpha, err = host.Join(jctx, host.Membership{Address: h.busURL(), User: render.NodeUser("alpha"), Password: node[render.NodeUser("alpha")]})
@@ -113,7 +114,7 @@ func TestAHeartbeatReachesTheFileStatusReads(t *testing.T) {
 	})
 	defer alpha.Close()
 	beat, _ := json.Marshal(wire.Heartbeat{At: time.Now(), Generation: 3})
-	eventually(t, "node alpha's heartbeat in the file", func() error {
+	testwait.Until(t, "node alpha's heartbeat in the file", func() error {
 		// Said again until heard: the controller may not be subscribed yet, and a heartbeat
 		// is core NATS, heard by whoever listens at the time.
 		if err := alpha.Heartbeat(ctx, "alpha", beat); err != nil {

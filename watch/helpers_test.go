@@ -21,6 +21,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -28,7 +29,7 @@ import (
 
 // waitLimit is how long a test waits for a condition before it gives up. It is a failsafe,
 // not a measurement: every wait ends as soon as its condition holds.
-const waitLimit = 30 * time.Second
+const waitLimit = testwait.Limit
 
 // harness is one Run for one test, on a description directory and a state directory of the
 // test's own, with every cycle recorded for the test to wait on.
@@ -242,23 +243,6 @@ func hasConsumer(t *testing.T, js jetstream.JetStream, stream, name string) bool
 	default:
 		t.Fatalf("looking up consumer %s/%s: %v", stream, name, err)
 		return false
-	}
-}
-
-// eventually retries check until it returns nil: for conditions no cycle reports, such as
-// another process's view of the bus.
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not after %s: %v", what, waitLimit, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

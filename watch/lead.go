@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/replica"
@@ -138,10 +139,7 @@ func (l *loop) standBy(ctx context.Context) (*reconcile.Standby, *replica.Lease)
 				return sb, lease
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
+		backoff.Sleep(ctx, wait) // an ended ctx is seen at the loop's top
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
@@ -64,7 +65,7 @@ func TestARefusedNkeyHostIsNamedByItsPrincipal(t *testing.T) {
 	if err := nc.Publish(subject, []byte("?")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the bus refusing alpha.shop", func() error {
+	testwait.Until(t, "the bus refusing alpha.shop", func() error {
 		select {
 		case err := <-refused:
 			if errors.Is(err, nats.ErrPermissionViolation) {
@@ -75,13 +76,13 @@ func TestARefusedNkeyHostIsNamedByItsPrincipal(t *testing.T) {
 			return errors.New("no refusal yet")
 		}
 	})
-	eventually(t, "the refusal logged by principal", func() error {
+	testwait.Until(t, "the refusal logged by principal", func() error {
 		if len(logs.lines("level=WARN", "user=alpha.shop", "subject="+subject)) == 0 {
 			return fmt.Errorf("no line in watch's log names alpha.shop's refusal of %s", subject)
 		}
 		return nil
 	})
-	eventually(t, "the refusal recorded by principal", func() error {
+	testwait.Until(t, "the refusal recorded by principal", func() error {
 		st, err := state.Open(stateDir)
 		if err != nil {
 			return err

@@ -22,6 +22,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -245,7 +246,7 @@ func TestACredentialIssuedElsewhereWorksWithoutRestart(t *testing.T) {
 	if _, err := reconcile.SyncAccounts(ctx, m, st); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "alpha.shop logging in with its new credential", func() error { return login(minted["alpha.shop"]) })
+	testwait.Until(t, "alpha.shop logging in with its new credential", func() error { return login(minted["alpha.shop"]) })
 
 	if _, err := st.Revoke(ctx, "alpha.shop"); err != nil {
 		t.Fatal(err)
@@ -253,7 +254,7 @@ func TestACredentialIssuedElsewhereWorksWithoutRestart(t *testing.T) {
 	if _, err := reconcile.SyncAccounts(ctx, m, st); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "alpha.shop locked out after the revocation", func() error {
+	testwait.Until(t, "alpha.shop locked out after the revocation", func() error {
 		if err := login(minted["alpha.shop"]); !errors.Is(err, nats.ErrAuthorization) {
 			return fmt.Errorf("logging in: %v; want an authorization error", err)
 		}
@@ -284,7 +285,7 @@ func TestAControllerRevokedElsewhereIsMintedAnew(t *testing.T) {
 	if _, err := reconcile.SyncAccounts(ctx, m, st); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "watch minting the controller a new credential", func() error {
+	testwait.Until(t, "watch minting the controller a new credential", func() error {
 		if after, err := os.ReadFile(passwordFile); err != nil || bytes.Equal(before, after) {
 			return fmt.Errorf("controller.password is still the revoked one (%v)", err)
 		}

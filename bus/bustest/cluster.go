@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/internal/testnats"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 // TestCluster is a JetStream cluster of real nats-server processes on loopback for one test,
@@ -109,9 +110,7 @@ func (c *TestCluster) StartAll() {
 		}
 	}
 	for _, srv := range c.Servers {
-		if err := srv.waitReady(); err != nil {
-			c.tb.Fatalf("starting the test cluster: %v", err)
-		}
+		srv.waitReady(c.tb)
 	}
 	c.WaitForMetaLeader()
 }
@@ -148,23 +147,24 @@ func (srv *TestClusterServer) start(bin string) error {
 // waitReady waits until the server answers its monitoring port, has written its pid file
 // (which its reload needs) and takes client connections: nats-server opens its monitoring
 // port first and its client port only once JetStream has recovered its store.
-func (srv *TestClusterServer) waitReady() error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		_, perr := os.Stat(srv.PIDFile)
+func (srv *TestClusterServer) waitReady(tb testnats.TB) {
+	tb.Helper()
+	testwait.Until(tb, "test cluster server "+srv.Name+" starting", func() error {
+		if _, err := os.Stat(srv.PIDFile); err != nil {
+			return err
+		}
 		resp, err := http.Get(srv.monitor + "/varz")
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			return err
 		}
-		if err == nil && perr == nil {
-			if c, derr := net.DialTimeout("tcp", strings.TrimPrefix(srv.URL, "nats://"), time.Second); derr == nil {
-				c.Close()
-				return nil
-			}
+		resp.Body.Close()
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(srv.URL, "nats://"), time.Second)
+		if err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("server %s did not start", srv.Name)
+		c.Close()
+		return nil
+	})
 }
 
 // Stop kills the server (a server lost); Start brings it back.
@@ -193,9 +193,7 @@ func (c *TestCluster) Start(srv *TestClusterServer) {
 	if err := srv.start(c.bin); err != nil {
 		c.tb.Fatalf("%v", err)
 	}
-	if err := srv.waitReady(); err != nil {
-		c.tb.Fatalf("%v", err)
-	}
+	srv.waitReady(c.tb)
 }
 
 // ConfigLoadTime is when the server last loaded its config (started or reloaded), from its
@@ -245,15 +243,12 @@ func (c *TestCluster) MetaLeader() *TestClusterServer {
 // WaitForMetaLeader waits until one running server leads JetStream's meta group.
 func (c *TestCluster) WaitForMetaLeader() *TestClusterServer {
 	c.tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if l := c.MetaLeader(); l != nil {
-			return l
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.tb.Fatalf("the test cluster elected no JetStream meta leader")
-	return nil
+	var l *TestClusterServer
+	testwait.Until(c.tb, "the test cluster electing a JetStream meta leader", func() bool {
+		l = c.MetaLeader()
+		return l != nil
+	})
+	return l
 }
 
 // WaitForEveryPeer waits until the meta leader counts every running server a current peer of
@@ -261,14 +256,7 @@ func (c *TestCluster) WaitForMetaLeader() *TestClusterServer {
 // placement of a stream until then (err 10005, "no suitable peers for placement").
 func (c *TestCluster) WaitForEveryPeer() {
 	c.tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if c.everyPeerCurrent() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.tb.Fatalf("the test cluster's meta leader does not count every running server a current peer")
+	testwait.Until(c.tb, "the test cluster's meta leader counting every running server a current peer", c.everyPeerCurrent)
 }
 
 func (c *TestCluster) everyPeerCurrent() bool {

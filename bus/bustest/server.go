@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/internal/testnats"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 // TestServer is the real nats-server binary run as a process of its own, as an operator's
@@ -54,21 +55,18 @@ include "mesh-accounts.conf"
 		tb.Fatalf("%v", err)
 	}
 	tb.Cleanup(x.Kill)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, perr := os.Stat(x.PIDFile)
-		c, derr := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if derr == nil {
-			c.Close()
+	testwait.Until(tb, "the test's nats-server starting", func() error {
+		if _, err := os.Stat(x.PIDFile); err != nil {
+			return err
 		}
-		if perr == nil && derr == nil {
-			return x
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the test's nats-server did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		c.Close()
+		return nil
+	})
+	return x
 }
 
 // Kill stops the server at once, as a crash would.

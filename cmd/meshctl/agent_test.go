@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,11 +11,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 // silentBus listens on addr ("127.0.0.1:0" for any port) and takes connections without ever
@@ -133,18 +134,17 @@ func TestTheAgentStopsOnSIGTERMInEveryState(t *testing.T) {
 					return run(ctx, append([]string{"agent", "--dir", dir}, args...), stdout, stderr)
 				})
 			}()
-			deadline := time.Now().Add(30 * time.Second) // a failsafe: the loop ends when ready holds
-			for !ready() {
+			testwait.Until(t, "the agent getting there", func() error {
 				select {
 				case code := <-exited:
 					t.Fatalf("the agent exited %d before it was signalled:\n%s", code, stderr)
 				default:
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the agent did not get there:\n%s", stderr)
+				if !ready() {
+					return fmt.Errorf("not yet; its log:\n%s", stderr)
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return nil
+			})
 			sigs <- syscall.SIGTERM
 			if code := <-exited; code != exitOK || strings.Contains(stderr.String(), "abandoned") {
 				t.Errorf("exit %d after SIGTERM, want 0 and a stop within the grace:\n%s", code, stderr)

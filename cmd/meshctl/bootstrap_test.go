@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testnats"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 // An external server's first start, in the order docs/external-server.md gives: the server's config
@@ -49,24 +51,20 @@ modules:
 	}
 
 	srv := exec.Command(testnats.NATSServerBinary(t), "-c", conf)
-	var log strings.Builder
-	srv.Stderr = &log
+	log := &lockedbuf.Buffer{} // written by exec's copying goroutine while the test reads it
+	srv.Stderr = log
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Until(t, "the server starting on the accounts file meshctl left", func() error {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
-		if err == nil {
-			c.Close()
-			break
+		if err != nil {
+			return fmt.Errorf("%w; its log:\n%s", err, log)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not start on the accounts file meshctl left:\n%s", log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		c.Close()
+		return nil
+	})
 
 	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st, "--bcrypt-cost", "4"); code != exitOK {
 		t.Fatalf("the apply once the server runs: exit %d\n%s%s", code, out, errOut)

@@ -80,7 +80,7 @@ func TestRotatingAnInstanceOnAnEnrolledNodeGoesThroughTheController(t *testing.T
 		t.Errorf("the rotated-out credential, once rotate returned: %v, want refused", err)
 	}
 	var after host.Membership
-	a.until(t, "the agent writing the new credential", 30*time.Second, func() bool {
+	a.until(t, "the agent writing the new credential", func() bool {
 		after = readMembershipFile(t, file)
 		return after.Password != before.Password
 	})
@@ -105,7 +105,7 @@ func TestRotatingAnInstanceOnAnEnrolledNodeGoesThroughTheController(t *testing.T
 	if err := joins(after); !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("the revoked credential: %v, want refused", err)
 	}
-	a.until(t, "the agent writing the credential declared after the revoke", 30*time.Second, func() bool {
+	a.until(t, "the agent writing the credential declared after the revoke", func() bool {
 		return readMembershipFile(t, file).Password != after.Password
 	})
 
@@ -131,7 +131,7 @@ func startNode(t *testing.T, description string) *node {
 	n := &node{stateDir: filepath.Join(t.TempDir(), "state"), dir: filepath.Join(t.TempDir(), "agent")}
 	n.common = []string{"-f", mesh, "--state", n.stateDir, "--bcrypt-cost", "4"}
 	n.watch = startMeshctl(t, append([]string{"watch", "--resync", "1h"}, n.common...)...)
-	n.watch.until(t, "the first reconcile", 30*time.Second, func() bool {
+	n.watch.until(t, "the first reconcile", func() bool {
 		return strings.Contains(n.watch.stderr.String(), "reconciled: changes applied")
 	})
 	enrol := filepath.Join(t.TempDir(), "enrol.json")
@@ -146,9 +146,9 @@ func startNode(t *testing.T, description string) *node {
 func (n *node) membership(t *testing.T, user string) host.Membership {
 	t.Helper()
 	file := filepath.Join(n.dir, user+".json")
-	n.agent.until(t, user+"'s membership", 30*time.Second, func() bool { _, err := os.Stat(file); return err == nil })
+	n.agent.until(t, user+"'s membership", func() bool { _, err := os.Stat(file); return err == nil })
 	m := readMembershipFile(t, file)
-	n.watch.until(t, user+"'s credential live", 30*time.Second, func() bool { return joins(m) == nil })
+	n.watch.until(t, user+"'s credential live", func() bool { return joins(m) == nil })
 	return m
 }
 
@@ -209,7 +209,7 @@ func TestTheExampleHostJoinsWithTheFilesTheAgentWrote(t *testing.T) {
 	bin := builtHost(t)
 
 	postman := startProgram(t, bin, "-membership", filepath.Join(n.dir, "one.postman.json"), "-follow", "-seat", "mailer", "-emit", "sent")
-	postman.until(t, "the postman holding its seat", 30*time.Second, func() bool { return strings.Contains(postman.stderr.String(), "holding seat mailer") })
+	postman.until(t, "the postman holding its seat", func() bool { return strings.Contains(postman.stderr.String(), "holding seat mailer") })
 
 	for subject, message := range map[string]string{"mesh.mod.shop.event.order.placed": "order-17", "mesh.seat.mailer.accept.send": "mail-17"} {
 		out, err := exec.Command(bin, "-membership", filepath.Join(n.dir, "one.shop.json"), "-publish", subject, "-message", message).CombinedOutput()
@@ -217,7 +217,7 @@ func TestTheExampleHostJoinsWithTheFilesTheAgentWrote(t *testing.T) {
 			t.Fatalf("the shop publishing to %s with the agent's file: %v\n%s", subject, err, out)
 		}
 	}
-	postman.until(t, "the postman following the order and taking the mail", 30*time.Second, func() bool {
+	postman.until(t, "the postman following the order and taking the mail", func() bool {
 		out := postman.stdout.String()
 		return strings.Contains(out, "event mesh.mod.shop.event.order.placed order-17") && strings.Contains(out, "work mesh.seat.mailer.accept.send mail-17")
 	})

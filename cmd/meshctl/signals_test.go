@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -59,7 +60,10 @@ func builtMeshctl(t *testing.T) string {
 type process struct {
 	cmd            *exec.Cmd
 	stdout, stderr *lockedbuf.Buffer
-	exited         chan error
+	// exited is closed once the process has exited and cmd.Wait returned err: cmd.ProcessState
+	// and err may be read after it, and not before.
+	exited chan struct{}
+	err    error
 }
 
 func startMeshctl(t *testing.T, args ...string) *process {
@@ -70,38 +74,37 @@ func startMeshctl(t *testing.T, args ...string) *process {
 // startProgram starts the program bin in the background, killed at the end of the test.
 func startProgram(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(bin, args...), stdout: &lockedbuf.Buffer{}, stderr: &lockedbuf.Buffer{}, exited: make(chan error, 1)}
+	p := &process{cmd: exec.Command(bin, args...), stdout: &lockedbuf.Buffer{}, stderr: &lockedbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
+		_ = p.cmd.Process.Kill() // os.ErrProcessDone once it has exited
+		<-p.exited
 	})
 	return p
 }
 
-// until polls cond until it holds, failing the test when the process exits first or
-// bound passes.
-func (p *process) until(t *testing.T, what string, bound time.Duration, cond func() bool) {
+// until waits until cond holds (testwait.Until), failing the test at once when the process
+// exits first and cond does not hold then: it never will.
+func (p *process) until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
+	testwait.Until(t, what, func() bool {
 		select {
-		case err := <-p.exited:
-			p.exited <- err
-			t.Fatalf("meshctl exited (%v) before %s:\n%s", err, what, p.stderr)
+		case <-p.exited:
+			if !cond() {
+				t.Fatalf("meshctl exited (%v) before %s:\n%s", p.err, what, p.stderr)
+			}
+			return true
 		default:
+			return cond()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %s:\n%s", what, bound, p.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 }
 
 // signal sends sig and waits for the process to exit, failing when it is still running
@@ -115,7 +118,7 @@ func (p *process) signal(t *testing.T, sig os.Signal) (int, time.Duration) {
 	select {
 	case <-p.exited:
 	case <-time.After(15 * time.Second):
-		p.cmd.Process.Kill()
+		_ = p.cmd.Process.Kill()
 		<-p.exited
 		t.Fatalf("meshctl still ran 15s after %v; killed:\n%s", sig, p.stderr)
 	}
@@ -132,22 +135,23 @@ func TestAValidateBlockedOnAFIFOExitsOnSIGTERM(t *testing.T) {
 		t.Skipf("no FIFOs here: %v", err)
 	}
 	p := startMeshctl(t, "validate", "-f", dir)
-	deadline := time.Now().Add(30 * time.Second)
-	for !blockedOnAFIFO(p.cmd.Process.Pid) {
+	exited := false
+	testwait.Until(t, "validate blocking on the FIFO", func() bool {
 		select {
 		case <-p.exited:
-			// A loader that refuses a FIFO without opening it leaves nothing to interrupt.
-			if code := p.cmd.ProcessState.ExitCode(); code != exitInvalid || !strings.Contains(p.stdout.String(), "pipe.yaml") {
-				t.Fatalf("validate exited %d before blocking:\n%s%s", code, p.stdout, p.stderr)
-			}
-			t.Log("the loader refuses the FIFO without opening it")
-			return
+			exited = true
+			return true
 		default:
+			return blockedOnAFIFO(p.cmd.Process.Pid)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("validate never blocked on the FIFO:\n%s", p.stderr)
+	})
+	if exited {
+		// A loader that refuses a FIFO without opening it leaves nothing to interrupt.
+		if code := p.cmd.ProcessState.ExitCode(); code != exitInvalid || !strings.Contains(p.stdout.String(), "pipe.yaml") {
+			t.Fatalf("validate exited %d before blocking:\n%s%s", code, p.stdout, p.stderr)
 		}
-		time.Sleep(10 * time.Millisecond)
+		t.Log("the loader refuses the FIFO without opening it")
+		return
 	}
 	code, took := p.signal(t, syscall.SIGTERM)
 	t.Logf("exited %d, %s after SIGTERM", code, took.Round(time.Millisecond))
@@ -178,7 +182,7 @@ func TestAnApplyInterruptedSaysWhatWasDone(t *testing.T) {
 	}
 	defer lock.Unlock()
 	p := startMeshctl(t, "apply", "-f", dir, "--state", st, "--bcrypt-cost", "4", "--wait")
-	p.until(t, "wait for the apply lock", 30*time.Second, func() bool {
+	p.until(t, "wait for the apply lock", func() bool {
 		return strings.Contains(p.stderr.String(), "waiting for the apply lock")
 	})
 	code, took := p.signal(t, os.Interrupt)
@@ -196,7 +200,7 @@ func TestWatchStopsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	dir, st := cliFixture(t)
 	p := startMeshctl(t, "watch", "-f", dir, "--state", st, "--bcrypt-cost", "4", "--debounce", "50ms")
-	p.until(t, "first reconcile", 30*time.Second, func() bool {
+	p.until(t, "first reconcile", func() bool {
 		return strings.Contains(p.stderr.String(), "reconciled")
 	})
 	code, took := p.signal(t, syscall.SIGTERM)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/watch"
 )
 
@@ -23,27 +25,30 @@ func TestStatusShowsTheStateWatchLeft(t *testing.T) {
 	stateDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr bytes.Buffer
-	done := make(chan int, 1)
+	stderr := &lockedbuf.Buffer{}
+	done, stopped := make(chan int, 1), make(chan struct{})
 	go func() {
-		done <- run(ctx, []string{"watch", "-f", dir, "--state", stateDir, "--bcrypt-cost", "4", "--log-format", "json"}, &bytes.Buffer{}, &stderr)
+		defer close(stopped)
+		done <- run(ctx, []string{"watch", "-f", dir, "--state", stateDir, "--bcrypt-cost", "4", "--log-format", "json"}, &bytes.Buffer{}, stderr)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s, err := watch.ReadState(stateDir)
-		if err == nil && s.Cycle.Outcome == watch.OutcomeInvalid {
-			break
+	// Stopped however the test ends, its embedded bus with it.
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+		if t.Failed() {
+			t.Logf("watch's log:\n%s", stderr)
 		}
+	})
+	testwait.Until(t, "watch recording an invalid state", func() error {
+		s, err := watch.ReadState(stateDir)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("watch recorded no invalid state; its log:\n%s", stderr.String())
+		if err == nil && s.Cycle.Outcome != watch.OutcomeInvalid {
+			err = fmt.Errorf("its last cycle is %s", s.Cycle.Outcome)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 
 	code, text, errOut := meshctl(t, "status", "--state", stateDir)
 	if code != exitOK {

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 func TestWatchHelp(t *testing.T) {
@@ -61,29 +64,33 @@ func TestWatchKeepsTheBusInSyncForOtherCommandsUntilStopped(t *testing.T) {
 	dir, stateDir := cliFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr bytes.Buffer
-	done := make(chan int, 1)
+	stderr := &lockedbuf.Buffer{}
+	done, stopped := make(chan int, 1), make(chan struct{})
 	go func() {
+		defer close(stopped)
 		done <- run(ctx, []string{"watch", "-f", dir, "--state", stateDir, "--bcrypt-cost", "4",
-			"--debounce", "50ms", "--log-format", "json"}, &bytes.Buffer{}, &stderr)
+			"--debounce", "50ms", "--log-format", "json"}, &bytes.Buffer{}, stderr)
 	}()
+	// Stopped however the test ends, its embedded bus with it.
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+		if t.Failed() {
+			t.Logf("watch's log:\n%s", stderr)
+		}
+	})
 
 	// Once watch serves the bus, diff uses it, and reports it in sync once the first
 	// reconcile is done. Before, a diff would start a bus of its own on the same store.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, ok := bus.RunningEmbedded(stateDir); ok {
-			if code, _, _ := meshctl(t, "diff", "-f", dir, "--state", stateDir); code == exitOK {
-				break
-			}
+	testwait.Until(t, "diff finding the bus in sync with watch running", func() error {
+		if _, ok := bus.RunningEmbedded(stateDir); !ok {
+			return errors.New("watch serves no bus yet")
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("diff never found the bus in sync with watch running; watch's log:\n%s", stderr.String())
+		if code, out, errOut := meshctl(t, "diff", "-f", dir, "--state", stateDir); code != exitOK {
+			return fmt.Errorf("diff exited %d:\n%s%s", code, out, errOut)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 
 	cancel()
 	if code := <-done; code != exitOK {

@@ -22,6 +22,7 @@ import (
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testnats"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -252,7 +253,7 @@ func TestTheJavaScriptHostPinsTheBusCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Shutdown)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 	defer cancel()
 	subject := render.SeatEvent("mailer", "sent")
 	membership := host.Membership{Address: b.URL(), Fingerprint: strings.ToUpper(fingerprint), User: "alpha.shop", Password: password}
@@ -286,7 +287,7 @@ func TestTheJavaScriptHostPinsTheBusCertificate(t *testing.T) {
 func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
 	t.Parallel()
 	node := nodeOrSkip(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 	defer cancel()
 	const secret = "hunter2-do-not-print"
 	seed := hosttest.UserSeed(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -26,7 +27,7 @@ import (
 func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	t.Parallel()
 	b := hosttest.Start(t, "../quickstart")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 	defer cancel()
 
 	// What the operator does: issue the membership to a file.
@@ -180,7 +181,7 @@ func publish(ctx context.Context, membership, subject, message string) (int, str
 func TestAHostThatOnlyHoldsASeatAsksForNoEventsConsumer(t *testing.T) {
 	t.Parallel()
 	b := hosttest.Start(t, "../../host/testdata/mesh")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 	defer cancel()
 	work := render.AcceptSubject("telegram-sender", "send")
 	if code, log := publish(ctx, writeMembership(t, b.Membership("two.shop")), work, "hello"); code != 0 {
@@ -201,7 +202,7 @@ func TestTheHostJoinsWithASeed(t *testing.T) {
 	t.Parallel()
 	granted := render.ModuleEvent("shop", "order.placed")
 	b := hosttest.StartNkey(t, "alpha.shop", granted)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 	defer cancel()
 	membership := writeMembership(t, b.Membership())
 	if code, log := publish(ctx, membership, granted, "order-1"); code != 0 || !strings.Contains(log, "stream NKEYTEST keeps it") {

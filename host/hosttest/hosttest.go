@@ -27,6 +27,7 @@ import (
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -74,7 +75,7 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 	b.target = busclient.Target{URL: b.Bus.URL()}
 	t.Cleanup(b.closeHosts)
 	b.create(t, reconcile.Accounts{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
-		Target: b.target, StateDir: t.TempDir()}, 10*time.Second)
+		Target: b.target, StateDir: t.TempDir()})
 	return b
 }
 
@@ -116,7 +117,7 @@ func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	}
 	first := each[0]
 	first.StateDir, first.Others = t.TempDir(), each[1:]
-	b.create(t, first, 60*time.Second)
+	b.create(t, first)
 	return b
 }
 
@@ -147,48 +148,36 @@ func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
 // create has the controller create the mesh's streams and consumers, and write the accounts
 // config through accounts, as `meshctl apply` does on a bus that has none of them. A cluster
 // just reloaded may leave a call unanswered while its leaders settle; the apply is then made
-// again, as the next `meshctl apply` would, until within has passed: each of its calls is one
-// that a second time finds done.
-func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts, within time.Duration) {
+// again, as the next `meshctl apply` would (testwait.Until): each of its calls is one that a
+// second time finds done. A single server answers, or the test fails at once.
+func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
 	api, err := reconcile.NewAPI(b.MustJoin(t, render.ControllerUser).Conn().Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := plan.Compute(b.Target(), plan.Live{}, plan.Options{})
-	for {
+	testwait.Until(t, "the controller creating the mesh", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
+		defer cancel()
 		_, err := reconcile.Apply(ctx, p, api, accounts, nil)
-		if err == nil {
-			return
-		}
-		if b.Cluster == nil || ctx.Err() != nil {
+		if err != nil && b.Cluster == nil {
 			t.Fatalf("the controller could not create the mesh: %v", err)
 		}
-		t.Logf("creating the mesh again: %v", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+		return err
+	})
 }
 
 // waitLogin waits until server lets user in: a server reloads moments after its signal.
 func (b *Mesh) waitLogin(ctx context.Context, t testing.TB, server busclient.Target, user string) {
 	t.Helper()
-	for {
+	testwait.Until(t, fmt.Sprintf("%s letting %s in", server.Address(), user), func() error {
 		c, err := busclient.DialAlone(ctx, server, busclient.Credential{User: user, Password: b.passwords[user]})
 		if err == nil {
 			c.Close()
-			return
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s does not let %s in: %v", server.Address(), user, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return err
+	})
 }
 
 // Target is the bus the mesh should be, with the passwords' hashes.
@@ -393,17 +382,7 @@ func (b *NkeyBus) Membership() host.Membership {
 func (b *Mesh) WaitServing(ctx context.Context, t testing.TB) {
 	t.Helper()
 	controller := b.Dial(t, render.ControllerUser)
-	for {
-		err := b.serving(ctx, controller.JetStream())
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the mesh's streams and consumers do not all answer: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	testwait.Until(t, "every stream and consumer of the mesh answering", func() error { return b.serving(ctx, controller.JetStream()) })
 }
 
 func (b *Mesh) serving(ctx context.Context, js jetstream.JetStream) error {
