@@ -65,7 +65,8 @@ type Bus struct {
 	// the mesh derives is of that kind, and each principal is granted what that kind needs.
 	Consumers string
 	// Auth is how hosts log in, AuthPassword or AuthNkey: every principal of a node, its
-	// enrolment identity and its module instances is a user of that kind. meshctl's own
+	// enrolment identity and its module instances, and every observer, is a user of that
+	// kind. meshctl's own
 	// users (the controller, its system user, the generation principal) log in with
 	// passwords either way.
 	Auth string
