@@ -32,6 +32,12 @@ const (
 	apiConsumerInfo  = "$JS.API.CONSUMER.INFO."
 )
 
+// UserInfoRequest asks the server who the asker is: its user, its account and its own
+// permissions, nobody else's. The server answers it in every account; `nats account info`
+// asks it beside the JetStream account info.
+const UserInfoRequest = "$SYS.REQ.USER.INFO"
+
+
 // appendObservers adds m's observers to the principals a source derives.
 func appendObservers(order []principalRef, m *model.Mesh) []principalRef {
 	for _, o := range m.Observers {
@@ -70,6 +76,7 @@ func observerPrincipal(m *model.Mesh, name string) Principal {
 	var pub, sub grants
 	user := ObserverUser(name)
 	pub.add("read the account's JetStream use and limits (nats account info)", apiAccountInfo)
+	pub.add("read its own permissions (nats account info)", UserInfoRequest)
 	pub.add("list the streams by name (nats stream ls --names)", apiStreamNames)
 	pub.add("list the streams with their state (nats stream report)", apiStreamList)
 	for _, s := range meshStreamNames(m) {

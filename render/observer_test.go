@@ -49,7 +49,7 @@ func TestAnObserverIsGrantedReadingTheMeshOnly(t *testing.T) {
 		wantPub = append(wantPub, "$JS.API.CONSUMER.INFO."+s+".*", "$JS.API.CONSUMER.LIST."+s,
 			"$JS.API.CONSUMER.NAMES."+s, "$JS.API.STREAM.INFO."+s)
 	}
-	wantPub = append(wantPub, "$JS.API.INFO", "$JS.API.STREAM.LIST", "$JS.API.STREAM.NAMES")
+	wantPub = append(wantPub, "$JS.API.INFO", "$JS.API.STREAM.LIST", "$JS.API.STREAM.NAMES", "$SYS.REQ.USER.INFO")
 	slices.Sort(wantPub)
 	if diff := cmp.Diff(wantPub, subjects(p.Publish)); diff != "" {
 		t.Errorf("observer.alice publishes (-want +got):\n%s", diff)
