@@ -38,7 +38,8 @@ func natsCLI(t *testing.T, b *hosttest.Mesh, args ...string) (stdout, stderr str
 }
 
 // An observer runs the nats CLI's read-only commands on the mesh — stream report, stream
-// info, consumer ls, consumer info, account info, a subscription to the heartbeats — and
+// info, consumer ls, consumer report, consumer info, account info, a subscription to the
+// heartbeats — and
 // each of what it is not for is refused by the server, which the CLI reports by subject and
 // exits 1: a publish to a mesh subject, a consumer created, a stream's or a consumer's
 // deletion, a purge, a message read or pulled, the store's bucket, and another principal's
@@ -57,6 +58,7 @@ func TestAnObserverRunsTheNatsCLI(t *testing.T) {
 		{"stream report", []string{"stream", "report"}, streamNames(b)},
 		{"stream info", []string{"stream", "info", events}, []string{events}},
 		{"consumer ls", []string{"consumer", "ls", events}, []string{"two_audit", "two_shop"}},
+		{"consumer report", []string{"consumer", "report", events}, []string{"two_audit", "two_shop"}},
 		{"consumer info", []string{"consumer", "info", events, "two_audit"}, []string{"two_audit", "Unprocessed Messages"}},
 		{"account info", []string{"account", "info"}, []string{"User: " + alice, "Account: " + render.Account}},
 	} {
