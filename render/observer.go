@@ -37,7 +37,6 @@ const (
 // asks it beside the JetStream account info.
 const UserInfoRequest = "$SYS.REQ.USER.INFO"
 
-
 // appendObservers adds m's observers to the principals a source derives.
 func appendObservers(order []principalRef, m *model.Mesh) []principalRef {
 	for _, o := range m.Observers {
@@ -69,9 +68,10 @@ func meshStreamNames(m *model.Mesh) []string {
 // (CONSUMER.MSG.NEXT) are under other tokens, which no grant here reaches.
 //
 // The two lists (`$JS.API.STREAM.NAMES`, `$JS.API.STREAM.LIST`, which `nats stream report`
-// asks) take no stream in their subject, and so answer with every stream of the account: the
-// store's and the leases' buckets appear there by name, size and state, never their content,
-// which only a message request or a consumer of their streams would read.
+// asks) take no stream in their subject, and so answer with every stream of the account: where
+// the store and the leases are kept on the bus, their buckets appear there by name, size and
+// state, never their content, which only a message request or a consumer of their streams
+// would read.
 func observerPrincipal(m *model.Mesh, name string) Principal {
 	var pub, sub grants
 	user := ObserverUser(name)
