@@ -41,6 +41,9 @@ type who struct {
 	inst *model.Instance
 	mod  *model.Module
 	ctl  bool
+	// observer is a principal that only looks (model.Observer): no declaration grants it
+	// more than it has.
+	observer bool
 }
 
 // explainer explains one refusal r of principal w against the mesh m.
@@ -69,6 +72,10 @@ func Refusal(m *model.Mesh, r busclient.PermissionError) Advice {
 		return never("%s is where the server delivers a consumer's messages: principals subscribe there, and only the server publishes", r.Subject)
 	case tok[0] == "_INBOX":
 		return e.inbox()
+	case w.observer && r.Op == busclient.OpPublish:
+		return never("%s only looks: of the JetStream API it asks only what reads the mesh's streams and consumers (their info, names and lists), and it publishes nothing else", w.name)
+	case w.observer:
+		return never("%s only looks: it hears its own inbox and the nodes' heartbeats (%s), nothing else", w.name, render.HeartbeatSubjects)
 	case tok[0] == "_DELIVER":
 		return e.deliver()
 	case strings.HasPrefix(r.Subject, "$JS.API.CONSUMER.INFO.") || strings.HasPrefix(r.Subject, "$JS.API.CONSUMER.MSG.NEXT.") || tok[0] == "$JS" && len(tok) > 1 && tok[1] == "ACK":
@@ -95,6 +102,11 @@ func principal(m *model.Mesh, user string) (who, bool) {
 		}
 		if user == render.EnrolUser(n.Name) {
 			return who{name: "node " + n.Name + "'s enrolment identity", user: user}, true
+		}
+	}
+	for _, o := range m.Observers {
+		if user == render.ObserverUser(o.Name) {
+			return who{name: "observer " + o.Name, user: user, observer: true}, true
 		}
 	}
 	for i := range m.Modules {
@@ -188,7 +200,11 @@ func (e *explainer) inbox() Advice {
 	case e.r.Op == busclient.OpPublish:
 		return never("%s published into another principal's inbox: a principal answers there only once, a request for a tool it serves", w.name)
 	}
-	return never("inbox prefix not set: %s subscribes to inboxes outside its own, %s.>; set the client's inbox prefix to %s (nats.CustomInboxPrefix, inboxPrefix)", w.name, own, own)
+	how := "nats.CustomInboxPrefix, inboxPrefix"
+	if w.observer {
+		how = "the nats CLI's --inbox-prefix, nats.CustomInboxPrefix"
+	}
+	return never("inbox prefix not set: %s subscribes to inboxes outside its own, %s.>; set the client's inbox prefix to %s (%s)", w.name, own, own, how)
 }
 
 // owner is whose consumer stream/name is, as a principal's user, and the seat when it is a

@@ -263,3 +263,37 @@ func TestRulesGroupWhatChangesPerConnection(t *testing.T) {
 		}
 	}
 }
+
+// An observer is told it only looks, whatever it was refused beyond that: no declaration
+// grants an observer more. A refused inbox is the inbox prefix, as for any principal.
+func TestAnObserverIsToldItOnlyLooks(t *testing.T) {
+	t.Parallel()
+	files, _ := description(t, "seed", "")
+	files = append(files, model.File{Name: "observers.yaml", Data: []byte("observers:\n  - name: alice\n")})
+	m, err := model.Parse(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		publishing  = "observer alice only looks: of the JetStream API it asks only what reads the mesh's streams and consumers (their info, names and lists), and it publishes nothing else: no declaration grants it"
+		subscribing = "observer alice only looks: it hears its own inbox and the nodes' heartbeats (mesh.control.*.heartbeat), nothing else: no declaration grants it"
+	)
+	for _, c := range []struct {
+		r    busclient.PermissionError
+		want string
+	}{
+		{pub("observer.alice", "mesh.mod.shop.event.order.placed"), publishing},
+		{pub("observer.alice", "mesh.control.one.heartbeat"), publishing},
+		{pub("observer.alice", "$JS.API.CONSUMER.CREATE.EVENTS.peek"), publishing},
+		{pub("observer.alice", "$JS.API.CONSUMER.MSG.NEXT.EVENTS.two_audit"), publishing},
+		{pub("observer.alice", "$JS.ACK.EVENTS.two_audit.1.1.1.1.0"), publishing},
+		{sub("observer.alice", "mesh.mod.shop.event.order.placed"), subscribing},
+		{sub("observer.alice", "_DELIVER.two_audit"), subscribing},
+		{sub("observer.alice", "_INBOX.two.shop.>"), "inbox prefix not set: observer alice subscribes to inboxes outside its own, _INBOX.observer.alice.>; set the client's inbox prefix to _INBOX.observer.alice (the nats CLI's --inbox-prefix, nats.CustomInboxPrefix): no declaration grants it"},
+		{pub("observer.bob", "$JS.API.INFO"), `user "observer.bob" is no principal of this description: no declaration grants it`},
+	} {
+		if got := explain.Refusal(m, c.r); got.Text != c.want || got.Grantable {
+			t.Errorf("%s %s %s:\ngot  %+v\nwant %q", c.r.User, c.r.Op, c.r.Subject, got, c.want)
+		}
+	}
+}

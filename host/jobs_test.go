@@ -293,7 +293,7 @@ func jobs() []job {
 	add("two.builder", "report the seat's event", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
 		return emit(ctx, as, render.StreamEvents, built)
 	})
-	return append(js, loopJobs()...)
+	return append(append(js, loopJobs()...), observerJobs()...)
 }
 
 // mine passes the principal's own errors on as they are; asHelper marks a counterpart's.

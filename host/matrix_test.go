@@ -247,7 +247,7 @@ func refusals() []refusal {
 	for _, user := range []string{audit, nodeOne, enrolOne} {
 		rs = append(rs, bucketRefusals(user)...)
 	}
-	return rs
+	return append(rs, observerRefusals()...)
 }
 
 // bucketRefusals is user refused every way of reading and writing the store's bucket.

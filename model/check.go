@@ -114,5 +114,8 @@ func rawOf(m *Mesh) *rawMesh {
 		r.holders = append(r.holders, rawHolder{seat: name{val: h.Seat, pos: at}, node: name{val: h.Node, pos: at},
 			module: name{val: h.Module, pos: at}, pos: h.Pos})
 	}
+	for _, o := range m.Observers {
+		r.observers = append(r.observers, rawObserver{name: name{val: o.Name, pos: placed(o.Pos, Pos{})}, pos: o.Pos})
+	}
 	return r
 }

@@ -241,5 +241,8 @@ func dump(m *model.Mesh) string {
 		}
 		line("holding %s: %s (%s)", h.Seat, h.Holder, how)
 	}
+	for _, o := range m.Observers {
+		line("observer %s @ %s", o.Name, o.Pos)
+	}
 	return b.String()
 }

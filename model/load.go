@@ -273,6 +273,12 @@ func (d *decoder) document(n *yaml.Node, raw *rawMesh) {
 			})
 		}
 	}
+	if v, ok := fields["observers"]; ok {
+		for _, item := range d.seq(v.val, "observers") {
+			f := d.section(item, observerSection)
+			raw.observers = append(raw.observers, rawObserver{name: d.requiredName(item, f, "observer"), pos: d.pos(item)})
+		}
+	}
 }
 
 func (d *decoder) bus(n *yaml.Node) *rawBus {

@@ -39,6 +39,9 @@ type Mesh struct {
 	// Holding is who holds each seat that has a holder, sorted by seat: an explicit
 	// holder where one is declared, otherwise the first module instance claiming it.
 	Holding []Holding
+	// Observers are the principals that only look — a person, a dashboard, a CI job — in
+	// declaration order.
+	Observers []Observer
 }
 
 // Bus says which bus the mesh lives on. Without URL, meshctl runs an embedded bus itself.
@@ -62,7 +65,8 @@ type Bus struct {
 	// the mesh derives is of that kind, and each principal is granted what that kind needs.
 	Consumers string
 	// Auth is how hosts log in, AuthPassword or AuthNkey: every principal of a node, its
-	// enrolment identity and its module instances is a user of that kind. meshctl's own
+	// enrolment identity and its module instances, and every observer, is a user of that
+	// kind. meshctl's own
 	// users (the controller, its system user, the generation principal) log in with
 	// passwords either way.
 	Auth string
@@ -130,6 +134,14 @@ type Controller struct {
 
 // Node is a machine of the mesh.
 type Node struct {
+	Name string
+	Pos  Pos
+}
+
+// Observer is a principal that reads what meshctl manages (its streams, their consumers,
+// the nodes' heartbeats) and publishes nothing a host would act on. Its user is
+// `observer.<name>`.
+type Observer struct {
 	Name string
 	Pos  Pos
 }

@@ -113,6 +113,9 @@ var (
 		{name: "node", kind: scalarValue, required: true, doc: "The node of the instance that holds it."},
 		{name: "module", kind: scalarValue, required: true, doc: "The module of the instance that holds it."},
 	})
+	observerSection = newSection("an observer", []key{
+		{name: "name", kind: scalarValue, required: true, doc: "The observer's name; its user is observer.NAME."},
+	})
 	topSection = newSection("the top level of a mesh file", []key{
 		{name: "bus", kind: sectionValue, section: busSection, doc: "Which bus the mesh lives on."},
 		{name: "controller", kind: sectionValue, section: controllerSection, doc: "The control plane's own declared traffic."},
@@ -120,6 +123,7 @@ var (
 		{name: "seats", kind: listValue, section: seatSection, doc: "Roles with a work queue, each taken by one module instance."},
 		{name: "modules", kind: listValue, section: moduleSection, doc: "Programs that run on nodes."},
 		{name: "holders", kind: listValue, section: holderSection, doc: "Explicit handovers: this instance holds this seat."},
+		{name: "observers", kind: listValue, section: observerSection, doc: "Principals that only look: a person, a dashboard or a CI job reading the mesh's streams, consumers and heartbeats."},
 	})
 )
 

@@ -25,6 +25,7 @@ type rawMesh struct {
 	seats      []rawSeat
 	modules    []rawModule
 	holders    []rawHolder
+	observers  []rawObserver
 	// nodesKey is where a `nodes:` key was written (the last one read), and firstFile the
 	// first file of the description: where an error about a mesh without nodes points.
 	nodesKey  Pos
@@ -63,6 +64,11 @@ type rawNode struct {
 	pos  Pos
 }
 
+type rawObserver struct {
+	name name
+	pos  Pos
+}
+
 type rawSeat struct {
 	name, scope                      name
 	accepts, emits, serves, formerly []name
@@ -95,10 +101,10 @@ var (
 // maxSubjectPathLen bounds an event, tool or accept name.
 const maxSubjectPathLen = 128
 
-// ReservedNodeNames cannot name nodes: users `node.<n>` and `enrol.<n>` would collide with
-// the user `<n>.<m>` of a module on a node so named, and `controller` is the controller's
-// own user and consumer.
-var ReservedNodeNames = []string{"controller", "enrol", "node"}
+// ReservedNodeNames cannot name nodes: users `node.<n>`, `enrol.<n>` and `observer.<n>` would
+// collide with the user `<n>.<m>` of a module on a node so named, and `controller` is the
+// controller's own user and consumer.
+var ReservedNodeNames = []string{"controller", "enrol", "node", "observer"}
 
 // DefaultListen is where the embedded bus listens unless bus.listen says otherwise.
 const DefaultListen = "127.0.0.1:4222"
@@ -211,8 +217,34 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 	if m.Holders, m.Holding, err = r.resolveHolders(ctx, diags, ix, m); err != nil {
 		return nil, err
 	}
+	if m.Observers, err = r.validateObservers(ctx, diags); err != nil {
+		return nil, err
+	}
 	r.requireNodes(diags)
 	return m, nil
+}
+
+// validateObservers checks the observers' names, each once. An observer's user is
+// `observer.<name>`, a namespace of its own: no node may be named observer, so no module
+// user shares it, and an observer's name may be any a node's could be.
+func (r *rawMesh) validateObservers(ctx context.Context, diags *diagnostics) ([]Observer, error) {
+	var observers []Observer
+	seen := map[string]Pos{}
+	for _, o := range r.observers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !checkName(diags, o.name, "observer") {
+			continue
+		}
+		if p, dup := seen[o.name.val]; dup {
+			diags.add(o.name.pos, "observer %s is declared twice: first at %s", printable.Quote(o.name.val), p)
+			continue
+		}
+		seen[o.name.val] = o.name.pos
+		observers = append(observers, Observer{Name: o.name.val, Pos: o.pos})
+	}
+	return observers, nil
 }
 
 // newIndex is an index with nothing in it yet.
@@ -237,7 +269,7 @@ func (r *rawMesh) validateNodes(ctx context.Context, diags *diagnostics, ix *ind
 			continue
 		}
 		if slices.Contains(ReservedNodeNames, n.name.val) {
-			diags.add(n.name.pos, "node name %s is reserved: the users `node.<n>` and `enrol.<n>` would collide with a module user `<n>.<m>`, and `controller` is the controller's own", printable.Quote(n.name.val))
+			diags.add(n.name.pos, "node name %s is reserved: the users `node.<n>`, `enrol.<n>` and `observer.<n>` would collide with a module user `<n>.<m>`, and `controller` is the controller's own", printable.Quote(n.name.val))
 			continue
 		}
 		if p, dup := ix.nodes[n.name.val]; dup {

@@ -63,7 +63,7 @@ func AccountsDigestOf(m *model.Mesh, graces []AckGrace, hashes map[string]string
 		}
 	}
 	for _, r := range src.order {
-		if r.kind == KindNode || r.kind == KindEnrol || r.kind == KindModule {
+		if r.kind == KindNode || r.kind == KindEnrol || r.kind == KindModule || r.kind == KindObserver {
 			head = append(head, src.derive(r))
 			markNkeys(m, head[len(head)-1:])
 			break

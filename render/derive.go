@@ -165,10 +165,11 @@ type principalSource struct {
 
 // principalRef is a principal not yet derived.
 type principalRef struct {
-	user string
-	kind Kind
-	node string         // of a node or enrolment identity
-	inst model.Instance // of a module instance
+	user     string
+	kind     Kind
+	node     string         // of a node or enrolment identity
+	inst     model.Instance // of a module instance
+	observer string         // of an observer
 }
 
 func newPrincipalSource(m *model.Mesh, graces []AckGrace) *principalSource {
@@ -194,6 +195,7 @@ func newPrincipalSource(m *model.Mesh, graces []AckGrace) *principalSource {
 	for _, inst := range instances {
 		src.order = append(src.order, principalRef{user: InstanceUser(inst), kind: KindModule, inst: inst})
 	}
+	src.order = appendObservers(src.order, m)
 	slices.SortFunc(src.order, func(a, b principalRef) int { return strings.Compare(a.user, b.user) })
 	return src
 }
@@ -209,6 +211,8 @@ func (s *principalSource) derive(r principalRef) Principal {
 		return nodePrincipal(r.node, s.pull)
 	case KindEnrol:
 		return enrolPrincipal(r.node)
+	case KindObserver:
+		return observerPrincipal(s.m, r.observer)
 	}
 	mod := s.modules[r.inst.Module]
 	own := s.shared[mod.Name]

@@ -9,8 +9,8 @@ import (
 )
 
 // nkey principals (bus.auth: nkey). A host principal — a node, its enrolment identity, a
-// module instance — is then an nkey user of the MESH account: its entry holds the public key
-// the store keeps for it, and the host proves itself by signing the server's nonce with the
+// module instance — and an observer is then an nkey user of the MESH account: its entry holds
+// the public key the store keeps for it, and the host proves itself by signing the server's nonce with the
 // seed its membership carries. The server checks a signature where it would run bcrypt for
 // a password user, at every login and, at every reload, once for each connected client.
 //
@@ -18,14 +18,15 @@ import (
 // generation principal are one each however large the mesh, and meshctl itself logs in as
 // them; their passwords are what the state directory keeps (controller.password, …).
 
-// markNkeys makes the host principals nkey users: every principal but meshctl's own.
+// markNkeys makes the host principals and the observers nkey users: every principal but
+// meshctl's own.
 func markNkeys(m *model.Mesh, principals []Principal) {
 	if !m.Bus.Nkeys() {
 		return
 	}
 	for i := range principals {
 		switch principals[i].Kind {
-		case KindNode, KindEnrol, KindModule:
+		case KindNode, KindEnrol, KindModule, KindObserver:
 			principals[i].Nkey = true
 		}
 	}

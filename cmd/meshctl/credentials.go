@@ -30,8 +30,8 @@ Usage:
   meshctl credentials list   [-f DIR] [--state DIR] [-o text|json]
   meshctl credentials revoke PRINCIPAL [-f DIR] [--state DIR]
 
-Every principal the mesh derives (node.<n>, enrol.<n>, <node>.<module>) has its own
-password. The store keeps only its bcrypt hash; a principal never issued one has a
+Every principal the mesh derives (node.<n>, enrol.<n>, <node>.<module>, observer.<name>)
+has its own password. The store keeps only its bcrypt hash; a principal never issued one has a
 locked entry that no password opens. With bus.auth: nkey each has an nkey instead: the
 store keeps its public key, and the membership carries its seed ("seed": "SU…") where
 it would carry a password; what follows says password for either.
@@ -78,6 +78,7 @@ STATE/system.password.
 Example:
   meshctl credentials issue node.one -f mesh/ | ssh one 'umask 077; cat > /etc/mesh/membership.json'
   meshctl credentials issue alpha.audit -f mesh/ -o /tmp/audit.json
+  meshctl credentials issue observer.alice -f mesh/ -o alice.json   # docs/observers.md
 `
 
 func runCredentials(ctx context.Context, e *env, args []string) int {
@@ -268,7 +269,7 @@ func (c credentialChange) checkIssuable(dir string) bool {
 		if s := model.Suggest(c.principal, users); s != "" {
 			hint = fmt.Sprintf(" (did you mean %q?)", s)
 		}
-		c.e.errorf("the mesh in %s derives no principal %q%s; principals are node.<node>, enrol.<node> and <node>.<module>", dir, c.principal, hint)
+		c.e.errorf("the mesh in %s derives no principal %q%s; principals are node.<node>, enrol.<node>, <node>.<module> and observer.<name>", dir, c.principal, hint)
 		return false
 	}
 	return true
