@@ -112,7 +112,7 @@ func TestObserversChangeNoOtherPrincipal(t *testing.T) {
 	if diff := cmp.Diff(b.Consumers, a.Consumers); diff != "" {
 		t.Errorf("observers changed the consumers:\n%s", diff)
 	}
-	if AccountsDigestOf(with, nil) != AccountsDigest(a.Principals, nil) {
+	if AccountsDigestOf(with, nil, nil) != AccountsDigest(a.Principals, nil) {
 		t.Error("the digest rendered a user at a time differs from the whole config's with observers")
 	}
 }
