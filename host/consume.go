@@ -23,21 +23,35 @@ import (
 //
 // handle runs on the library's delivery goroutine, one message at a time. Stop the returned
 // context to stop taking messages; messages received and not acknowledged are redelivered after
-// the consumer's ack wait.
+// the consumer's ack wait. A host whose work may outlast the ack wait takes Jobs instead
+// (ConsumeJobs), which carry it.
 func (h *Host) Consume(ctx context.Context, stream, consumer string, handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
+	cc, _, err := h.ConsumeJobs(ctx, stream, consumer, func(j Job) { handle(j.Msg) })
+	return cc, err
+}
+
+// ConsumeJobs is Consume handing each message as a Job: with its consumer's Redelivery, as the
+// info the binding asked for says it, and which delivery of the message it is. It returns that
+// Redelivery too. A consumer changed while the host runs is read again when it binds again.
+func (h *Host) ConsumeJobs(ctx context.Context, stream, consumer string, handle func(Job)) (jetstream.ConsumeContext, Redelivery, error) {
 	var cc jetstream.ConsumeContext
+	var r Redelivery
 	err := h.Check(ctx, func(ctx context.Context) error {
-		var err error
-		cc, _, err = Bind(ctx, h.js, stream, consumer, handle)
+		b, err := lookUp(ctx, h.js, stream, consumer)
+		if err != nil {
+			return err
+		}
+		r = RedeliveryOf(b.info.Config)
+		cc, err = b.start(func(m jetstream.Msg) { handle(jobOf(m, r)) })
 		return err
 	})
 	if err != nil {
 		if cc != nil {
 			cc.Stop()
 		}
-		return nil, fmt.Errorf("taking messages of consumer %s on stream %s as %q: %w", consumer, stream, h.user, err)
+		return nil, Redelivery{}, fmt.Errorf("taking messages of consumer %s on stream %s as %q: %w", consumer, stream, h.user, err)
 	}
-	return cc, nil
+	return cc, r, nil
 }
 
 // Bind binds the existing consumer stream/consumer over js and takes its messages with handle,
@@ -45,40 +59,53 @@ func (h *Host) Consume(ctx context.Context, stream, consumer string, handle jets
 // as the error), and says which kind it bound: model.ConsumersPull or model.ConsumersPush. It
 // asks the server nothing but CONSUMER.INFO before it starts taking.
 func Bind(ctx context.Context, js jetstream.JetStream, stream, consumer string, handle jetstream.MessageHandler) (jetstream.ConsumeContext, string, error) {
-	// Consumer and PushConsumer, not Stream(...).Consumer: the stream handle asks STREAM.INFO
-	// first, which no host is granted. Each asks CONSUMER.INFO and refuses the other kind, so
-	// a push consumer costs a second INFO.
-	c, err := js.Consumer(ctx, stream, consumer)
-	if errors.Is(err, jetstream.ErrNotPullConsumer) {
-		pc, err := js.PushConsumer(ctx, stream, consumer)
-		if err != nil {
-			return nil, "", err
-		}
-		cc, err := pc.Consume(handle)
-		return cc, model.ConsumersPush, err
-	}
+	b, err := lookUp(ctx, js, stream, consumer)
 	if err != nil {
 		return nil, "", err
 	}
-	cc, err := c.Consume(handle)
-	return cc, model.ConsumersPull, err
+	cc, err := b.start(handle)
+	return cc, b.kind, err
 }
 
 // ConsumerInfo is what the server says of the consumer stream/consumer, whichever kind it is,
 // asking CONSUMER.INFO only.
 func ConsumerInfo(ctx context.Context, js jetstream.JetStream, stream, consumer string) (*jetstream.ConsumerInfo, error) {
+	b, err := lookUp(ctx, js, stream, consumer)
+	if err != nil {
+		return nil, err
+	}
+	return b.info, nil
+}
+
+// found is a consumer looked up for binding: what the server said of it, its kind, and how to
+// start taking its messages.
+type found struct {
+	info  *jetstream.ConsumerInfo
+	kind  string
+	start func(jetstream.MessageHandler) (jetstream.ConsumeContext, error)
+}
+
+// lookUp asks the server about the consumer stream/consumer, as what it is. Consumer and
+// PushConsumer, not Stream(...).Consumer: the stream handle asks STREAM.INFO first, which no
+// host is granted. Each asks CONSUMER.INFO and refuses the other kind, so a push consumer costs
+// a second INFO.
+func lookUp(ctx context.Context, js jetstream.JetStream, stream, consumer string) (found, error) {
 	c, err := js.Consumer(ctx, stream, consumer)
 	if errors.Is(err, jetstream.ErrNotPullConsumer) {
 		pc, err := js.PushConsumer(ctx, stream, consumer)
 		if err != nil {
-			return nil, err
+			return found{}, err
 		}
-		return pc.CachedInfo(), nil
+		return found{info: pc.CachedInfo(), kind: model.ConsumersPush, start: func(handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
+			return pc.Consume(handle)
+		}}, nil
 	}
 	if err != nil {
-		return nil, err
+		return found{}, err
 	}
-	return c.CachedInfo(), nil
+	return found{info: c.CachedInfo(), kind: model.ConsumersPull, start: func(handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
+		return c.Consume(handle)
+	}}, nil
 }
 
 // Declarations takes node's declarations from its consumer on NODES: what the controller
@@ -100,6 +127,12 @@ func (h *Host) Events(ctx context.Context, inst model.Instance, handle jetstream
 // done twice.
 func (h *Host) Work(ctx context.Context, seat string, handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
 	return h.Consume(ctx, render.SeatStreamName(seat), render.WorkerConsumer(seat), handle)
+}
+
+// WorkJobs is Work handing each piece of work as a Job, for work that may outlast the worker's
+// ack wait (Host.Working) or must know its last delivery (Job.Last).
+func (h *Host) WorkJobs(ctx context.Context, seat string, handle func(Job)) (jetstream.ConsumeContext, Redelivery, error) {
+	return h.ConsumeJobs(ctx, render.SeatStreamName(seat), render.WorkerConsumer(seat), handle)
 }
 
 // ControllerInbox takes, as the controller, nodes' reports and enrolment requests from its

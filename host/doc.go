@@ -19,6 +19,11 @@
 //     (Declarations, Events, Work, ControllerInbox, ControllerEvents), as push consumers taken
 //     in their deliver group where they have one. Never js.Stream(): asking about a stream needs
 //     STREAM.INFO, which no host is granted.
+//   - Taking messages as jobs (ConsumeJobs, WorkJobs): each with what the consumer's info says
+//     of redelivery (Redelivery: the ack wait or backoff in force, max_deliver) and which
+//     delivery it is, so that work longer than the ack wait is kept in progress at the
+//     consumer's own pace (Working) and the last delivery is known (Job.Last), whatever the
+//     description set rather than the server's defaults.
 //   - Turning refusals into errors (Check). The server says what it refused only through the
 //     connection's async error handler; to the caller a missing grant looks like a timeout or "no
 //     responders" (docs/nats-behaviour.md). Every operation here runs under Check, so a refusal is

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -110,6 +111,32 @@ func loopJobs() []job {
 		advisoryJob("as watch: hear a stream deleted behind its back", render.StreamDeletedAdvisories,
 			func(ctx context.Context, js jetstream.JetStream, stream string) (string, error) {
 				return "$JS.EVENT.ADVISORY.STREAM.DELETED." + stream, js.DeleteStream(ctx, stream)
+			}),
+		// A message delivered max_deliver times and never acknowledged: the probe's consumer
+		// delivers once, and its ack wait runs out. The probe takes a subject the controller may
+		// publish on, under mesh.node. but beside NODES' declarations.
+		advisoryJob("as watch: count a message past its consumer's max_deliver", render.MaxDeliveriesAdvisories,
+			func(ctx context.Context, js jetstream.JetStream, stream string) (string, error) {
+				cfg := probeStream(stream, "")
+				cfg.Subjects = []string{"mesh.node." + strings.ToLower(stream) + ".probe"}
+				if _, err := js.UpdateStream(ctx, cfg); err != nil {
+					return "", err
+				}
+				c, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "probe", AckPolicy: jetstream.AckExplicitPolicy,
+					MaxDeliver: 1, AckWait: 50 * time.Millisecond})
+				if err != nil {
+					return "", err
+				}
+				if _, err := js.Publish(ctx, cfg.Subjects[0], []byte("never acknowledged")); err != nil {
+					return "", err
+				}
+				batch, err := c.Fetch(1, jetstream.FetchMaxWait(jobTimeout))
+				if err != nil {
+					return "", err
+				}
+				for range batch.Messages() {
+				}
+				return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + ".probe", batch.Error()
 			}),
 	}
 }

@@ -281,6 +281,8 @@ const (
 	StreamDeletedAdvisories   = "$JS.EVENT.ADVISORY.STREAM.DELETED.*"
 	StreamUpdatedAdvisories   = "$JS.EVENT.ADVISORY.STREAM.UPDATED.*"
 	ConsumerDeletedAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.DELETED.*.*"
+	// MaxDeliveriesAdvisories say that a message reached its consumer's max_deliver: a dead letter.
+	MaxDeliveriesAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.*.*"
 )
 
 // systemPrincipal is meshctl's user in the server's system account, for a bus whose servers
@@ -344,6 +346,7 @@ func controllerBusGrants(pub, sub *grants) {
 	sub.add("hear a stream deleted behind watch's back", StreamDeletedAdvisories)
 	sub.add("hear a stream's config changed behind watch's back", StreamUpdatedAdvisories)
 	sub.add("hear a consumer deleted behind watch's back", ConsumerDeletedAdvisories)
+	sub.add("count each message that reached its consumer's max_deliver, a dead letter", MaxDeliveriesAdvisories)
 	// It hears the nodes' control traffic; it does not speak on it. The reference also lets it
 	// publish on `mesh.control.>`, but what it says to a node goes to `mesh.node.>`, an
 	// enrolment answer to the enrolling node's inbox, and an ack to `$JS.ACK`; with the grant

@@ -61,6 +61,7 @@ var seedDeviations = []deviation{
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.STREAM.DELETED.*", true, "watch heals a stream deleted by hand as the server announces it, not at the next resync"},
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.STREAM.UPDATED.*", true, "watch heals a stream's config changed by hand as the server announces it"},
 	{"controller", "subscribe", "$JS.EVENT.ADVISORY.CONSUMER.DELETED.*.*", true, "watch heals a consumer deleted by hand as the server announces it"},
+	{"controller", "subscribe", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.*.*", true, "watch counts each message that reached its consumer's max_deliver, a dead letter, as the server announces it"},
 	{"controller", "publish", StateSubjects, true, "the store is kept on the bus, in a KV bucket only the controller may write (host's matrix refuses it to everybody else)"},
 	{"controller", "publish", LeaseSubjects, true, "which watch leads and who holds the apply lock are leases in a KV bucket only the controller may write (host's matrix refuses it to everybody else)"},
 	{"node.one", "subscribe", "_DELIVER.one", true, "binding the declaration consumer subscribes its deliver subject"},

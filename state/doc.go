@@ -11,12 +11,16 @@
 //   - the last applied inventory (nodes, module instances, seats and their holders) and an
 //     append-only log of every change of a seat's holder;
 //   - the history of applies (who, from which host and git commit, when, what, with what outcome);
+//   - what watch heard the bus complain of: the refusals lately (refusals.go), and each
+//     consumer's dead letters, the messages delivered max_deliver times and never acknowledged
+//     (deadletters.go);
 //   - the apply lock, dir/apply.lock, which keeps two meshctl processes from applying at once;
 //   - the store as records (replica.go, records.go): one JSON record a row a restore needs, under
 //     keys a JetStream KV bucket takes — identity, credential.<principal>,
 //     revocation.<principal>, enrolment.<node>, declaration.<node> (with its sealed copies),
 //     report.<node>, apply.<id>, holder.<id> (ids zero-padded, so keys sort as ids), inventory.
-//     Refusals and password files are not records: the one is a log, the others plaintexts.
+//     Refusals, dead letters and password files are not records: the first two are logs, the
+//     others plaintexts.
 //     Snapshot gives them all; SetReplica hands a Replica the records every change commits,
 //     before the method that made it returns; Restore rebuilds a store from them, Refresh
 //     makes an existing one (a standby's) equal to them, and

@@ -162,6 +162,29 @@ var migrations = []string{
 		SELECT user, op, subject, subject, queue, advice, count, first_at, last_at FROM refusals;
 	DROP TABLE refusals;
 	ALTER TABLE refusals_by_rule RENAME TO refusals;`,
+
+	// 9: the dead letters watch heard of: per consumer, how many messages reached its
+	// max_deliver unacknowledged (dead_letters), and the latest of those messages, so that one
+	// announced twice is counted once (dead_letter_messages, kept to the newest
+	// maxDeadLetterMessages by RecordDeadLetters). Like the refusals, a log of this store's own.
+	`CREATE TABLE dead_letters (
+		stream          TEXT NOT NULL,
+		consumer        TEXT NOT NULL,
+		count           INTEGER NOT NULL,
+		first_at        TEXT NOT NULL,
+		last_at         TEXT NOT NULL,
+		last_stream_seq INTEGER NOT NULL,
+		last_deliveries INTEGER NOT NULL,
+		PRIMARY KEY (stream, consumer)
+	) STRICT;
+	CREATE TABLE dead_letter_messages (
+		stream     TEXT NOT NULL,
+		consumer   TEXT NOT NULL,
+		stream_seq INTEGER NOT NULL,
+		deliveries INTEGER NOT NULL,
+		at         TEXT NOT NULL,
+		PRIMARY KEY (stream, consumer, stream_seq)
+	) STRICT;`,
 }
 
 // schemaVersion is the version this binary writes.

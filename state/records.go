@@ -8,9 +8,9 @@ import (
 
 // The records of the store, one a row a restore needs. Values carry the columns as stored,
 // times as their text, so that a restored store holds the same bytes. Each value names its row
-// too: Restore takes names from values and checks them against the keys. The refusals are
-// left out: they are a log of the bus's complaints, not authority, and a restored store
-// learns them anew.
+// too: Restore takes names from values and checks them against the keys. The refusals and the
+// dead letters are left out: they are a log of the bus's complaints, not authority, and a
+// restored store learns them anew.
 
 var (
 	identityRecord      = family{prefix: "identity", singleton: true, read: readIdentity, restore: restoreIdentity}

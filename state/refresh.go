@@ -21,7 +21,7 @@ var ErrAnotherStore = errors.New("the records are a copy of another state store"
 
 // refreshedTables is every table the families restore into (records.go), each before the
 // tables its rows refer to, so that deleting them in this order never breaks a foreign key.
-// The identity, the refusals and the replica's mark are not among them: the first is equal
+// The identity, the refusals, the dead letters and the replica's mark are not among them: the first is equal
 // to the records' by the time they are deleted, the others are this store's own.
 var refreshedTables = []string{
 	"declared_credentials", "declarations", "enrolments", "reports",
@@ -38,7 +38,7 @@ var refreshedTables = []string{
 // highest this store ever gave, so none is reused. Nothing changes on an error, and records of
 // another store's identity are refused with ErrAnotherStore.
 //
-// Refusals and the password files are not records and are kept. When the records hold another
+// Refusals, dead letters and the password files are not records and are kept. When the records hold another
 // controller hash than dir/controller.password was minted with, StoredControllerPassword says
 // ErrControllerMismatch and the caller takes the operator's password back with
 // AdoptControllerPassword; the same holds for dir/system.password.

@@ -21,8 +21,10 @@ import (
 // while the connection was down).
 const TriggerAdvisory = TriggerController << 1
 
-// advisorySubjects are the controller's grants (render) that watch listens on.
-var advisorySubjects = []string{render.StreamDeletedAdvisories, render.StreamUpdatedAdvisories, render.ConsumerDeletedAdvisories}
+// advisorySubjects are the controller's grants (render) that watch listens on: those of drift,
+// and those of dead letters (deadletters.go).
+var advisorySubjects = []string{render.StreamDeletedAdvisories, render.StreamUpdatedAdvisories, render.ConsumerDeletedAdvisories,
+	render.MaxDeliveriesAdvisories}
 
 // maxAdvisoryDebounce bounds the debounce of what the bus announces: a hand's deletions
 // arrive within milliseconds of each other, not over the seconds an editor or a `git pull`
@@ -98,6 +100,7 @@ func (q *heardQueue) take() []heardObject {
 // advisoryListener holds watch's subscriptions to the advisories on one connection.
 type advisoryListener struct {
 	nc       *nats.Conn
+	dead     *deadLetters
 	subs     []*nats.Subscription
 	wg       sync.WaitGroup
 	lost     atomic.Bool // a subscription ended: refused after a reload, say
@@ -107,12 +110,12 @@ type advisoryListener struct {
 // subscribeTimeout bounds the round trip that makes the subscriptions live.
 const subscribeTimeout = 5 * time.Second
 
-// listenAdvisories subscribes on nc and adds what it hears to q. It returns once the server
+// listenAdvisories subscribes on nc and adds what it hears to q, or of dead letters to dead. It returns once the server
 // has taken the subscriptions, so that nothing changed from then on goes unheard; an error
 // wrapping nats.ErrPermissionViolation when the server refused one (an accounts config from
 // before the grant, not yet reloaded).
-func listenAdvisories(ctx context.Context, nc *nats.Conn, q *heardQueue) (*advisoryListener, error) {
-	a := &advisoryListener{nc: nc}
+func listenAdvisories(ctx context.Context, nc *nats.Conn, q *heardQueue, dead *deadLetters) (*advisoryListener, error) {
+	a := &advisoryListener{nc: nc, dead: dead}
 	var subs []*nats.Subscription
 	fail := func(err error) (*advisoryListener, error) {
 		for _, sub := range subs {
@@ -172,6 +175,10 @@ func (a *advisoryListener) read(sub *nats.Subscription, q *heardQueue) {
 }
 
 func (a *advisoryListener) hear(m *nats.Msg, q *heardQueue) {
+	if isMaxDeliveries(m.Subject) {
+		a.dead.hear(m.Data)
+		return
+	}
 	if o, ok := objectOf(m.Subject); ok {
 		q.add(o)
 	}
@@ -295,7 +302,7 @@ func (l *loop) listen(ctx context.Context, c *connection, afterApply bool) {
 		c.heard.stop()
 		c.heard = nil
 	}
-	a, err := listenAdvisories(ctx, nc, l.hearing.queue)
+	a, err := listenAdvisories(ctx, nc, l.hearing.queue, l.deadLetters)
 	if err != nil {
 		if afterApply && !l.hearing.warned {
 			l.hearing.warned = true

@@ -42,7 +42,9 @@
 // written to STATE/heartbeats.json for `meshctl status`, at a bounded rate (heartbeats.go);
 // the state its reconciles left, an invalid description's problems or a refusal's reason
 // included, to STATE/watch.json when that state changes (laststate.go): /healthz names the
-// state alone.
+// state alone. On the same connection as the advisories of drift it hears those of dead
+// letters, messages a consumer delivered max_deliver times unacknowledged: each is counted per
+// consumer in the store for `meshctl status`, logged once and exported (deadletters.go).
 //
 // What it must not do: force a refused plan, apply a description that does not
 // validate, or log a password: logs carry plan summaries, object names and errors, which

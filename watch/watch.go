@@ -244,8 +244,11 @@ func Run(ctx context.Context, c Config) error {
 	refused := newRefusals(c.Logger, m.reg)
 	stopRecording := background(func(ctx context.Context) { refused.record(ctx, store) })
 	defer stopRecording()
+	dead := newDeadLetters(c.Logger, m.reg)
+	stopCounting := background(func(ctx context.Context) { dead.record(ctx, store) })
+	defer stopCounting()
 
-	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, refusals: refused, changes: changes, syncs: make(chan chan error),
+	l := &loop{cfg: c, log: c.Logger, store: store, metrics: m, refusals: refused, deadLetters: dead, changes: changes, syncs: make(chan chan error),
 		hearing: newHearing(c.onHeard),
 		state:   newStateRecorder(c.StateDir, func(format string, args ...any) { c.Logger.Warn(fmt.Sprintf(format, args...)) })}
 	l.cycles = &reconcile.Cycles{StateDir: c.StateDir, Options: l.sessionOptions}
@@ -307,7 +310,9 @@ type loop struct {
 	metrics *metrics
 	// refusals are what the embedded bus refused, counted, explained and recorded.
 	refusals *refusals
-	changes  <-chan struct{}
+	// deadLetters are the messages the bus announced past their consumer's max_deliver.
+	deadLetters *deadLetters
+	changes     <-chan struct{}
 
 	// embedded is shared with the reconcile goroutine, which starts and stops the bus.
 	embedded embeddedBus

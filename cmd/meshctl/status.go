@@ -37,8 +37,10 @@ it and the one it last reported applying, and the last heartbeat watch heard fro
 goes silent (30s without one) or comes back, and otherwise once a minute. For each
 node's module instances it says who holds the credential: the node's agent (declared
 to it by the controller), a host it was issued to by hand (kept when the node enrolled,
-left alone by the agent), or nobody. It lists what
-the embedded bus refused lately, as 'meshctl watch' recorded it, one line per kind of
+left alone by the agent), or nobody. It lists each consumer's dead letters, as 'meshctl
+watch' counted them: the messages the consumer delivered max_deliver times without an
+acknowledgement, which the server will not deliver again. And it lists what the
+embedded bus refused lately, as 'meshctl watch' recorded it, one line per kind of
 refusal (a user, an operation and the subjects of one rule: a client whose inbox prefix is
 not set, refused a new random inbox on every connection, is one line): the latest subject,
 how often, and the lines of YAML that would grant it or why none can.
@@ -106,18 +108,19 @@ type embeddedBusStatus struct {
 // statusReport is everything status shows, in the shape of its JSON output. Bus is the
 // external bus the description given names, where the seats were read.
 type statusReport struct {
-	Store         string                  `json:"store"`
-	EmbeddedBus   embeddedBusStatus       `json:"embedded_bus"`
-	Bus           string                  `json:"bus,omitempty"`
-	Watch         *watchSeen              `json:"watch"`
-	Inventory     state.Inventory         `json:"inventory"`
-	HolderChanges []state.HolderChange    `json:"holder_changes"`
-	History       []state.ApplyRecord     `json:"history"`
-	Nodes         []controller.NodeStatus `json:"nodes"`
-	Heartbeats    heartbeatsSeen          `json:"heartbeats"`
-	Seats         []controller.SeatWork   `json:"seats,omitempty"`
-	Backlogs      []controller.Backlog    `json:"backlogs,omitempty"`
-	Refusals      []state.Refusal         `json:"refusals"`
+	Store         string                      `json:"store"`
+	EmbeddedBus   embeddedBusStatus           `json:"embedded_bus"`
+	Bus           string                      `json:"bus,omitempty"`
+	Watch         *watchSeen                  `json:"watch"`
+	Inventory     state.Inventory             `json:"inventory"`
+	HolderChanges []state.HolderChange        `json:"holder_changes"`
+	History       []state.ApplyRecord         `json:"history"`
+	Nodes         []controller.NodeStatus     `json:"nodes"`
+	Heartbeats    heartbeatsSeen              `json:"heartbeats"`
+	Seats         []controller.SeatWork       `json:"seats,omitempty"`
+	Backlogs      []controller.Backlog        `json:"backlogs,omitempty"`
+	Refusals      []state.Refusal             `json:"refusals"`
+	DeadLetters   []state.ConsumerDeadLetters `json:"dead_letters"`
 }
 
 // readStatus reads what status shows from the store, the state directory and the bus: the
@@ -141,6 +144,9 @@ func readStatus(ctx context.Context, e *env, st *state.Store, m *model.Mesh, n i
 		return r, err
 	}
 	if r.Refusals, err = st.Refusals(ctx, n); err != nil {
+		return r, err
+	}
+	if r.DeadLetters, err = st.DeadLetters(ctx); err != nil {
 		return r, err
 	}
 	b := &r.EmbeddedBus
@@ -208,6 +214,7 @@ func printStatus(out io.Writer, r statusReport) {
 	printNodes(out, r.Nodes, r.Heartbeats)
 	printWork(out, r.Seats, r.Backlogs)
 	printRefusals(out, w, r.Refusals)
+	printDeadLetters(out, w, r.DeadLetters)
 	if len(r.HolderChanges) > 0 {
 		fmt.Fprintln(out, "\nHolder changes (newest first):")
 		for _, c := range r.HolderChanges {
@@ -248,6 +255,21 @@ func printRefusals(out io.Writer, w *tabwriter.Writer, refusals []state.Refusal)
 	for _, r := range refusals {
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%d time(s)\t%s\n", r.LastAt.Local().Format(time.DateTime), printable.Text(r.User),
 			refused(r.Op, r.Rule, r.Subject, r.Queue), r.Count, printable.Text(r.Advice))
+	}
+	_ = w.Flush()
+}
+
+// printDeadLetters lists each consumer's dead letters, as `meshctl watch` counted them: the
+// messages it delivered max_deliver times without an acknowledgement, which the server will
+// not deliver again.
+func printDeadLetters(out io.Writer, w *tabwriter.Writer, counts []state.ConsumerDeadLetters) {
+	if len(counts) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\nDead letters (delivered max_deliver times, never acknowledged, not delivered again):")
+	for _, c := range counts {
+		fmt.Fprintf(w, "  %s\t%d\tlatest %s: message %d of the stream, delivered %d time(s)\n", printable.Text(c.Stream+"/"+c.Consumer),
+			c.Count, c.LastAt.Local().Format(time.DateTime), c.LastStreamSeq, c.LastDeliveries)
 	}
 	_ = w.Flush()
 }

@@ -1,8 +1,9 @@
 // host.mjs is the smallest JavaScript program that joins a meshctl mesh as a module instance,
 // the counterpart of examples/host in Go: it reads the membership `meshctl credentials issue`
 // printed, joins the bus, prints and acknowledges every event the module follows (with
-// --follow, or without --seat) and, with --seat, takes the seat's work as its holder. SIGINT or SIGTERM stops taking deliveries, lets
-// the work in hand finish and leaves. With --publish it publishes one message as the module
+// --follow, or without --seat) and, with --seat, takes the seat's work as its holder, keeping
+// work that lasts --work in progress at the worker's own ack wait. SIGINT or SIGTERM stops
+// taking deliveries, lets the work in hand finish and leaves. With --publish it publishes one message as the module
 // instead (an event it emits, work it sends) and exits.
 //
 //   meshctl credentials issue beta.postman -f examples/quickstart > /tmp/m.json
@@ -268,8 +269,49 @@ function describe(err, user) {
   return err?.message ?? String(err);
 }
 
+// redeliveryOf reads what a consumer's info says of redelivery: how long the server waits for
+// an acknowledgement (ack_wait, in nanoseconds; with a backoff, its interval for the delivery)
+// and how many times it delivers a message at most (max_deliver; -1: no limit). The
+// description may set each, so a host reads them rather than assume the server's 30 s.
+function redeliveryOf(config) {
+  return {
+    ackWaitMs: (config.ack_wait || 30e9) / 1e6,
+    backoffMs: (config.backoff ?? []).map((n) => n / 1e6),
+    maxDeliver: config.max_deliver > 0 ? config.max_deliver : 0,
+  };
+}
+
+// waitMs is how long the server waits, after delivery n of a message (from 1) or the last word
+// that it is in progress, before it delivers the message again.
+function waitMs(r, n) {
+  if (r.backoffMs.length === 0) return r.ackWaitMs;
+  return r.backoffMs[Math.min(Math.max(n, 1), r.backoffMs.length) - 1];
+}
+
+// isLast says whether delivery n of a message is its last: not acknowledged, it is a dead
+// letter, delivered no more.
+const isLast = (r, n) => r.maxDeliver > 0 && n >= r.maxDeliver;
+
+// keepWorking tells the server, until the returned stop is called, that msg is still being
+// worked on: msg.working() every third of the wait in force for this delivery, so that work
+// longer than the ack wait is not delivered again meanwhile — to this host, or to the seat's
+// other holder. Three chances before the wait runs out, so that one late is not a redelivery.
+function keepWorking(msg, r) {
+  const timer = setInterval(() => msg.working(), waitMs(r, msg.info.deliveryCount) / 3);
+  return () => clearInterval(timer);
+}
+
+const seconds = (ms) => `${ms / 1000}s`;
+
+function describeRedelivery(r) {
+  const deliveries = r.maxDeliver > 0 ? `at most ${r.maxDeliver} deliveries` : "deliveries unlimited";
+  if (r.backoffMs.length > 0) return `redelivered after ${r.backoffMs.map(seconds).join(", ")}, ${deliveries}`;
+  return `ack wait ${seconds(r.ackWaitMs)}, ${deliveries}`;
+}
+
 // consume binds the existing consumer stream/consumer and hands its deliveries to handle, one at
-// a time, until stopped. It is the one place a consumer is bound.
+// a time, with what the consumer's info says of redelivery, until stopped. It is the one place a
+// consumer is bound.
 //
 // The mesh's bus.consumers says whether its consumers are pulled (the default) or pushed, and
 // the consumer's own info says which it is: consume asks the server about the consumer
@@ -287,13 +329,21 @@ async function consume(js, jsm, stream, consumer, handle) {
   const c = typeof info.config.deliver_subject === "string"
     ? await js.consumers.getPushConsumer(stream, consumer)
     : js.consumers.getConsumerFromInfo(info);
+  const redelivery = redeliveryOf(info.config);
   const messages = await c.consume();
   const done = (async () => {
     for await (const msg of messages) {
-      await handle(msg);
+      await handle(msg, redelivery);
     }
   })();
-  return { messages, done };
+  return { messages, done, redelivery };
+}
+
+// parseDuration reads 500ms, 6s or 2m, in milliseconds; NaN when it is none of those.
+function parseDuration(s) {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m)$/.exec(s);
+  if (!m) return NaN;
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60000 }[m[2]];
 }
 
 async function main() {
@@ -305,6 +355,7 @@ async function main() {
         follow: { type: "boolean", default: false },
         seat: { type: "string" },
         emit: { type: "string" },
+        work: { type: "string" },
         publish: { type: "string" },
         message: { type: "string", default: "" },
       },
@@ -320,6 +371,15 @@ async function main() {
   }
   if (args.emit && !args.seat) {
     log("--emit reports a seat's event, so it needs --seat");
+    return 2;
+  }
+  const workMs = args.work === undefined ? 0 : parseDuration(args.work);
+  if (Number.isNaN(workMs)) {
+    log(`--work ${JSON.stringify(args.work)}: give how long each piece of work takes, as 500ms, 6s or 2m`);
+    return 2;
+  }
+  if (workMs > 0 && !args.seat) {
+    log("--work is how long a seat's work takes, so it needs --seat");
     return 2;
   }
 
@@ -410,21 +470,35 @@ async function main() {
     const stream = seatStream(args.seat);
     const consumer = workerConsumer(args.seat);
     try {
-      taking.push(await consume(js, jsm, stream, consumer, async (msg) => {
+      const worker = await consume(js, jsm, stream, consumer, async (msg, r) => {
         print(`work ${msg.subject} ${msg.string()}`);
+        const n = msg.info.deliveryCount;
+        if (n > 1) log(`${msg.subject} is delivery ${n} of it`);
+        if (workMs > 0) {
+          // Work that may outlast the worker's ack wait says it is in progress, at the pace the
+          // worker's info set, not the server's default: the description may have shortened it.
+          const stop = keepWorking(msg, r);
+          await new Promise((resolve) => setTimeout(resolve, workMs)); // the stand-in for real work
+          stop();
+        }
         if (args.emit) {
           const subject = seatEvent(args.seat, args.emit);
           try {
             await js.publish(subject, msg.data, { timeout: opTimeout });
           } catch (err) {
-            // Not acknowledged: the work comes back after the ack wait.
             log(`publishing to ${subject} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`);
+            // Not acknowledged: the work comes back after the wait in force, or on its last
+            // delivery is a dead letter.
+            log(isLast(r, n)
+              ? `${msg.subject} is left unacknowledged on its last delivery (${n} of ${r.maxDeliver}): a dead letter, never delivered again (meshctl status counts it)`
+              : `${msg.subject} is left unacknowledged: it comes back in ${seconds(waitMs(r, n))}`);
             return;
           }
         }
         await ack(msg);
-      }));
-      log(`holding seat ${args.seat}`);
+      });
+      taking.push(worker);
+      log(`holding seat ${args.seat}: ${describeRedelivery(worker.redelivery)}`);
     } catch (err) {
       log(`taking deliveries of consumer ${consumer} on stream ${stream} as ${JSON.stringify(m.user)}: ${describe(err, m.user)}`);
       await stopAll();

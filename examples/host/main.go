@@ -2,7 +2,8 @@
 // membership `meshctl credentials issue` printed (a password or an nkey seed, one server or a
 // cluster's), joins the bus through whichever server answers, prints and acknowledges every
 // event the module follows (with -follow, or without -seat) and, with -seat, takes the seat's
-// work as its holder. Ctrl-C lets the work in hand finish, then leaves. With -publish it publishes one message as the module instead
+// work as its holder, keeping work that lasts -work in progress at the worker's own ack wait.
+// Ctrl-C lets the work in hand finish, then leaves. With -publish it publishes one message as the module instead
 // (an event it emits, work it sends) and exits.
 //
 //	meshctl credentials issue beta.postman -f examples/quickstart -o /tmp/m.json
@@ -87,7 +88,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		logf("following its events on consumer %s", render.InstanceConsumer(inst))
 	}
 	if o.seat != "" {
-		work, err := d.holdSeat(ctx, o.seat, o.emit)
+		work, r, err := d.holdSeat(ctx, o.seat, o.emit, o.work)
 		if err != nil {
 			logf("%v", err)
 			for _, cc := range taking {
@@ -97,7 +98,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 1
 		}
 		taking = append(taking, work)
-		logf("holding seat %s", o.seat)
+		logf("holding seat %s: %s", o.seat, describeRedelivery(r))
 	}
 
 	<-ctx.Done()
@@ -110,6 +111,7 @@ type options struct {
 	// following is -follow, or no -seat: the module's events are followed.
 	following        bool
 	seat, emit       string
+	work             time.Duration
 	publish, message string
 }
 
@@ -121,6 +123,7 @@ func parseOptions(args []string, stderr io.Writer) (options, bool) {
 	follow := flags.Bool("follow", false, "follow the module's events, on its consumer <node>_<module> (what it does without -seat)")
 	seat := flags.String("seat", "", "take this seat's work, as its holder; with -follow, follow the module's events as well")
 	emit := flags.String("emit", "", "with -seat: after each piece of work, report this seat event (one the seat emits, e.g. sent)")
+	work := flags.Duration("work", 0, "with -seat: how long each piece of work takes, a stand-in for real work; kept from redelivery at the worker's own ack wait")
 	publish := flags.String("publish", "", "instead: publish -message on this subject (an event the module emits, work it sends) and exit")
 	message := flags.String("message", "", "with -publish: what to publish")
 	if err := flags.Parse(args); err != nil {
@@ -134,6 +137,10 @@ func parseOptions(args []string, stderr io.Writer) (options, bool) {
 		fmt.Fprintln(stderr, "host: -emit reports a seat's event, so it needs -seat")
 		return options{}, false
 	}
+	if *work != 0 && *seat == "" {
+		fmt.Fprintln(stderr, "host: -work is how long a seat's work takes, so it needs -seat")
+		return options{}, false
+	}
 	return options{
 		membership: *membershipFile,
 		// A module that only holds a seat has no events consumer, and no grant to ask about
@@ -142,6 +149,7 @@ func parseOptions(args []string, stderr io.Writer) (options, bool) {
 		following: *follow || *seat == "",
 		seat:      *seat,
 		emit:      *emit,
+		work:      *work,
 		publish:   *publish,
 		message:   *message,
 	}, true
@@ -218,22 +226,59 @@ func (d *deliveries) followEvents(ctx context.Context, inst model.Instance) (jet
 	return events, nil
 }
 
-// holdSeat takes the seat's work as its holder: it prints each piece, reports the seat event
-// emit after it when emit is set, and acknowledges it.
-func (d *deliveries) holdSeat(ctx context.Context, seat, emit string) (jetstream.ConsumeContext, error) {
-	return d.h.Work(ctx, seat, func(msg jetstream.Msg) {
-		d.printf("work %s %s", msg.Subject(), msg.Data())
+// holdSeat takes the seat's work as its holder: it prints each piece, works on it for work,
+// reports the seat event emit after it when emit is set, and acknowledges it. It returns what
+// the worker's info says of redelivery.
+func (d *deliveries) holdSeat(ctx context.Context, seat, emit string, work time.Duration) (jetstream.ConsumeContext, host.Redelivery, error) {
+	return d.h.WorkJobs(ctx, seat, func(j host.Job) {
+		d.printf("work %s %s", j.Subject(), j.Data())
+		if j.Delivery > 1 {
+			d.logf("%s is delivery %d of it", j.Subject(), j.Delivery)
+		}
+		if work > 0 {
+			// Work that may outlast the worker's ack wait says it is in progress, at the pace
+			// the worker's info set, not the server's default: the description may have
+			// shortened it.
+			working := d.h.Working(j)
+			time.Sleep(work) // the stand-in for real work
+			if err := working(); err != nil {
+				d.logf("%v", err)
+			}
+		}
 		if emit != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
-			if _, err := d.h.Publish(ctx, render.SeatEvent(seat, emit), msg.Data()); err != nil {
-				// Not acknowledged: the work comes back after the ack wait.
+			if _, err := d.h.Publish(ctx, render.SeatEvent(seat, emit), j.Data()); err != nil {
 				d.logf("%v", err)
+				d.unacknowledged(j)
 				return
 			}
 		}
-		d.ack(msg)
+		d.ack(j)
 	})
+}
+
+// unacknowledged says what becomes of a piece of work left unacknowledged: it comes back after
+// the wait in force, or, on its last delivery, it is a dead letter.
+func (d *deliveries) unacknowledged(j host.Job) {
+	if j.Last() {
+		d.logf("%s is left unacknowledged on its last delivery (%d of %d): a dead letter, never delivered again (meshctl status counts it)",
+			j.Subject(), j.Delivery, j.MaxDeliver)
+		return
+	}
+	d.logf("%s is left unacknowledged: it comes back in %s", j.Subject(), j.Wait(j.Delivery))
+}
+
+// describeRedelivery says what the worker's info says of redelivery, for the log.
+func describeRedelivery(r host.Redelivery) string {
+	deliveries := "deliveries unlimited"
+	if r.MaxDeliver > 0 {
+		deliveries = fmt.Sprintf("at most %d deliveries", r.MaxDeliver)
+	}
+	if len(r.Backoff) > 0 {
+		return fmt.Sprintf("redelivered after %v, %s", r.Backoff, deliveries)
+	}
+	return fmt.Sprintf("ack wait %s, %s", r.AckWait, deliveries)
 }
 
 // leave stops taking deliveries, lets the handlers finish the work in hand, and drains the

@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
@@ -72,6 +75,46 @@ func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	}
 	if log := h.stderr.String(); !strings.Contains(log, "joined") || !strings.Contains(log, "holding seat mailer") {
 		t.Errorf("the host's log does not say it joined and holds the seat:\n%s", log)
+	}
+}
+
+// The seat's worker is given a 2 s ack wait on the server, not the 30 s meshctl derives: the
+// host reads it from the worker's info and says so, and a piece of work that takes three times
+// as long is delivered once — kept in progress at the worker's own pace — then acknowledged.
+func TestTheHostKeepsLongWorkInProgressAtTheWorkersAckWait(t *testing.T) {
+	t.Parallel()
+	b := hosttest.Start(t, "../quickstart")
+	stream, worker := render.SeatStreamName("mailer"), render.WorkerConsumer("mailer")
+	b.UpdateConsumer(t, stream, worker, func(c *jetstream.ConsumerConfig) { c.AckWait, c.MaxDeliver = 2*time.Second, 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if code, log := publish(ctx, writeMembership(t, b.Membership("alpha.shop")), render.AcceptSubject("mailer", "send"), "mail-long"); code != 0 {
+		t.Fatalf("the shop sending work: exit %d: %s", code, log)
+	}
+
+	h := startHost(ctx, t, "-membership", writeMembership(t, b.Membership("beta.postman")), "-seat", "mailer", "-work", "6s")
+	h.waitPrinted(ctx, t, "work mesh.seat.mailer.accept.send mail-long")
+	controller := b.MustJoin(t, render.ControllerUser).JetStream()
+	var info *jetstream.ConsumerInfo
+	var err error
+	if !backoff.Retry(ctx, backoff.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}, func() bool {
+		info, err = host.ConsumerInfo(ctx, controller, stream, worker)
+		return err != nil || info.NumRedelivered > 0 || info.NumAckPending == 0 && info.NumPending == 0
+	}) {
+		t.Fatalf("the work was not acknowledged; the host's log:\n%s", h.stderr.String())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered > 0 {
+		t.Errorf("the work was delivered again while the host worked on it; its log:\n%s", h.stderr.String())
+	}
+	h.interrupt(ctx, t)
+	for l := range h.lines {
+		t.Errorf("the host printed, after the work: %s", l)
+	}
+	if log := h.stderr.String(); !strings.Contains(log, "holding seat mailer: ack wait 2s, at most 3 deliveries") {
+		t.Errorf("the host's log does not say the worker's ack wait and max_deliver:\n%s", log)
 	}
 }
 
