@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/state"
 )
@@ -34,6 +35,7 @@ func TestMain(m *testing.M) {
 	if builtDir != "" {
 		os.RemoveAll(builtDir)
 	}
+	testnats.RemoveBuiltServer()
 	os.Exit(code)
 }
 
