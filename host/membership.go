@@ -1,6 +1,7 @@
 package host
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,9 +21,20 @@ type Membership struct {
 	// Address is the bus's URL without credentials: nats://host:port or tls://host:port.
 	Address string `json:"address"`
 	// Fingerprint is the hex SHA-256 of the bus's leaf certificate, or empty for a bus that
-	// presents none (the embedded default on loopback).
+	// presents none (the embedded default on loopback) or is verified by a CA. A cluster whose
+	// servers present different certificates, or a planned rotation, lists each, separated by
+	// spaces: any of them is the bus.
 	Fingerprint string `json:"fingerprint"`
-	User        string `json:"user"`
+	// CA is the PEM of the authorities that sign the bus's certificates (bus.ca_file): the
+	// host verifies the server's certificate by it and by the server's name, so a certificate
+	// the CA renews is accepted with this membership unchanged. Without it, and without a
+	// fingerprint, a tls:// address is verified against the system's roots.
+	CA string `json:"ca,omitempty"`
+	// CertFile and KeyFile name the host's own client certificate and its key, files on the
+	// host, presented to a server that asks for one (verify: true in its tls block).
+	CertFile string `json:"cert_file,omitempty"`
+	KeyFile  string `json:"key_file,omitempty"`
+	User     string `json:"user"`
 	// Password is a password principal's secret; Seed is an nkey principal's (an `SU…` user
 	// seed, `bus.auth: nkey`). A membership carries exactly one of the two.
 	Password string `json:"password,omitempty"`
@@ -89,6 +101,12 @@ func ReadMembership(r io.Reader) (Membership, error) {
 	if password && seed {
 		return m, errors.New("reading the membership: both a password and a seed; a membership carries one, as `meshctl credentials issue` prints it")
 	}
+	if (m.CertFile == "") != (m.KeyFile == "") {
+		return m, errors.New("reading the membership: a client certificate needs both cert_file and key_file")
+	}
+	if m.CA != "" && !x509.NewCertPool().AppendCertsFromPEM([]byte(m.CA)) {
+		return m, fmt.Errorf("reading the membership: its ca: %w", busclient.ErrNoCACertificate)
+	}
 	if seed {
 		kp, err := busclient.UserKey(m.Seed)
 		if err != nil {
@@ -115,10 +133,12 @@ func ReadMembershipFile(path string) (Membership, error) {
 	return m, nil
 }
 
-// NewMembership is the membership of user on the bus t reaches: for a cluster, with every
-// server listed, so the host can reach the bus through any of them.
+// NewMembership is the membership of user on the bus t reaches, recognised as t recognises it
+// (its pins, its CA) and presenting t's client certificate: for a cluster, with every server
+// listed, so the host can reach the bus through any of them.
 func NewMembership(t busclient.Target, user, password string) Membership {
-	m := Membership{Address: t.URL, Fingerprint: t.Fingerprint, User: user, Password: password}
+	m := Membership{Address: t.URL, Fingerprint: t.Fingerprint, CA: t.CA, CertFile: t.CertFile, KeyFile: t.KeyFile,
+		User: user, Password: password}
 	if t.Others != "" {
 		m.Servers = append([]string{t.URL}, strings.Split(t.Others, ",")...)
 	}
@@ -135,7 +155,8 @@ func (m Membership) target() busclient.Target {
 			others = append(others, s)
 		}
 	}
-	return busclient.Target{URL: address, Fingerprint: m.Fingerprint, Others: strings.Join(others, ",")}
+	return busclient.Target{URL: address, Fingerprint: m.Fingerprint, CA: m.CA, CertFile: m.CertFile, KeyFile: m.KeyFile,
+		Others: strings.Join(others, ",")}
 }
 
 func withScheme(address string) string {

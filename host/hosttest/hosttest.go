@@ -39,6 +39,9 @@ type Mesh struct {
 	// Bus is the embedded bus of Start; nil for StartCluster's, whose servers are Cluster's.
 	Bus     *bus.Embedded
 	Cluster *bustest.TestCluster
+	// Server is StartTLS's nats-server process: renew its certificates on disk and Reload or
+	// Restart it.
+	Server  *bustest.TestServer
 	Model   *model.Mesh
 	Desired *render.Desired
 
@@ -116,6 +119,33 @@ func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	first := each[0]
 	first.StateDir, first.Others = t.TempDir(), each[1:]
 	b.create(t, first, 60*time.Second)
+	return b
+}
+
+// StartTLS is Start on a nats-server process of its own serving TLS as tls says
+// (bustest.StartTestServerTLS), as an operator's server does. Memberships, and the
+// controller that creates the mesh, recognise the server as trust says — its CA, its pins, or
+// both — and present trust's client certificate; trust's URL is ignored.
+func StartTLS(t testing.TB, dir string, tls bustest.ServerTLS, trust busclient.Target) *Mesh {
+	t.Helper()
+	b := newMesh(t, dir, func(*model.Mesh) {})
+	b.Server = bustest.StartTestServerTLS(t, t.TempDir(), tls)
+	trust.URL, trust.Others = b.Server.URL, ""
+	b.target = trust
+	t.Cleanup(b.closeHosts)
+	accounts := reconcile.Accounts{Path: b.Server.AccountsFile, Reloader: bus.PIDFileReloader(b.Server.PIDFile),
+		Target: b.target, StateDir: t.TempDir()}
+	// The mesh's users first, so that the controller can log in to create the rest.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := os.WriteFile(b.Server.AccountsFile, render.AccountsConfig(b.Desired.Principals, b.hashes), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := accounts.Reloader.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitLogin(ctx, t, b.target, render.ControllerUser)
+	b.create(t, accounts, 30*time.Second)
 	return b
 }
 
