@@ -354,6 +354,19 @@ func (c credentialChange) mintAndDeliver(ctx context.Context, req issueRequest) 
 			return exitError
 		}
 	}
+	// How the bus is recognised, read before minting: a CA file that cannot be read would
+	// otherwise leave a minted credential with no membership to carry it.
+	var reach busclient.Target
+	if !c.m.Bus.Embedded() {
+		var err error
+		if reach, err = reconcile.BusTarget(c.m); err != nil {
+			if file != nil {
+				file.abandon()
+			}
+			c.e.errorf("%v", err)
+			return exitError
+		}
+	}
 	p, _ := c.desired.Principal(c.principal)
 	var minted map[string]string
 	var err error
@@ -375,7 +388,7 @@ func (c credentialChange) mintAndDeliver(ctx context.Context, req issueRequest) 
 	if p.Nkey {
 		secret = "seed"
 	}
-	line := membershipLine(c.membership(minted[c.principal], p.Nkey))
+	line := membershipLine(c.membership(minted[c.principal], p.Nkey, reach))
 	if file != nil {
 		if werr := file.write(line); werr != nil {
 			c.e.errorf("%s's credential is minted, but its membership could not be written to %s: %v; issue it again", c.principal, req.out, werr)
@@ -444,10 +457,12 @@ func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live b
 }
 
 // membership is the principal's membership with secret, its password or with nkey its seed:
-// the address a host dials and the bus's fingerprint, and on a bus of several servers every
-// server.
-func (c credentialChange) membership(secret string, nkey bool) host.Membership {
-	mem := host.Membership{Address: busAddress(c.m, c.st.Dir()), Fingerprint: c.m.Bus.Fingerprint, User: c.principal}
+// the address a host dials and the bus's fingerprint, on a bus of several servers every
+// server, and from reach (the external bus as the description reaches it) the CA that
+// verifies it and the client certificate's files.
+func (c credentialChange) membership(secret string, nkey bool, reach busclient.Target) host.Membership {
+	mem := host.Membership{Address: busAddress(c.m, c.st.Dir()), Fingerprint: c.m.Bus.Fingerprint, User: c.principal,
+		CA: reach.CA, CertFile: reach.CertFile, KeyFile: reach.KeyFile}
 	if nkey {
 		mem.Seed = secret
 	} else {
