@@ -174,10 +174,11 @@ func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
 }
 
 // create has the controller create the mesh's streams and consumers, and write the accounts
-// config through accounts, as `meshctl apply` does on a bus that has none of them. A cluster
-// just reloaded may leave a call unanswered while its leaders settle; the apply is then made
-// again, as the next `meshctl apply` would, until within has passed: each of its calls is one
-// that a second time finds done.
+// config through accounts, as `meshctl apply` does on a bus that has none of them. A server
+// process just reloaded may leave a call unanswered while its leaders settle, or refuse it
+// while it enables JetStream for the account anew; the apply is then made again, as the next
+// `meshctl apply` would, until within has passed: each of its calls is one that a second time
+// finds done.
 func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts, within time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
@@ -192,7 +193,7 @@ func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts, within time.Dur
 		if err == nil {
 			return
 		}
-		if b.Cluster == nil || ctx.Err() != nil {
+		if b.Bus != nil || ctx.Err() != nil {
 			t.Fatalf("the controller could not create the mesh: %v", err)
 		}
 		t.Logf("creating the mesh again: %v", err)
