@@ -112,7 +112,7 @@ func (t Target) check() error {
 
 // Fingerprint is the lower-case hex SHA-256 of a certificate's DER bytes (x509.Certificate.Raw)
 // — the leaf's own hash, which is what the mesh pins. The server's `pinned_certs` hashes the
-// public key instead, a different number (docs/nats-behaviour.md, "TLS pinning").
+// public key instead, a different number (docs/nats-behaviour.md, "TLS").
 func Fingerprint(der []byte) string {
 	sum := sha256.Sum256(der)
 	return hex.EncodeToString(sum[:])
