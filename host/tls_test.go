@@ -69,7 +69,8 @@ func waitReconnected(ctx context.Context, t *testing.T, again <-chan struct{}, h
 // for the server's name. When the certificate is renewed by the same CA — a new leaf written
 // over the server's files and reloaded — the host, its membership unchanged, reconnects when
 // the server restarts and carries on; a new host joins with the same membership. A leaf from
-// another CA is refused, as a certificate verification error, before the password is sent.
+// another CA is refused, as a certificate verification error, before the password is sent; and a
+// pin beside the CA must hold too.
 func TestAHostVerifiesTheBusByItsCAAcrossARenewal(t *testing.T) {
 	t.Parallel()
 	ca := testnats.NewCA(t, t.TempDir())
@@ -115,6 +116,14 @@ func TestAHostVerifiesTheBusByItsCAAcrossARenewal(t *testing.T) {
 		t.Fatalf("a host with the unchanged membership cannot join the renewed server: %v", err)
 	}
 	fresh.Close()
+	// A pin beside the CA must hold as well: pinned to the first leaf, the renewed one is refused.
+	pinnedToFirst := m
+	pinnedToFirst.Fingerprint = first
+	_, err = host.Join(ctx, pinnedToFirst)
+	var mismatch *busclient.FingerprintMismatchError
+	if !errors.As(err, &mismatch) || mismatch.Got != renewed {
+		t.Fatalf("the CA and a pin of the first leaf, on the renewed server: got %v, want a fingerprint mismatch naming %s", err, renewed)
+	}
 
 	// Another CA's leaf in place of this CA's: refused by the chain, not by a login.
 	testnats.NewCA(t, t.TempDir()).ServerCert(t, serverDir)
