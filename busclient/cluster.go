@@ -15,21 +15,27 @@ import (
 // different server than the one asked.
 
 // Cluster is the Target of a bus of several servers: a connection to it starts at any of
-// them and moves to another when its server goes away; every server's fingerprint pins it.
+// them and moves to another when its server goes away; every server's fingerprint pins it,
+// and every server's CA verifies it. The client certificate is the first server's: a host
+// presents the same one to whichever server it reaches.
 func Cluster(servers []Target) Target {
 	if len(servers) == 0 {
 		return Target{}
 	}
 	t := servers[0]
-	var urls, pins []string
+	var urls, pins, cas []string
 	for _, s := range servers {
 		urls = append(urls, s.URL)
 		if s.Fingerprint != "" && !slices.Contains(pins, s.Fingerprint) {
 			pins = append(pins, s.Fingerprint)
 		}
+		if s.CA != "" && !slices.Contains(cas, s.CA) {
+			cas = append(cas, s.CA)
+		}
 	}
 	t.Others = strings.Join(urls[1:], ",")
 	t.Fingerprint = strings.Join(pins, " ")
+	t.CA = strings.Join(cas, "\n")
 	return t
 }
 

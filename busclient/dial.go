@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,9 +30,21 @@ type Target struct {
 	// Fingerprint, when set, is the hex SHA-256 of the server's leaf certificate DER, in either
 	// case and with or without ':' separators. The mesh's bus presents a certificate no public
 	// verifier accepts, so pinning it is how a client knows it reached the right server.
-	// A cluster's servers may present different certificates: Fingerprint then lists each,
-	// separated by spaces, and any of them is the bus.
+	// A cluster's servers may present different certificates, and a planned rotation has the
+	// old certificate and its successor: Fingerprint then lists each, separated by spaces, and
+	// any of them is the bus.
 	Fingerprint string
+	// CA, when set, is PEM: the certificates of the authorities that sign the bus's
+	// certificates. A server's certificate must chain to one of them and name the host the URL
+	// names, as any TLS client checks; any leaf they sign for that name is the bus, so a
+	// certificate renewed by the CA (every cert-manager rotation) needs no change here. With
+	// Fingerprint too, the certificate must pass both. With neither, a tls:// URL is verified
+	// against the system's roots.
+	CA string
+	// CertFile and KeyFile name the client certificate and its key the connection presents to
+	// a server that asks for one (verify: true in its tls block). They are read again at every
+	// connection, so a certificate renewed in place is presented at the next reconnect.
+	CertFile, KeyFile string
 	// Others are the URLs of a cluster's other servers, separated by commas (servers.go): a
 	// connection starts at any server that answers and moves to another when its server goes
 	// away. A string, so that a Target stays comparable.
@@ -99,7 +112,7 @@ func (t Target) check() error {
 
 // Fingerprint is the lower-case hex SHA-256 of a certificate's DER bytes (x509.Certificate.Raw)
 // — the leaf's own hash, which is what the mesh pins. The server's `pinned_certs` hashes the
-// public key instead, a different number (docs/nats-behaviour.md, "TLS pinning").
+// public key instead, a different number (docs/nats-behaviour.md, "TLS").
 func Fingerprint(der []byte) string {
 	sum := sha256.Sum256(der)
 	return hex.EncodeToString(sum[:])
@@ -126,14 +139,64 @@ func (e *FingerprintMismatchError) Error() string {
 	return fmt.Sprintf("certificate fingerprint mismatch: got %s, want %s", e.Got, e.Want)
 }
 
+// ErrNoCACertificate is returned (wrapped) for a CA that holds no PEM certificate: a file
+// cut short, a key pasted in its place, or nothing at all.
+var ErrNoCACertificate = errors.New("the CA holds no PEM certificate")
+
+// roots is the pool of t's CA, or nil when it names none.
+func (t Target) roots() (*x509.CertPool, error) {
+	if t.CA == "" {
+		return nil, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(t.CA)) {
+		return nil, ErrNoCACertificate
+	}
+	return pool, nil
+}
+
+// tlsOptions are the options that make the connection verify the bus as t says — by its
+// pins, its CA, or both — and present t's client certificate; none for a Target that says
+// nothing of TLS, which nats.go then speaks where the URL or the server asks for it,
+// verified against the system's roots. Any of them makes TLS mandatory, even on a nats://
+// URL: a client told how to recognise the bus never speaks to it in the clear.
+func (t Target) tlsOptions() ([]nats.Option, error) {
+	pins, err := t.pins()
+	if err != nil {
+		return nil, err
+	}
+	roots, err := t.roots()
+	if err != nil {
+		return nil, err
+	}
+	var opts []nats.Option
+	switch {
+	case len(pins) > 0:
+		opts = append(opts, nats.Secure(pinnedTLS(roots, pins...)))
+	case roots != nil:
+		opts = append(opts, nats.Secure(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}))
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, errors.New("a client certificate needs both its file and its key's")
+	}
+	if t.CertFile != "" {
+		// nats.go reads the pair here, refusing a missing or mismatched one before dialling,
+		// and again at every connection.
+		opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
+	}
+	return opts, nil
+}
+
 // pinnedTLS accepts exactly the leaf certificates whose SHA-256 is among want (the servers of
-// one bus) and nothing else.
-// InsecureSkipVerify only turns off name and chain verification, which the mesh's certificate
-// cannot pass ("certificate is not valid for any names"); the pin below is stricter. It
-// is VerifyConnection, not VerifyPeerCertificate: the latter is skipped on resumed sessions.
-func pinnedTLS(want ...string) *tls.Config {
+// one bus, or a certificate and its planned successor) and nothing else. Without roots,
+// InsecureSkipVerify turns off name and chain verification, which the mesh's self-signed
+// certificate cannot pass ("certificate is not valid for any names"); the pin is stricter.
+// With roots the chain and the name are verified as well, and the pin is checked after them.
+// It is VerifyConnection, not VerifyPeerCertificate: the latter is skipped on resumed sessions.
+func pinnedTLS(roots *x509.CertPool, want ...string) *tls.Config {
 	return &tls.Config{
-		InsecureSkipVerify: true, //nolint:gosec // replaced by the pin in VerifyConnection
+		RootCAs:            roots,
+		InsecureSkipVerify: roots == nil, //nolint:gosec // replaced by the pin in VerifyConnection
 		MinVersion:         tls.VersionTLS12,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
@@ -192,12 +255,14 @@ const defaultConnectTimeout = 5 * time.Second
 // "_INBOX.<user>" (every principal is granted only its own inbox; the default random prefix is
 // refused), the credential (user and password, or the nkey of the user's seed), and
 // an async error handler that records permission violations (chaining any handler given in opts). It also sets a connection name, a connect
-// timeout of 5s or ctx's deadline if sooner, PermissionErrOnSubscribe, and the pinned TLS
-// configuration when t.Fingerprint is set (which makes TLS mandatory). ctx bounds only the
-// connect; the connection outlives it.
+// timeout of 5s or ctx's deadline if sooner, PermissionErrOnSubscribe, and TLS as t says:
+// verified by t.Fingerprint's pins, t.CA's authorities or both, presenting t.CertFile's
+// certificate (any of which makes TLS mandatory). ctx bounds only the connect; the connection
+// outlives it.
 //
 // Errors name t.Address() and the user, never the password or seed, and wrap the cause with %w
-// (a pin refusal is a *FingerprintMismatchError, a wrong password or seed
+// (a pin refusal is a *FingerprintMismatchError, a certificate the CA did not sign for the
+// server's name a *tls.CertificateVerificationError, a wrong password or seed
 // nats.ErrAuthorization, a seed that is not a user's ErrNotUserSeed).
 func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (*Conn, error) {
 	for _, s := range t.servers() {
@@ -227,13 +292,11 @@ func Dial(ctx context.Context, t Target, cred Credential, opts ...nats.Option) (
 		nats.Timeout(timeout),
 		nats.PermissionErrOnSubscribe(true),
 	}
-	if t.Fingerprint != "" {
-		want, err := t.pins()
-		if err != nil {
-			return nil, fmt.Errorf("connecting to the bus at %s: %w", addr, err)
-		}
-		all = append(all, nats.Secure(pinnedTLS(want...)))
+	secure, err := t.tlsOptions()
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the bus at %s: %w", addr, err)
 	}
+	all = append(all, secure...)
 	login, err := cred.login()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the bus at %s as %q: %w", addr, cred.User, err)

@@ -2,12 +2,16 @@ package busclient
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // A URL carrying a password is refused before anything is dialled, naming the address without
@@ -93,5 +97,54 @@ func TestAClusterTargetListsEveryServerAndPin(t *testing.T) {
 	}
 	if len(c.servers()) != 3 {
 		t.Fatalf("servers %v", c.servers())
+	}
+}
+
+// A cluster's Target is verified by every server's CA, each once, and presents the client
+// certificate its servers name.
+func TestAClusterTargetCarriesEveryServersCA(t *testing.T) {
+	t.Parallel()
+	a, b := testnats.NewCA(t, t.TempDir()), testnats.NewCA(t, t.TempDir())
+	c := Cluster([]Target{
+		{URL: "tls://10.0.0.1:4222", CA: a.PEM, CertFile: "c.pem", KeyFile: "k.pem"},
+		{URL: "tls://10.0.0.2:4222", CA: b.PEM, CertFile: "c.pem", KeyFile: "k.pem"},
+		{URL: "tls://10.0.0.3:4222", CA: a.PEM, CertFile: "c.pem", KeyFile: "k.pem"},
+	})
+	pool, err := c.roots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := x509.NewCertPool()
+	for _, ca := range []*testnats.CA{a, b} {
+		want.AppendCertsFromPEM([]byte(ca.PEM))
+	}
+	if !pool.Equal(want) {
+		t.Fatalf("the cluster's CA %q is not both servers' CAs", c.CA)
+	}
+	if strings.Count(c.CA, "BEGIN CERTIFICATE") != 2 || c.CertFile != "c.pem" || c.KeyFile != "k.pem" {
+		t.Fatalf("cluster target %+v", c)
+	}
+}
+
+// What cannot verify anything, or present anything, is refused before anything is dialled:
+// a CA with no certificate in it, and a client certificate without its key.
+func TestATargetThatCannotBeVerifiedIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		t    Target
+		want error
+	}{
+		{"a CA that is no PEM", Target{URL: "tls://127.0.0.1:1", CA: "not a certificate"}, ErrNoCACertificate},
+		{"a certificate without its key", Target{URL: "tls://127.0.0.1:1", CertFile: "c.pem"}, nil},
+		{"a key without its certificate", Target{URL: "tls://127.0.0.1:1", KeyFile: "k.pem"}, nil},
+	} {
+		_, err := Dial(context.Background(), tc.t, Credential{User: "u", Password: "p"})
+		if err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s: dialled the server: %v", tc.name, err)
+		}
 	}
 }

@@ -3,14 +3,16 @@ package controller
 import (
 	"encoding/json"
 
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/wire"
 )
 
 // membershipOf is user's membership with its freshly minted secret: a password, or where the
 // mesh's hosts log in with nkeys (bus.auth: nkey) the seed of its nkey, sealed to the node
-// like a password, and like it never logged or kept.
+// like a password, and like it never logged or kept. The bus is recognised as the controller's
+// own connection recognises it: its pins or its CA, and the client certificate it presents.
 func (l *loop) membershipOf(user, secret string) wire.Membership {
-	return wire.NewMembership(l.cfg.Target.ServerURLs(), l.cfg.Target.Fingerprint, user, secret, l.mesh.Bus.Nkeys())
+	return host.MembershipOf(l.cfg.Target, user, secret, l.mesh.Bus.Nkeys())
 }
 
 // sealedMembership is user's membership with its freshly minted secret, sealed (wire.Seal) to

@@ -6,15 +6,18 @@
 //
 // What it owns:
 //
-//   - Reading the membership (ReadMembership, ReadMembershipFile): the one JSON line
-//     `meshctl credentials issue` prints — address, fingerprint, user and one secret (a
-//     password, or an nkey user seed for `bus.auth: nkey`) as separate fields, and for a
-//     cluster every server's URL; never a URL with a secret in it. The agent and the example
-//     host read their files through it. Its shape (Membership, an alias) is package wire's,
-//     since the controller seals it to the agent.
+//   - The membership (Membership, ReadMembership, ReadMembershipFile): the one JSON line
+//     `meshctl credentials issue` prints — address, how to recognise the bus (its pinned
+//     fingerprints, or the PEM of the CA that signs its certificates), user and one secret (a
+//     password, or an nkey user seed for `bus.auth: nkey`) as separate fields, for a cluster
+//     every server's URL, and where the server asks for one the host's client certificate
+//     and key files; never a URL with a secret in it. The agent and the example host read
+//     their files through it. Its shape (Membership, an alias) is package wire's, since the
+//     controller seals it to the agent; MembershipOf builds it from a Target.
 //   - Joining (Join): busclient.Dial with those fields joined once, through whichever of the
-//     servers answers, the certificate pinned by its fingerprint and the inbox prefix
-//     `_INBOX.<user>`, the only inbox the user is granted.
+//     servers answers, the certificate verified by its pins or its CA (so a certificate the
+//     CA renews needs no new membership) and the inbox prefix `_INBOX.<user>`, the only
+//     inbox the user is granted.
 //   - Binding the consumer a principal is meant to use, by the mesh's naming rules
 //     (Declarations, Events, Work, ControllerInbox, ControllerEvents), as push consumers taken
 //     in their deliver group where they have one. Never js.Stream(): asking about a stream needs

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,12 @@ func ReadMembership(r io.Reader) (Membership, error) {
 	if password && seed {
 		return m, errors.New("reading the membership: both a password and a seed; a membership carries one, as `meshctl credentials issue` prints it")
 	}
+	if (m.CertFile == "") != (m.KeyFile == "") {
+		return m, errors.New("reading the membership: a client certificate needs both cert_file and key_file")
+	}
+	if m.CA != "" && !x509.NewCertPool().AppendCertsFromPEM([]byte(m.CA)) {
+		return m, fmt.Errorf("reading the membership: its ca: %w", busclient.ErrNoCACertificate)
+	}
 	if seed {
 		kp, err := busclient.UserKey(m.Seed)
 		if err != nil {
@@ -91,6 +98,16 @@ func ReadMembershipFile(path string) (Membership, error) {
 	return m, nil
 }
 
+// MembershipOf is the membership of user on the bus t reaches, with its secret (the seed of its
+// nkey where nkey, else its password): every server t lists, recognised as t recognises it (its
+// pins, its CA), presenting t's client certificate. What `meshctl credentials issue` prints
+// and what the controller seals to a node are both built here.
+func MembershipOf(t busclient.Target, user, secret string, nkey bool) Membership {
+	m := wire.NewMembership(t.ServerURLs(), t.Fingerprint, user, secret, nkey)
+	m.CA, m.CertFile, m.KeyFile = t.CA, t.CertFile, t.KeyFile
+	return m
+}
+
 // targetOf is where m's bus is: its address, and every other server it lists. An address
 // without a scheme is taken as nats://.
 func targetOf(m Membership) busclient.Target {
@@ -101,7 +118,8 @@ func targetOf(m Membership) busclient.Target {
 			others = append(others, s)
 		}
 	}
-	return busclient.Target{URL: address, Fingerprint: m.Fingerprint, Others: strings.Join(others, ",")}
+	return busclient.Target{URL: address, Fingerprint: m.Fingerprint, CA: m.CA, CertFile: m.CertFile, KeyFile: m.KeyFile,
+		Others: strings.Join(others, ",")}
 }
 
 func withScheme(address string) string {

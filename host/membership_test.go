@@ -55,6 +55,9 @@ func TestReadMembershipRefusesWithoutTheSecret(t *testing.T) {
 		{"nothing", `{}`, "no address, no user, no password"},
 		{"two", `{"address": "nats://x:1", "user": "u", "password": "` + secret + `"} {"address": "nats://x:1"}`, "more than one"},
 		{"wrong type", `{"address": "nats://x:1", "user": "u", "password": 7}`, "password"},
+		{"a CA that is none", `{"address": "nats://x:1", "user": "u", "password": "` + secret + `", "ca": "not PEM"}`, "no PEM certificate"},
+		{"a certificate without its key", `{"address": "nats://x:1", "user": "u", "password": "` + secret + `", "cert_file": "/etc/mesh/tls.crt"}`, "both cert_file and key_file"},
+		{"a key without its certificate", `{"address": "nats://x:1", "user": "u", "password": "` + secret + `", "key_file": "/etc/mesh/tls.key"}`, "both cert_file and key_file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := host.ReadMembership(strings.NewReader(c.input))

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/wire"
 )
 
@@ -35,5 +36,38 @@ func TestAMembershipListsEveryServerOfACluster(t *testing.T) {
 	}
 	if got := targetOf(old); got.URL != "nats://10.0.0.1:4222" || got.Others != "nats://10.0.0.2:4222" {
 		t.Fatalf("read back as %+v", got)
+	}
+}
+
+// A pinned membership is the line it always was: the fields that recognise a bus by its CA
+// and present a client certificate are left out where they are empty, so a host reading
+// memberships before them reads it unchanged. One with them reads back as a target carrying
+// them, and its CA and client certificate reach the cluster's every server.
+func TestAMembershipCarriesTheCAAndTheClientCertificateOnlyWhenItHasThem(t *testing.T) {
+	pinned := busclient.Target{URL: "tls://10.0.0.1:4222", Fingerprint: strings.Repeat("ab", 32)}
+	line, err := json.Marshal(MembershipOf(pinned, "alpha.shop", "pw", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"address":"tls://10.0.0.1:4222","fingerprint":"` + strings.Repeat("ab", 32) + `","user":"alpha.shop","password":"pw"}`; string(line) != want {
+		t.Fatalf("a pinned membership changed:\n got %s\nwant %s", line, want)
+	}
+
+	ca := testnats.NewCA(t, t.TempDir())
+	cluster := busclient.Cluster([]busclient.Target{
+		{URL: "tls://10.0.0.1:4222", CA: ca.PEM, CertFile: "/etc/mesh/tls.crt", KeyFile: "/etc/mesh/tls.key"},
+		{URL: "tls://10.0.0.2:4222", CA: ca.PEM, CertFile: "/etc/mesh/tls.crt", KeyFile: "/etc/mesh/tls.key"},
+	})
+	line, err = json.Marshal(MembershipOf(cluster, "alpha.shop", "pw", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadMembership(strings.NewReader(string(line)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := targetOf(m)
+	if got.CA != ca.PEM || got.CertFile != "/etc/mesh/tls.crt" || got.KeyFile != "/etc/mesh/tls.key" || got.Fingerprint != "" {
+		t.Fatalf("the membership %s reads back as %+v", line, got)
 	}
 }

@@ -155,6 +155,12 @@ func dump(m *model.Mesh) string {
 	if bus.Fingerprint != "" {
 		line("  fingerprint: %s", bus.Fingerprint)
 	}
+	if bus.CAFile != "" {
+		line("  ca_file: %s", bus.CAFile)
+	}
+	if bus.CertFile != "" || bus.KeyFile != "" {
+		line("  cert_file: %s key_file: %s", bus.CertFile, bus.KeyFile)
+	}
 	if bus.AccountsFile != "" {
 		line("  accounts_file: %s", bus.AccountsFile)
 	}
@@ -183,6 +189,9 @@ func dump(m *model.Mesh) string {
 		line("  server %s @ %s", s.Name, s.Pos)
 		line("    url: %s accounts_file: %s fingerprint: %s", s.URL, s.AccountsFile, s.Fingerprint)
 		line("    reload: %+v copy: %q", s.Reload, s.Copy)
+		if s.CAFile != "" {
+			line("    ca_file: %s", s.CAFile)
+		}
 	}
 
 	c := m.Controller

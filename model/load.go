@@ -285,7 +285,10 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	b := &rawBus{pos: d.pos(n)}
 	f := d.section(n, busSection)
 	b.url, _ = d.optional(f, "url")
-	b.fingerprint, _ = d.optional(f, "fingerprint")
+	b.fingerprints = d.scalars(f, "fingerprint", "bus.fingerprint")
+	b.caFile, _ = d.optional(f, "ca_file")
+	b.certFile, _ = d.optional(f, "cert_file")
+	b.keyFile, _ = d.optional(f, "key_file")
 	b.accountsFile, _ = d.optional(f, "accounts_file")
 	b.listen, _ = d.optional(f, "listen")
 	b.eventsMaxAge, _ = d.optional(f, "events_max_age")
@@ -494,6 +497,32 @@ func (d *decoder) names(f map[string]field, key, what string) []name {
 		}
 	}
 	return out
+}
+
+// scalars reads a key that takes one string-like scalar or a list of them, as a
+// fingerprint does: one certificate pinned, or several.
+func (d *decoder) scalars(f map[string]field, key, what string) []name {
+	v, ok := f[key]
+	if !ok {
+		return nil
+	}
+	switch v.val.Kind {
+	case yaml.SequenceNode:
+		var out []name
+		for _, item := range v.val.Content {
+			if s, ok := d.scalar(item, what+" entry"); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	case yaml.ScalarNode:
+		if s, ok := d.scalar(v.val, what); ok {
+			return []name{s}
+		}
+		return nil
+	}
+	d.errorf(v.val, "%s must be a string or a list of strings, not %s", what, kindName(v.val))
+	return nil
 }
 
 func (d *decoder) strings(n *yaml.Node, what string) []string {

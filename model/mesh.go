@@ -46,10 +46,20 @@ type Mesh struct {
 
 // Bus says which bus the mesh lives on. Without URL, meshctl runs an embedded bus itself.
 type Bus struct {
-	URL          string
-	Fingerprint  string // hex SHA-256 of the bus's leaf certificate (DER), normalised to lower case without separators
-	AccountsFile string // where meshctl writes the accounts config an external server includes
-	Listen       string // the embedded bus's listen address
+	URL string
+	// Fingerprint pins the bus's leaf certificate: the hex SHA-256 of its DER, lower case without
+	// separators, or several separated by spaces (a planned rotation, or a cluster's servers).
+	Fingerprint string
+	// CAFile, when set, is the PEM file of the CA that signs the external servers' certificates
+	// (bus.ca_file): every connection verifies the server by it and by the server's name, and
+	// every membership carries its text.
+	CAFile string
+	// CertFile and KeyFile, when set, are the client certificate and key presented where the
+	// servers ask for one (verify: true): meshctl's own, read on the control host, and the
+	// paths every membership names for its host's own.
+	CertFile, KeyFile string
+	AccountsFile      string // where meshctl writes the accounts config an external server includes
+	Listen            string // the embedded bus's listen address
 	// AllowPlaintextListen is the operator's word that the network the embedded bus listens
 	// on is trusted: without it, a listen address off the loopback interface is refused,
 	// since the bus serves no TLS and every principal logs in with a password.
@@ -96,6 +106,13 @@ const (
 
 // Nkeys reports whether the mesh's hosts log in with nkeys.
 func (b Bus) Nkeys() bool { return b.Auth == AuthNkey }
+
+// secured reports whether a connection to a server pinned by fingerprint and verified by
+// caFile speaks TLS whatever its URL's scheme: a pin, a CA or a client certificate makes TLS
+// mandatory.
+func (b Bus) secured(fingerprint, caFile string) bool {
+	return fingerprint != "" || caFile != "" || b.CertFile != ""
+}
 
 // Embedded reports whether meshctl runs the bus itself.
 func (b Bus) Embedded() bool { return b.URL == "" }

@@ -20,6 +20,9 @@ const (
 	scalarValue valueKind = iota
 	// namesValue is a list of string-like scalars, or nothing (a key left empty).
 	namesValue
+	// scalarsValue is one string-like scalar, or a list of them: a certificate's fingerprint,
+	// or several.
+	scalarsValue
 	// integerValue is a whole number.
 	integerValue
 	// boolValue is true or false.
@@ -66,11 +69,15 @@ var (
 		{name: "accounts_file", kind: scalarValue, required: true, doc: "The accounts config this server includes: where meshctl writes it, or with copy, the local file copy puts in place."},
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How this server is told to re-read its accounts config: none, system (a request as meshctl's system user), {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "copy", kind: namesValue, doc: "A command (program and arguments, no shell) that puts the accounts config onto a server off the control host; the argument {file} is replaced by the local file's path."},
-		{name: "fingerprint", kind: scalarValue, doc: "Hex SHA-256 of this server's leaf certificate, where it differs from bus.fingerprint."},
+		{name: "fingerprint", kind: scalarsValue, doc: "Hex SHA-256 of this server's leaf certificate, where it differs from bus.fingerprint; a list for a planned rotation (the certificate served now and its successor)."},
+		{name: "ca_file", kind: scalarValue, doc: "PEM file of the CA that signs this server's certificate, where it differs from bus.ca_file."},
 	})
 	busSection = newSection("bus", []key{
 		{name: "url", kind: scalarValue, doc: "An external server's URL (nats:// or tls://), without user or password. Without it meshctl runs an embedded bus."},
-		{name: "fingerprint", kind: scalarValue, doc: "Hex SHA-256 of the external server's leaf certificate, pinned by every client."},
+		{name: "fingerprint", kind: scalarsValue, doc: "Hex SHA-256 of the external server's leaf certificate, pinned by every client; a list for a planned rotation (the certificate served now and its successor)."},
+		{name: "ca_file", kind: scalarValue, doc: "PEM file of the CA that signs the external servers' certificates: every client verifies the server by it and by the server's name, so a renewed certificate needs no change. Every membership carries its text."},
+		{name: "cert_file", kind: scalarValue, doc: "Absolute path of the client certificate presented where the servers ask for one (verify: true): meshctl's own on the control host, and every membership names the same path for its host's own."},
+		{name: "key_file", kind: scalarValue, doc: "Absolute path of cert_file's private key, on the control host and, as every membership names it, on each host."},
 		{name: "accounts_file", kind: scalarValue, doc: "Where meshctl writes the accounts config an external server includes."},
 		{name: "listen", kind: scalarValue, doc: "The embedded bus's listen address, host:port (loopback unless allow_plaintext_listen)."},
 		{name: "allow_plaintext_listen", kind: boolValue, doc: "The operator's word that the network the embedded bus listens on is trusted."},
@@ -186,6 +193,8 @@ func schemaValue(k key) map[string]any {
 		return maps.Clone(stringLike)
 	case namesValue:
 		return map[string]any{"type": []string{"array", "null"}, "items": stringLike}
+	case scalarsValue:
+		return map[string]any{"type": []string{"string", "integer", "array"}, "items": stringLike}
 	case integerValue:
 		return map[string]any{"type": "integer"}
 	case boolValue:

@@ -11,6 +11,7 @@ import (
 var wrongValue = map[valueKind]string{
 	scalarValue:  "{not: a-name}",
 	namesValue:   "{not: a-list}",
+	scalarsValue: "{not: a-name}",
 	integerValue: "many",
 	boolValue:    "perhaps",
 	sectionValue: "[not, a-mapping]",

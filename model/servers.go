@@ -26,20 +26,24 @@ type Server struct {
 	// Copy, when set, puts AccountsFile (a file on the control host) onto a server that is
 	// not: the program and its arguments, CopyFileArg standing for the local path.
 	Copy []string
-	// Fingerprint pins this server's certificate: its own, or bus.fingerprint.
+	// Fingerprint pins this server's certificate: its own, or bus.fingerprint (one or several,
+	// separated by spaces).
 	Fingerprint string
-	Pos         Pos
+	// CAFile verifies this server's certificate: its own, or bus.ca_file.
+	CAFile string
+	Pos    Pos
 }
 
 // CopyFileArg is the argument of a copy command that stands for the local accounts file.
 const CopyFileArg = "{file}"
 
 type rawServer struct {
-	url, accountsFile, fingerprint name
-	reload                         *rawReload
-	copy                           []string
-	copyPos                        Pos
-	pos                            Pos
+	url, accountsFile, caFile name
+	fingerprints              []name
+	reload                    *rawReload
+	copy                      []string
+	copyPos                   Pos
+	pos                       Pos
 }
 
 func (d *decoder) server(n *yaml.Node) rawServer {
@@ -47,7 +51,8 @@ func (d *decoder) server(n *yaml.Node) rawServer {
 	s := rawServer{pos: d.pos(n)}
 	s.url = d.required(n, f, "url", "server")
 	s.accountsFile = d.required(n, f, "accounts_file", "server")
-	s.fingerprint, _ = d.optional(f, "fingerprint")
+	s.fingerprints = d.scalars(f, "fingerprint", "a server's fingerprint")
+	s.caFile, _ = d.optional(f, "ca_file")
 	if v, ok := f["reload"]; ok {
 		s.reload = d.reload(v.val)
 	}
@@ -86,13 +91,14 @@ func checkURL(diags *diagnostics, n name, what string) string {
 }
 
 // checkPlaintextURL refuses addr, a server's scheme://host:port, when it is a nats:// URL to
-// another host with no fingerprint, unless the operator said the network is trusted. nats://
-// speaks TLS only where the server insists or a pin asks for it, and the controller, like
-// every host of the mesh, logs in with a password: off this host, plaintext hands it to
-// whoever can see the traffic. what names the key ("bus.url", "a server's url").
-func checkPlaintextURL(diags *diagnostics, at Pos, addr, what, fingerprint string, allowed bool) {
+// another host that nothing secures (no pin, no CA, no client certificate), unless the
+// operator said the network is trusted. nats:// speaks TLS only where the server insists or
+// the client is told how to verify it, and the controller, like every host of the mesh, logs
+// in with a password: off this host, plaintext hands it to whoever can see the traffic. what
+// names the key ("bus.url", "a server's url").
+func checkPlaintextURL(diags *diagnostics, at Pos, addr, what string, secured, allowed bool) {
 	u, err := url.Parse(addr)
-	if err != nil || u.Scheme != "nats" || fingerprint != "" || allowed {
+	if err != nil || u.Scheme != "nats" || secured || allowed {
 		return
 	}
 	if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || ip != nil && ip.IsLoopback() {
@@ -120,6 +126,7 @@ func validateServers(diags *diagnostics, rb *rawBus, b *Bus) {
 	}
 	seen := map[string]Pos{}
 	files := map[string]Pos{}
+	pinned, verified := 0, 0
 	for _, rs := range rb.servers {
 		s := Server{AccountsFile: rs.accountsFile.val, Reload: rs.reload.value(), Copy: rs.copy, Pos: rs.pos}
 		if rs.url.val != "" {
@@ -143,28 +150,33 @@ func validateServers(diags *diagnostics, rb *rawBus, b *Bus) {
 		if rs.copyPos != (Pos{}) && (len(rs.copy) == 0 || !slices.Contains(rs.copy, CopyFileArg)) {
 			diags.add(rs.copyPos, "a server's copy must be a command with the argument %s, which stands for the local accounts file (e.g. [scp, -q, %s, n2:/etc/nats/mesh-accounts.conf])", CopyFileArg, CopyFileArg)
 		}
-		s.Fingerprint = b.Fingerprint
-		if rs.fingerprint.val != "" {
-			fp := strings.ToLower(strings.ReplaceAll(rs.fingerprint.val, ":", ""))
-			if !validFingerprint(fp) {
-				diags.add(rs.fingerprint.pos, "a server's fingerprint must be the SHA-256 of its leaf certificate: 64 hex digits (colons allowed)")
-			}
-			s.Fingerprint = fp
+		s.Fingerprint, s.CAFile = b.Fingerprint, b.CAFile
+		if len(rs.fingerprints) > 0 {
+			s.Fingerprint = pins(diags, rs.fingerprints, "a server's fingerprint must be the SHA-256 of its leaf certificate: 64 hex digits (colons allowed)")
+		}
+		if rs.caFile.val != "" {
+			s.CAFile = rs.caFile.val
 		}
 		if s.URL != "" {
-			checkPlaintextURL(diags, rs.url.pos, s.URL, "a server's url", s.Fingerprint, b.AllowPlaintext)
+			checkPlaintextURL(diags, rs.url.pos, s.URL, "a server's url", b.secured(s.Fingerprint, s.CAFile), b.AllowPlaintext)
+		}
+		// A fingerprint said wrong is said so above; the server is still meant to be pinned.
+		if s.Fingerprint != "" || len(rs.fingerprints) > 0 {
+			pinned++
+		}
+		if s.CAFile != "" {
+			verified++
 		}
 		b.Servers = append(b.Servers, s)
 	}
-	pinned := 0
-	for _, s := range b.Servers {
-		if s.Fingerprint != "" {
-			pinned++
-		}
-	}
+	// One connection reaches any of them and is verified by all their pins and CAs at once:
+	// a pin on some would leave the others unchecked, and a CA on some would refuse the
+	// others' certificates.
 	if pinned > 0 && pinned < len(b.Servers) {
-		// One connection reaches any of them: a pin on some would leave the others unchecked.
 		diags.add(rb.serversPos, "some servers have a fingerprint and some not: pin every server (bus.fingerprint, or fingerprint on each)")
+	}
+	if verified > 0 && verified < len(b.Servers) {
+		diags.add(rb.serversPos, "some servers have a ca_file and some not: give every server its CA (bus.ca_file, or ca_file on each)")
 	}
 	b.URL = b.Servers[0].URL
 	b.AccountsFile = b.Servers[0].AccountsFile

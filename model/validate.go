@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -33,17 +34,19 @@ type rawMesh struct {
 }
 
 type rawBus struct {
-	url, fingerprint, accountsFile, listen, eventsMaxAge, consumers, auth name
-	replicas                                                              int
-	replicasPos                                                           Pos
-	allowPlaintext                                                        bool
-	allowPlaintextPos                                                     Pos
-	allowPlaintextURL                                                     bool
-	allowPlaintextURLPos                                                  Pos
-	reload                                                                *rawReload
-	servers                                                               []rawServer
-	serversPos                                                            Pos
-	pos                                                                   Pos
+	url, accountsFile, listen, eventsMaxAge, consumers, auth name
+	caFile, certFile, keyFile                                name
+	fingerprints                                             []name
+	replicas                                                 int
+	replicasPos                                              Pos
+	allowPlaintext                                           bool
+	allowPlaintextPos                                        Pos
+	allowPlaintextURL                                        bool
+	allowPlaintextURLPos                                     Pos
+	reload                                                   *rawReload
+	servers                                                  []rawServer
+	serversPos                                               Pos
+	pos                                                      Pos
 }
 
 type rawReload struct {
@@ -732,14 +735,8 @@ func validateBusAddress(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 	if rb.url.val != "" {
 		b.URL = checkURL(diags, rb.url, "bus.url")
 	}
-	if rb.fingerprint.val != "" {
-		fp := strings.ToLower(strings.ReplaceAll(rb.fingerprint.val, ":", ""))
-		if !validFingerprint(fp) {
-			diags.add(rb.fingerprint.pos, "bus.fingerprint must be the SHA-256 of the bus's leaf certificate: 64 hex digits (colons allowed)")
-		} else {
-			b.Fingerprint = fp
-		}
-	}
+	b.Fingerprint = pins(diags, rb.fingerprints, "bus.fingerprint must be the SHA-256 of the bus's leaf certificate: 64 hex digits (colons allowed)")
+	validateBusTLS(diags, rb, b, external)
 	b.Listen = DefaultListen
 	if rb.listen.pos != (Pos{}) {
 		if external {
@@ -761,8 +758,61 @@ func validateBusAddress(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 		b.AllowPlaintext = rb.allowPlaintextURL
 	}
 	if b.URL != "" && rb.serversPos == (Pos{}) {
-		checkPlaintextURL(diags, rb.url.pos, b.URL, "bus.url", b.Fingerprint, b.AllowPlaintext)
+		checkPlaintextURL(diags, rb.url.pos, b.URL, "bus.url", b.secured(b.Fingerprint, b.CAFile), b.AllowPlaintext)
 	}
+}
+
+// pins normalises fingerprints (lower case, without colons) and returns them separated by
+// spaces, the form a connection's target and a membership carry; each that is not a SHA-256
+// is reported at its place with wrong.
+func pins(diags *diagnostics, fingerprints []name, wrong string) string {
+	var out []string
+	for _, f := range fingerprints {
+		fp := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(f.val), ":", ""))
+		if !validFingerprint(fp) {
+			diags.add(f.pos, "%s", wrong)
+			continue
+		}
+		if !slices.Contains(out, fp) {
+			out = append(out, fp)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// validateBusTLS reads into b the CA that verifies an external bus and the client
+// certificate presented to it. The embedded bus serves no TLS, so neither means anything
+// there. The certificate's paths go into every membership, read on other hosts, so they
+// must not depend on the directory meshctl runs in.
+func validateBusTLS(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
+	for _, k := range []struct {
+		n   name
+		key string
+	}{{rb.caFile, "ca_file"}, {rb.certFile, "cert_file"}, {rb.keyFile, "key_file"}} {
+		if k.n.pos != (Pos{}) && !external {
+			diags.add(k.n.pos, "bus.%s is for an external bus (bus.url or bus.servers): the embedded bus serves no TLS", k.key)
+		}
+	}
+	if !external {
+		return
+	}
+	b.CAFile = rb.caFile.val
+	if given, other := rb.certFile.pos != (Pos{}), rb.keyFile.pos != (Pos{}); given != other {
+		at := rb.certFile.pos
+		if !given {
+			at = rb.keyFile.pos
+		}
+		diags.add(at, "bus.cert_file and bus.key_file go together: a client certificate is presented with its key")
+	}
+	for _, k := range []struct {
+		n   name
+		key string
+	}{{rb.certFile, "cert_file"}, {rb.keyFile, "key_file"}} {
+		if k.n.pos != (Pos{}) && !filepath.IsAbs(k.n.val) {
+			diags.add(k.n.pos, "bus.%s %s must be an absolute path: every membership names it, and a host reads it from a directory other than meshctl's", k.key, printable.Quote(k.n.val))
+		}
+	}
+	b.CertFile, b.KeyFile = rb.certFile.val, rb.keyFile.val
 }
 
 // validateOneServer reads into b the accounts file and the reload of a bus without
@@ -779,7 +829,7 @@ func validateOneServer(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 	if external {
 		b.Reload = rb.reload.value()
 		// One server is a cluster of one: everything past the description reads Servers.
-		b.Servers = []Server{{URL: b.URL, AccountsFile: b.AccountsFile, Reload: b.Reload, Fingerprint: b.Fingerprint, Pos: rb.pos}}
+		b.Servers = []Server{{URL: b.URL, AccountsFile: b.AccountsFile, Reload: b.Reload, Fingerprint: b.Fingerprint, CAFile: b.CAFile, Pos: rb.pos}}
 	} else if rb.reload != nil {
 		b.Reload = rb.reload.value()
 	}

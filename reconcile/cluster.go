@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -70,12 +71,15 @@ func (a Accounts) name() string {
 }
 
 // externalAccounts is the external bus's accounts, one per server of the description, and the
-// Target that reaches any of them.
-func externalAccounts(m *model.Mesh, stateDir string) (Accounts, busclient.Target) {
+// Target that reaches any of them. The error is a CA file (ca_file) that cannot be read.
+func externalAccounts(m *model.Mesh, stateDir string) (Accounts, busclient.Target, error) {
 	var all []Accounts
 	var targets []busclient.Target
 	for _, srv := range m.Bus.Servers {
-		t := busclient.Target{URL: srv.URL, Fingerprint: srv.Fingerprint}
+		t, err := serverTarget(m.Bus, srv)
+		if err != nil {
+			return Accounts{StateDir: stateDir}, busclient.Target{}, err
+		}
 		a := Accounts{Path: srv.AccountsFile, Reloader: reloaderFor(srv.Reload, t, stateDir), Target: t, StateDir: stateDir, Server: srv.Name}
 		if len(srv.Copy) > 0 {
 			a.Copy = bus.CopyCommand(srv.Copy, model.CopyFileArg)
@@ -84,11 +88,39 @@ func externalAccounts(m *model.Mesh, stateDir string) (Accounts, busclient.Targe
 		targets = append(targets, t)
 	}
 	if len(all) == 0 {
-		return Accounts{StateDir: stateDir}, busclient.Target{}
+		return Accounts{StateDir: stateDir}, busclient.Target{}, nil
 	}
 	first := all[0]
 	first.Others = all[1:]
-	return first, busclient.Cluster(targets)
+	return first, busclient.Cluster(targets), nil
+}
+
+// BusTarget is the Target that reaches the external bus m describes through any of its
+// servers, recognised as the description says (pins, the CAs' text) and presenting its client
+// certificate: what a membership of it names. The error is a CA file that cannot be read.
+func BusTarget(m *model.Mesh) (busclient.Target, error) {
+	_, t, err := externalAccounts(m, "")
+	return t, err
+}
+
+// serverTarget is how meshctl reaches srv, a server of the external bus b: its URL, its pins,
+// the text of its CA file, and meshctl's own client certificate. The CA's text is what every
+// membership carries, so one that holds no certificate is refused here, before anything is
+// dialled or issued, rather than on each host that reads it.
+func serverTarget(b model.Bus, srv model.Server) (busclient.Target, error) {
+	t := busclient.Target{URL: srv.URL, Fingerprint: srv.Fingerprint, CertFile: b.CertFile, KeyFile: b.KeyFile}
+	if srv.CAFile == "" {
+		return t, nil
+	}
+	data, err := os.ReadFile(srv.CAFile)
+	if err != nil {
+		return t, fmt.Errorf("reading the CA of the bus at %s (ca_file): %w", t.Address(), err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(data) {
+		return t, fmt.Errorf("the CA of the bus at %s, %s (ca_file): %w", t.Address(), srv.CAFile, busclient.ErrNoCACertificate)
+	}
+	t.CA = string(data)
+	return t, nil
 }
 
 // write rolls a new accounts config (a rendering) through the servers, one at a time (see

@@ -46,7 +46,10 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 	if err != nil {
 		return "", err
 	}
-	a, _ := externalAccounts(m, store.Dir())
+	a, _, err := externalAccounts(m, store.Dir())
+	if err != nil {
+		return "", err
+	}
 	a = a.withManager(line)
 	var what string
 	if !m.Bus.Embedded() {

@@ -224,6 +224,9 @@ func CheckManager(ctx context.Context, m *model.Mesh, store *state.Store) error 
 	if err != nil {
 		return err
 	}
-	a, _ := externalAccounts(m, store.Dir())
+	a, _, err := externalAccounts(m, store.Dir())
+	if err != nil {
+		return err
+	}
 	return mayRewrite(ctx, store, a, target)
 }

@@ -45,7 +45,10 @@ func authUnchanged(path string, live []byte, target plan.Target) error {
 func CheckAuth(ctx context.Context, m *model.Mesh, store *state.Store) error {
 	path := filepath.Join(store.Dir(), "bus", "accounts.conf")
 	if !m.Bus.Embedded() {
-		a, _ := externalAccounts(m, store.Dir())
+		a, _, err := externalAccounts(m, store.Dir())
+		if err != nil {
+			return err
+		}
 		path = a.Path
 	}
 	data, err := os.ReadFile(path)

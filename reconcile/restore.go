@@ -75,7 +75,10 @@ func Restore(ctx context.Context, m *model.Mesh, dir, password string, wait bool
 
 // readReplica reads every record of the store kept on the bus m names, as the controller.
 func readReplica(ctx context.Context, m *model.Mesh, password string) ([]state.Record, error) {
-	_, t := externalAccounts(m, "")
+	_, t, err := externalAccounts(m, "")
+	if err != nil {
+		return nil, err
+	}
 	conn, err := busclient.DialAlone(ctx, t, busclient.Credential{User: render.ControllerUser, Password: password})
 	if errors.Is(err, nats.ErrAuthorization) {
 		return nil, fmt.Errorf("the bus at %s refuses the controller's password: it is not the password of the store that manages it: %w", t.Address(), err)
@@ -183,7 +186,10 @@ func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*buscl
 	if err != nil {
 		return nil, busclient.Target{}, err
 	}
-	_, t := externalAccounts(m, store.Dir())
+	_, t, err := externalAccounts(m, store.Dir())
+	if err != nil {
+		return nil, t, err
+	}
 	conn, err := dialController(ctx, t, password)
 	return conn, t, err
 }

@@ -466,7 +466,10 @@ func (s *Session) rejoin(ctx context.Context, m *model.Mesh) error {
 }
 
 func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
-	s.Accounts, s.Target = externalAccounts(m, s.Store.Dir())
+	var err error
+	if s.Accounts, s.Target, err = externalAccounts(m, s.Store.Dir()); err != nil {
+		return err
+	}
 	s.Accounts = s.Accounts.withManager(s.manager)
 	s.replicas = max(m.Bus.Replicas, 1)
 	s.Accounts.Verify = s.verifyLogin

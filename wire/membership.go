@@ -13,9 +13,20 @@ type Membership struct {
 	// Address is the bus's URL without credentials: nats://host:port or tls://host:port.
 	Address string `json:"address"`
 	// Fingerprint is the hex SHA-256 of the bus's leaf certificate, or empty for a bus that
-	// presents none (the embedded default on loopback).
+	// presents none (the embedded default on loopback) or is verified by a CA. A cluster whose
+	// servers present different certificates, or a planned rotation, lists each, separated by
+	// spaces: any of them is the bus.
 	Fingerprint string `json:"fingerprint"`
-	User        string `json:"user"`
+	// CA is the PEM of the authorities that sign the bus's certificates (bus.ca_file): the
+	// host verifies the server's certificate by it and by the server's name, so a certificate
+	// the CA renews is accepted with this membership unchanged. Without it, and without a
+	// fingerprint, a tls:// address is verified against the system's roots.
+	CA string `json:"ca,omitempty"`
+	// CertFile and KeyFile name the host's own client certificate and its key, files on the
+	// host, presented to a server that asks for one (verify: true in its tls block).
+	CertFile string `json:"cert_file,omitempty"`
+	KeyFile  string `json:"key_file,omitempty"`
+	User     string `json:"user"`
 	// Password is a password principal's secret; Seed is an nkey principal's (an `SU…` user
 	// seed, `bus.auth: nkey`). A membership carries exactly one of the two.
 	Password string `json:"password,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/meshbus/meshctl/internal/testnats"
@@ -13,60 +14,96 @@ import (
 )
 
 // TestServer is the real nats-server binary run as a process of its own, as an operator's
-// server is: TLS with a self-signed certificate (Fingerprint pins it), a pid file to reload it
-// by signal, and the accounts file meshctl writes included. Before meshctl ever ran, its
-// accounts file holds the MESH account with nobody in it.
+// server is: TLS with a self-signed certificate (Fingerprint pins it) or the certificates a
+// ServerTLS names, a pid file to reload it by signal, and the accounts file meshctl writes
+// included. Before meshctl ever ran, its accounts file holds the MESH account with nobody in it.
 type TestServer struct {
-	Dir, URL, Fingerprint, AccountsFile, PIDFile string
+	Dir, URL, AccountsFile, PIDFile string
+	// Fingerprint is the self-signed certificate's of StartTestServer; "" for
+	// StartTestServerTLS's, whose certificates are the caller's.
+	Fingerprint string
 
-	cmd *exec.Cmd
+	bin, conf, addr string
+	cmd             *exec.Cmd
+}
+
+// ServerTLS is a TestServer's tls block, as an operator writes it: the server's certificate
+// and key files (which it reads again when reloaded) and, with Verify, the CA whose client
+// certificates it asks every client for, refusing one that presents none.
+type ServerTLS struct {
+	CertFile, KeyFile string
+	CAFile            string
+	Verify            bool
 }
 
 // StartTestServer starts a TestServer with its files in dir, its JetStream store in dir/js
 // (which the caller may have mounted already), and kills it when tb ends.
 func StartTestServer(tb testnats.TB, dir string) *TestServer {
 	tb.Helper()
-	bin := testnats.NATSServerBinary(tb)
 	cert, key, fp := testnats.SelfSignedCert(tb, dir)
+	x := StartTestServerTLS(tb, dir, ServerTLS{CertFile: cert, KeyFile: key})
+	x.Fingerprint = fp
+	return x
+}
+
+// StartTestServerTLS is StartTestServer serving the certificates tls names.
+func StartTestServerTLS(tb testnats.TB, dir string, tls ServerTLS) *TestServer {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	x := &TestServer{Dir: dir, URL: fmt.Sprintf("tls://127.0.0.1:%d", port), Fingerprint: fp,
-		AccountsFile: filepath.Join(dir, "mesh-accounts.conf"), PIDFile: filepath.Join(dir, "nats.pid")}
+	x := &TestServer{Dir: dir, URL: fmt.Sprintf("tls://127.0.0.1:%d", port),
+		AccountsFile: filepath.Join(dir, "mesh-accounts.conf"), PIDFile: filepath.Join(dir, "nats.pid"),
+		bin: testnats.NATSServerBinary(tb), conf: filepath.Join(dir, "server.conf"), addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	if err := os.WriteFile(x.AccountsFile, []byte("accounts { MESH { jetstream: enabled } }\n"), 0o600); err != nil {
 		tb.Fatalf("%v", err)
 	}
-	conf := fmt.Sprintf(`listen: "127.0.0.1:%d"
+	block := fmt.Sprintf("cert_file: %q, key_file: %q", tls.CertFile, tls.KeyFile)
+	if tls.CAFile != "" {
+		block += fmt.Sprintf(", ca_file: %q", tls.CAFile)
+	}
+	if tls.Verify {
+		block += ", verify: true"
+	}
+	conf := fmt.Sprintf(`listen: %q
 server_name: operators-bus
 pid_file: %q
 jetstream { store_dir: %q }
-tls { cert_file: %q, key_file: %q }
+tls { %s }
 include "mesh-accounts.conf"
-`, port, x.PIDFile, filepath.Join(dir, "js"), cert, key)
-	confPath := filepath.Join(dir, "server.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
-		tb.Fatalf("%v", err)
-	}
-	x.cmd = exec.Command(bin, "-c", confPath)
-	if err := x.cmd.Start(); err != nil {
+`, x.addr, x.PIDFile, filepath.Join(dir, "js"), block)
+	if err := os.WriteFile(x.conf, []byte(conf), 0o600); err != nil {
 		tb.Fatalf("%v", err)
 	}
 	tb.Cleanup(x.Kill)
+	x.start(tb)
+	return x
+}
+
+// start runs the server and waits until it has written its pid file (which its reload needs)
+// and takes connections: nats-server opens its client port only once JetStream has recovered
+// its store.
+func (x *TestServer) start(tb testnats.TB) {
+	tb.Helper()
+	_ = os.Remove(x.PIDFile) // a killed server's, which would read as this one's
+	x.cmd = exec.Command(x.bin, "-c", x.conf)
+	if err := x.cmd.Start(); err != nil {
+		tb.Fatalf("%v", err)
+	}
 	testwait.Until(tb, "the test's nats-server starting", func() error {
 		if _, err := os.Stat(x.PIDFile); err != nil {
 			return err
 		}
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		c, err := net.DialTimeout("tcp", x.addr, time.Second)
 		if err != nil {
 			return err
 		}
 		c.Close()
 		return nil
 	})
-	return x
 }
 
 // Kill stops the server at once, as a crash would.
@@ -74,6 +111,25 @@ func (x *TestServer) Kill() {
 	if x.cmd.ProcessState == nil {
 		_ = x.cmd.Process.Kill()
 		_ = x.cmd.Wait()
+	}
+}
+
+// Restart kills the server and starts it again on its port, config and store, and waits until
+// it takes connections: every client connected is dropped and reconnects to what the server
+// now serves (a certificate renewed on disk, say).
+func (x *TestServer) Restart(tb testnats.TB) {
+	tb.Helper()
+	x.Kill()
+	x.start(tb)
+}
+
+// Reload has the server re-read its config and the files it names (its certificates among
+// them) by SIGHUP, as an operator's renewal hook does. Connections already made keep the
+// certificate they were made with; a new one gets what the server now reads.
+func (x *TestServer) Reload(tb testnats.TB) {
+	tb.Helper()
+	if err := x.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		tb.Fatalf("reloading the test's nats-server: %v", err)
 	}
 }
 

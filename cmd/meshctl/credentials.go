@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
@@ -355,6 +356,19 @@ func (c credentialChange) mintAndDeliver(ctx context.Context, req issueRequest) 
 			return exitError
 		}
 	}
+	// How the bus is recognised, read before minting: a CA file that cannot be read would
+	// otherwise leave a minted credential with no membership to carry it.
+	var reach busclient.Target
+	if !c.m.Bus.Embedded() {
+		var err error
+		if reach, err = reconcile.BusTarget(c.m); err != nil {
+			if file != nil {
+				file.abandon()
+			}
+			c.e.errorf("%v", err)
+			return exitError
+		}
+	}
 	p, _ := c.desired.Principal(c.principal)
 	var minted map[string]string
 	var err error
@@ -376,7 +390,7 @@ func (c credentialChange) mintAndDeliver(ctx context.Context, req issueRequest) 
 	if p.Nkey {
 		secret = "seed"
 	}
-	line := membershipLine(c.membership(minted[c.principal], p.Nkey))
+	line := membershipLine(c.membership(minted[c.principal], p.Nkey, reach))
 	if file != nil {
 		if werr := file.write(line); werr != nil {
 			c.e.errorf("%s's credential is minted, but its membership could not be written to %s: %v; issue it again", c.principal, req.out, werr)
@@ -445,9 +459,10 @@ func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live b
 }
 
 // membership is the principal's membership with secret, its password or with nkey its seed:
-// the address a host dials and the bus's fingerprint, and on a bus of several servers every
-// server.
-func (c credentialChange) membership(secret string, nkey bool) wire.Membership {
+// the address a host dials and the bus's fingerprint, on a bus of several servers every
+// server, and from reach (the external bus as the description reaches it) the CA that
+// verifies it and the client certificate's files.
+func (c credentialChange) membership(secret string, nkey bool, reach busclient.Target) wire.Membership {
 	t := busclient.Target{URL: busAddress(c.m, c.st.Dir()), Fingerprint: c.m.Bus.Fingerprint}
 	if len(c.m.Bus.Servers) > 1 {
 		// Every server, so a host reaches the bus through any of them; address stays the
@@ -459,7 +474,8 @@ func (c credentialChange) membership(secret string, nkey bool) wire.Membership {
 		}
 		t = busclient.Cluster(servers)
 	}
-	return wire.NewMembership(t.ServerURLs(), t.Fingerprint, c.principal, secret, nkey)
+	t.CA, t.CertFile, t.KeyFile = reach.CA, reach.CertFile, reach.KeyFile
+	return host.MembershipOf(t, c.principal, secret, nkey)
 }
 
 // membershipLine is the membership as the one JSON line credentials issue prints. Its keys come

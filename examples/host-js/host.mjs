@@ -12,12 +12,14 @@
 // Every client library must be told three things to work under the grants meshctl derives (see
 // docs/hosts/javascript.md): the inbox prefix `_INBOX.<user>`, to bind the existing consumer
 // and never create one or look up its stream, and (push consumers only) the deliver group of a
-// seat's worker. It joins with a password or an nkey seed, through any of a cluster's servers.
+// seat's worker. It joins with a password or an nkey seed, through any of a cluster's servers,
+// recognising the bus by its pinned fingerprints or by the CA that signs its certificates, and
+// presents a client certificate where the membership names one.
 
-import { createHash } from "node:crypto";
+import { createHash, X509Certificate } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { connect as dial, isIP } from "node:net";
-import { connect as tlsConnect } from "node:tls";
+import { checkServerIdentity, connect as tlsConnect } from "node:tls";
 import { parseArgs } from "node:util";
 
 import { connect, errors, nkeyAuthenticator, nkeys } from "@nats-io/transport-node";
@@ -49,7 +51,7 @@ function instanceOf(user) {
   return { node, module };
 }
 
-const membershipFields = ["address", "fingerprint", "user", "password", "seed", "servers"];
+const membershipFields = ["address", "fingerprint", "ca", "cert_file", "key_file", "user", "password", "seed", "servers"];
 const maxMembership = 64 << 10;
 
 // isUserSeed says whether seed is an nkey user seed (SU…): an account's seed, or one cut short
@@ -88,9 +90,19 @@ async function readMembership(path) {
   if (unknown.length > 0) {
     throw new Error(`reading the membership: unknown field(s) ${unknown.map((k) => JSON.stringify(k)).join(", ")}`);
   }
-  for (const k of ["fingerprint", "password", "seed"]) {
+  for (const k of ["fingerprint", "ca", "cert_file", "key_file", "password", "seed"]) {
     if (m[k] !== undefined && typeof m[k] !== "string") {
       throw new Error(`reading the membership: the ${k} is not a string`);
+    }
+  }
+  if (!m.cert_file !== !m.key_file) {
+    throw new Error("reading the membership: a client certificate needs both cert_file and key_file");
+  }
+  if (m.ca) {
+    try {
+      new X509Certificate(m.ca);
+    } catch {
+      throw new Error("reading the membership: its ca holds no PEM certificate");
     }
   }
   const missing = ["address", "user"].filter((k) => typeof m[k] !== "string" || m[k].trim() === "");
@@ -111,7 +123,8 @@ async function readMembership(path) {
     throw new Error("reading the membership: the servers are not a list of server URLs");
   }
   return {
-    address: m.address.trim(), fingerprint: m.fingerprint ?? "", user: m.user,
+    address: m.address.trim(), fingerprint: m.fingerprint ?? "", ca: m.ca ?? "",
+    certFile: m.cert_file ?? "", keyFile: m.key_file ?? "", user: m.user,
     password: password ? m.password : "", seed: seed ? m.seed : "",
     servers: servers.map((s) => s.trim()),
   };
@@ -179,30 +192,46 @@ function serverCert(addr) {
 }
 
 // pinnedTLS is the TLS options that accept exactly the certificates whose SHA-256 is among pins,
-// for the servers addrs. The mesh's bus presents a certificate no public verifier accepts, so
-// the pin is how a client knows it reached the right server. Node verifies a chain before it
-// asks checkServerIdentity, so each server's certificate is fetched once, checked against the
-// pins, and trusted as its own root; checkServerIdentity then checks the pin again on the
-// connection that carries the secret, so a server swapped in between is refused too. A server
-// that does not answer now is left out of the fetch, not refused: the bus is whichever of its
-// servers answers, and one restarted later presents a certificate already trusted.
+// for the servers addrs, and refresh, which looks at the servers' certificates again. The mesh's
+// bus presents a certificate no public verifier accepts, so the pin is how a client knows it
+// reached the right server. Node verifies a chain before it asks checkServerIdentity, so each
+// server's certificate is fetched, checked against the pins, and trusted as its own root;
+// checkServerIdentity then checks the pin again on the connection that carries the secret, so a
+// server swapped in between is refused too. A server that does not answer now is left out of
+// the fetch, not refused: the bus is whichever of its servers answers.
+//
+// The library reads the trusted list at every connection, so refresh, called when the
+// connection is lost and before each attempt to make it again, adds a pinned certificate the
+// servers present since: a planned rotation (the new certificate pinned beside the old) is
+// taken by the next reconnect, the membership unchanged.
 async function pinnedTLS(addrs, pins) {
   const trusted = [];
-  let refusal;
-  for (const addr of addrs) {
-    let der;
-    try {
-      der = await serverCert(addr);
-    } catch (err) {
-      refusal ??= err;
-      continue;
+  let said = "";
+  const fetchPinned = async () => {
+    let refusal;
+    const presented = [];
+    for (const addr of addrs) {
+      let der;
+      try {
+        der = await serverCert(addr);
+      } catch (err) {
+        refusal ??= err;
+        continue;
+      }
+      if (!pins.includes(sha256(der))) {
+        refusal = new Error(`the bus at ${addr.server} presented a certificate whose SHA-256 is ${sha256(der)}, not the pinned ${pins.join(" or ")}`);
+        continue;
+      }
+      const pem = `-----BEGIN CERTIFICATE-----\n${der.toString("base64").match(/.{1,64}/g).join("\n")}\n-----END CERTIFICATE-----\n`;
+      if (!presented.includes(pem)) presented.push(pem);
     }
-    if (!pins.includes(sha256(der))) {
-      refusal = new Error(`the bus at ${addr.server} presented a certificate whose SHA-256 is ${sha256(der)}, not the pinned ${pins.join(" or ")}`);
-      continue;
-    }
-    trusted.push(`-----BEGIN CERTIFICATE-----\n${der.toString("base64").match(/.{1,64}/g).join("\n")}\n-----END CERTIFICATE-----\n`);
-  }
+    // What the servers present now goes first: OpenSSL takes the first trusted certificate
+    // whose subject names the leaf's issuer, and a certificate and its successor usually share
+    // their subject. The rest stay, for the servers that did not answer.
+    trusted.splice(0, trusted.length, ...presented, ...trusted.filter((p) => !presented.includes(p)));
+    return refusal;
+  };
+  const refusal = await fetchPinned();
   if (trusted.length === 0) throw refusal;
   const options = {
     ca: trusted,
@@ -211,12 +240,39 @@ async function pinnedTLS(addrs, pins) {
   };
   // The name sent in the handshake is one server's: with several, each is left the library's.
   if (addrs.length === 1) options.servername = serverName(addrs[0]);
-  return options;
+  let fetching = null;
+  const refresh = () => {
+    fetching ??= fetchPinned().then((err) => {
+      // Said once, not at every attempt of a reconnect that keeps failing.
+      if (err && err.message !== said) log(err.message);
+      said = err?.message ?? "";
+    }).finally(() => { fetching = null; });
+  };
+  return { options, refresh };
+}
+
+// caTLS is the TLS options that verify the bus by the CA that signs its certificates (the
+// membership's ca): the chain, and the server's name, as Node verifies any server. A
+// certificate the CA renews is accepted with the membership unchanged. With pins as well, the
+// certificate must also be one of them.
+function caTLS(ca, pins) {
+  return {
+    ca: [ca],
+    checkServerIdentity: (host, cert) => {
+      const wrongName = checkServerIdentity(host, cert);
+      if (wrongName) return wrongName;
+      if (pins.length > 0 && !pins.includes(sha256(cert.raw))) {
+        return new Error(`the bus at ${host} presented a certificate whose SHA-256 is ${sha256(cert.raw)}, not the pinned ${pins.join(" or ")}`);
+      }
+      return undefined;
+    },
+  };
 }
 
 // join connects as the membership's principal, through whichever of the bus's servers answers:
 // the address, and for a cluster every other server the membership lists. It says which server
-// it joined.
+// it joined, and returns what to call when the connection is lost (a pinned bus's certificates
+// are looked at again).
 async function join(m) {
   const addrs = [];
   for (const a of [m.address, ...m.servers].map(parseAddress)) {
@@ -240,14 +296,26 @@ async function join(m) {
     options.user = m.user;
     options.pass = m.password;
   }
-  if (m.fingerprint) {
-    options.tls = await pinnedTLS(addrs, normalFingerprints(m.fingerprint));
-  } else if (addrs.some((a) => a.tls)) {
-    // tls:// without a pin: the server's certificate must pass the system's verifier.
+  const pins = m.fingerprint ? normalFingerprints(m.fingerprint) : [];
+  let lost = () => {};
+  if (m.ca) {
+    options.tls = caTLS(m.ca, pins);
+  } else if (pins.length > 0) {
+    const pinned = await pinnedTLS(addrs, pins);
+    options.tls = pinned.options;
+    lost = pinned.refresh;
+  } else if (m.certFile || addrs.some((a) => a.tls)) {
+    // tls:// without a pin or a CA: the server's certificate must pass the system's verifier.
     options.tls = {};
   }
+  if (m.certFile) {
+    // Read by the library at every connection, so a certificate renewed in place is presented
+    // at the next reconnect.
+    options.tls.certFile = m.certFile;
+    options.tls.keyFile = m.keyFile;
+  }
   const nc = await connect(options);
-  return { nc, server: `${options.tls ? "tls" : "nats"}://${nc.getServer()}` };
+  return { nc, server: `${options.tls ? "tls" : "nats"}://${nc.getServer()}`, lost };
 }
 
 // refusal finds the server's permission refusal in err's causes, if the refusal is what failed.
@@ -396,9 +464,10 @@ async function main() {
     return 1;
   }
   let nc;
+  let lost;
   try {
     let server;
-    ({ nc, server } = await join(m));
+    ({ nc, server, lost } = await join(m));
     // The server it reached, not the membership's address: on a cluster that may be down, and
     // the connection started at another of its servers.
     log(`joined ${server} as ${m.user}`);
@@ -409,9 +478,21 @@ async function main() {
   // Refusals of what no request waits for (a subscription, a plain publish) arrive only here.
   (async () => {
     for await (const s of nc.status()) {
-      if (s.type === "error" && refusal(s.error)) log(`refused: ${describe(s.error, m.user)}`);
-      else if (s.type === "disconnect") log("disconnected");
-      else if (s.type === "reconnect") log(`reconnected to ${nc.getServer()}`);
+      switch (s.type) {
+        case "error":
+          if (refusal(s.error)) log(`refused: ${describe(s.error, m.user)}`);
+          break;
+        case "disconnect":
+          log("disconnected");
+          lost();
+          break;
+        case "reconnecting":
+          lost();
+          break;
+        case "reconnect":
+          log(`reconnected to ${nc.getServer()}`);
+          break;
+      }
     }
   })();
   const js = jetstream(nc);

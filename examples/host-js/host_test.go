@@ -19,6 +19,8 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/bus/bustest"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/internal/backoff"
@@ -326,9 +328,10 @@ func TestTheJavaScriptHostPinsTheBusCertificate(t *testing.T) {
 	}
 }
 
-// A membership with a misspelt field, one that is not JSON, or one without exactly one secret
-// (a password or an nkey user seed), is refused before anything is dialled, and the refusal
-// never quotes what the file holds: it holds the secret.
+// A membership with a misspelt field, one that is not JSON, one without exactly one secret
+// (a password or an nkey user seed), or one whose CA or client certificate cannot be used, is
+// refused before anything is dialled, and the refusal never quotes what the file holds: it
+// holds the secret.
 func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
 	t.Parallel()
 	node := nodeOrSkip(t)
@@ -344,6 +347,8 @@ func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","seed":"` + seed[:len(seed)-3] + `"}`, "not an nkey user seed"},
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","seed":"` + secret + `"}`, "not an nkey user seed"},
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":"` + secret + `","servers":"nats://127.0.0.1:2"}`, "the servers are not a list"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":"` + secret + `","ca":"not PEM"}`, "its ca holds no PEM certificate"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":"` + secret + `","cert_file":"/etc/mesh/tls.crt"}`, "needs both cert_file and key_file"},
 	} {
 		file := filepath.Join(t.TempDir(), "m.json")
 		if err := os.WriteFile(file, []byte(tc.content), 0o600); err != nil {
@@ -435,4 +440,108 @@ func TestTheJavaScriptHostJoinsAClusterWhoseFirstServerIsDown(t *testing.T) {
 	if !joined || strings.Contains(log, first.URL) {
 		t.Errorf("the host's log does not name the running server it joined (%s is down):\n%s", first.URL, log)
 	}
+}
+
+// publishOrder publishes an order as alpha.shop with a JavaScript host of its own, joining
+// afresh with membership: what a host started after a change of the server's certificate does.
+func publishOrder(ctx context.Context, t *testing.T, node, membership, order string) {
+	t.Helper()
+	if code, stderr := runHost(ctx, t, node, "--membership", membership, "--publish", render.ModuleEvent("shop", "order.placed"), "--message", order); code != 0 {
+		t.Fatalf("publishing %s as alpha.shop: exit %d:\n%s", order, code, stderr)
+	}
+}
+
+// The JavaScript host on a bus whose certificate a CA signs: the membership carries the CA and
+// no fingerprint. The postman follows the shop's orders; the server's certificate is renewed by
+// the same CA (a new leaf in place, a reload) and the server restarted: the running host
+// reconnects with its membership unchanged and takes the next order, and a host started afresh
+// joins with it too. A leaf from another CA is refused before the password is sent.
+func TestTheJavaScriptHostVerifiesTheBusByItsCAAcrossARenewal(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	ca := testnats.NewCA(t, t.TempDir())
+	serverDir := t.TempDir()
+	cert, key, _ := ca.ServerCert(t, serverDir)
+	b := hosttest.StartTLS(t, "../quickstart", bustest.ServerTLS{CertFile: cert, KeyFile: key}, busclient.Target{CA: ca.PEM})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	shop := membershipFile(t, b, "alpha.shop")
+	postman := b.Membership("beta.postman")
+	if postman.CA != ca.PEM || postman.Fingerprint != "" {
+		t.Fatalf("the membership is not verified by the CA alone: fingerprint %q", postman.Fingerprint)
+	}
+
+	h := startHost(ctx, t, node, "--membership", writeMembership(t, postman), "--follow")
+	publishOrder(ctx, t, node, shop, "order-1")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-1")
+
+	ca.ServerCert(t, serverDir)
+	b.Server.Reload(t)
+	b.Server.Restart(t)
+	publishOrder(ctx, t, node, shop, "order-2")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-2")
+	if !strings.Contains(h.stderr.String(), "reconnected to ") {
+		t.Errorf("the host's log does not say it reconnected:\n%s", h.stderr.String())
+	}
+	h.interrupt(ctx, t)
+
+	testnats.NewCA(t, t.TempDir()).ServerCert(t, serverDir)
+	b.Server.Restart(t)
+	code, stderr := runHost(ctx, t, node, "--membership", shop, "--publish", render.ModuleEvent("shop", "order.placed"))
+	if code != 1 || strings.Contains(stderr, "joined ") {
+		t.Errorf("with a leaf another CA signed: exit %d:\n%s", code, stderr)
+	}
+}
+
+// A server with verify: true asks every client for a certificate its CA signed: the
+// JavaScript host presents the one its membership names and gets in; without it, it is
+// refused.
+func TestTheJavaScriptHostPresentsItsClientCertificate(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	ca := testnats.NewCA(t, t.TempDir())
+	cert, key, _ := ca.ServerCert(t, t.TempDir())
+	clientCert, clientKey := ca.ClientCert(t, t.TempDir())
+	b := hosttest.StartTLS(t, "../quickstart", bustest.ServerTLS{CertFile: cert, KeyFile: key, CAFile: ca.File, Verify: true},
+		busclient.Target{CA: ca.PEM, CertFile: clientCert, KeyFile: clientKey})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	shop := b.Membership("alpha.shop")
+	publishOrder(ctx, t, node, writeMembership(t, shop), "order-1")
+	shop.CertFile, shop.KeyFile = "", ""
+	code, stderr := runHost(ctx, t, node, "--membership", writeMembership(t, shop), "--publish", render.ModuleEvent("shop", "order.placed"))
+	if code != 1 || strings.Contains(stderr, "published") {
+		t.Errorf("without its client certificate: exit %d:\n%s", code, stderr)
+	}
+}
+
+// A planned rotation of a pinned bus: the membership pins the certificate served now and its
+// successor, made in advance. The successor is put in place and the server restarted: the
+// running JavaScript host reconnects with its membership unchanged and takes the next order.
+func TestAPinnedJavaScriptHostSurvivesAPlannedRotation(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	serverDir := t.TempDir()
+	cert, key, old := testnats.SelfSignedCert(t, serverDir)
+	nextCert, nextKey, next := testnats.SelfSignedCert(t, t.TempDir())
+	b := hosttest.StartTLS(t, "../quickstart", bustest.ServerTLS{CertFile: cert, KeyFile: key},
+		busclient.Target{Fingerprint: old + " " + next})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	shop := membershipFile(t, b, "alpha.shop")
+
+	h := startHost(ctx, t, node, "--membership", membershipFile(t, b, "beta.postman"), "--follow")
+	publishOrder(ctx, t, node, shop, "order-1")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-1")
+
+	for from, to := range map[string]string{nextCert: cert, nextKey: key} {
+		if err := os.Rename(from, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Server.Restart(t)
+	publishOrder(ctx, t, node, shop, "order-2")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-2")
+	h.interrupt(ctx, t)
 }

@@ -15,10 +15,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/bus/bustest"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
 	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/render"
 )
@@ -292,5 +295,42 @@ func TestTheHostJoinsAClusterWhoseFirstServerIsDown(t *testing.T) {
 	}
 	if !joined || strings.Contains(log, first.URL) {
 		t.Errorf("the host's log does not name the running server it joined (%s is down):\n%s", first.URL, log)
+	}
+}
+
+// The host on a bus as production runs it: the server's certificate signed by a CA, which the
+// membership carries, and every client asked for a certificate of that CA, which the
+// membership names. The postman follows the shop's orders; the server's certificate is renewed
+// by the CA (a new leaf in place, a reload) and the server restarted: the running host
+// reconnects with its membership unchanged and takes the next order.
+func TestTheHostJoinsABusVerifiedByItsCAAcrossARenewal(t *testing.T) {
+	t.Parallel()
+	ca := testnats.NewCA(t, t.TempDir())
+	serverDir := t.TempDir()
+	cert, key, _ := ca.ServerCert(t, serverDir)
+	clientCert, clientKey := ca.ClientCert(t, t.TempDir())
+	b := hosttest.StartTLS(t, "../quickstart", bustest.ServerTLS{CertFile: cert, KeyFile: key, CAFile: ca.File, Verify: true},
+		busclient.Target{CA: ca.PEM, CertFile: clientCert, KeyFile: clientKey})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	shop := writeMembership(t, b.Membership("alpha.shop"))
+	order := func(o string) {
+		t.Helper()
+		if code, log := publish(ctx, shop, render.ModuleEvent("shop", "order.placed"), o); code != 0 {
+			t.Fatalf("publishing %s as alpha.shop: exit %d: %s", o, code, log)
+		}
+	}
+
+	h := startHost(ctx, t, "-membership", writeMembership(t, b.Membership("beta.postman")), "-follow")
+	order("order-1")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-1")
+	ca.ServerCert(t, serverDir)
+	b.Server.Reload(t)
+	b.Server.Restart(t)
+	order("order-2")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-2")
+	h.interrupt(ctx, t)
+	if log := h.stderr.String(); !strings.Contains(log, "reconnected to ") {
+		t.Errorf("the host's log does not say it reconnected:\n%s", log)
 	}
 }

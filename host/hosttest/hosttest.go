@@ -41,6 +41,9 @@ type Mesh struct {
 	// Bus is the embedded bus of Start; nil for StartCluster's, whose servers are Cluster's.
 	Bus     *bus.Embedded
 	Cluster *bustest.TestCluster
+	// Server is StartTLS's nats-server process: renew its certificates on disk and Reload or
+	// Restart it.
+	Server  *bustest.TestServer
 	Model   *model.Mesh
 	Desired *render.Desired
 
@@ -121,6 +124,33 @@ func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	return b
 }
 
+// StartTLS is Start on a nats-server process of its own serving TLS as tls says
+// (bustest.StartTestServerTLS), as an operator's server does. Memberships, and the
+// controller that creates the mesh, recognise the server as trust says — its CA, its pins, or
+// both — and present trust's client certificate; trust's URL is ignored.
+func StartTLS(t testing.TB, dir string, tls bustest.ServerTLS, trust busclient.Target) *Mesh {
+	t.Helper()
+	b := newMesh(t, dir, func(*model.Mesh) {})
+	b.Server = bustest.StartTestServerTLS(t, t.TempDir(), tls)
+	trust.URL, trust.Others = b.Server.URL, ""
+	b.target = trust
+	t.Cleanup(b.closeHosts)
+	accounts := reconcile.Accounts{Path: b.Server.AccountsFile, Reloader: bus.PIDFileReloader(b.Server.PIDFile),
+		Target: b.target, StateDir: t.TempDir()}
+	// The mesh's users first, so that the controller can log in to create the rest.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := os.WriteFile(b.Server.AccountsFile, render.AccountsConfig(b.Desired.Principals, b.hashes), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := accounts.Reloader.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitLogin(ctx, t, b.target, render.ControllerUser)
+	b.create(t, accounts)
+	return b
+}
+
 // newMesh loads the mesh in dir, adjusted by adjust, and issues every principal a password.
 func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
 	t.Helper()
@@ -146,10 +176,11 @@ func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
 }
 
 // create has the controller create the mesh's streams and consumers, and write the accounts
-// config through accounts, as `meshctl apply` does on a bus that has none of them. A cluster
-// just reloaded may leave a call unanswered while its leaders settle; the apply is then made
-// again, as the next `meshctl apply` would (testwait.Until): each of its calls is one that a
-// second time finds done. A single server answers, or the test fails at once.
+// config through accounts, as `meshctl apply` does on a bus that has none of them. A server
+// process or a cluster just reloaded may leave a call unanswered while its leaders settle, or
+// refuse it while it enables JetStream for the account anew; the apply is then made again, as
+// the next `meshctl apply` would (testwait.Until): each of its calls is one that a second time
+// finds done. The embedded bus answers, or the test fails at once.
 func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts) {
 	t.Helper()
 	api, err := reconcile.NewAPI(b.MustJoin(t, render.ControllerUser).Conn().Conn)
@@ -161,7 +192,7 @@ func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts) {
 		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 		defer cancel()
 		_, err := reconcile.Apply(ctx, p, api, accounts, nil)
-		if err != nil && b.Cluster == nil {
+		if err != nil && b.Bus != nil {
 			t.Fatalf("the controller could not create the mesh: %v", err)
 		}
 		return err
@@ -185,7 +216,7 @@ func (b *Mesh) Target() plan.Target { return plan.TargetOf(b.Desired, b.hashes) 
 
 // Membership is what `meshctl credentials issue` would print for user.
 func (b *Mesh) Membership(user string) host.Membership {
-	return wire.NewMembership(b.target.ServerURLs(), b.target.Fingerprint, user, b.passwords[user], false)
+	return host.MembershipOf(b.target, user, b.passwords[user], false)
 }
 
 // Dial joins as user on a connection of its own, closed when t ends.

@@ -113,20 +113,112 @@ func RemoveBuiltServer() {
 // that dials with the pin fails if the two ever differ.
 func SelfSignedCert(t TB, dir string) (certFile, keyFile, fingerprint string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("writing a test certificate: %v", err)
-	}
+	key := newKey(t)
+	tmpl := leafTemplate(x509.ExtKeyUsageServerAuth)
+	tmpl.Subject = pkix.Name{CommonName: "meshctl test bus"}
+	tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	return writeCert(t, dir, "cert.pem", "key.pem", tmpl, tmpl, key, key)
+}
+
+// CA is a certificate authority a test makes, signing servers' and clients' certificates as
+// an operator's own CA (cert-manager's issuer, say) does: a server's certificate renewed by it
+// is a new leaf with a new fingerprint, and a client that verifies by the CA still accepts it.
+type CA struct {
+	// File is the CA's certificate, PEM, as a server's ca_file and a description's
+	// bus.ca_file name it; PEM is its text, as a membership's "ca" carries it.
+	File, PEM string
+
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// NewCA makes a CA and writes its certificate to dir/ca.pem.
+func NewCA(t TB, dir string) *CA {
+	t.Helper()
+	key := newKey(t)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "meshctl test bus"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		SerialNumber:          serial(t),
+		Subject:               pkix.Name{CommonName: "meshctl test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatalf("making a test CA: %v", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatalf("making a test CA: %v", err)
+	}
+	ca := &CA{File: filepath.Join(dir, "ca.pem"), PEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), cert: cert, key: key}
+	if err := os.WriteFile(ca.File, []byte(ca.PEM), 0o600); err != nil {
+		t.Fatalf("making a test CA: %v", err)
+	}
+	return ca
+}
+
+// ServerCert writes a server certificate the CA signed for 127.0.0.1 and localhost, with a
+// key of its own, to dir/cert.pem and dir/key.pem — replacing the ones there, as a renewal in
+// place does — and returns the files and the new leaf's fingerprint.
+func (ca *CA) ServerCert(t TB, dir string) (certFile, keyFile, fingerprint string) {
+	t.Helper()
+	tmpl := leafTemplate(x509.ExtKeyUsageServerAuth)
+	tmpl.Subject = pkix.Name{CommonName: "localhost"}
+	tmpl.DNSNames = []string{"localhost"}
+	tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+	return writeCert(t, dir, "cert.pem", "key.pem", tmpl, ca.cert, newKey(t), ca.key)
+}
+
+// ClientCert writes a client certificate the CA signed, for a server that asks for one
+// (verify: true), to dir/client.pem and dir/client-key.pem.
+func (ca *CA) ClientCert(t TB, dir string) (certFile, keyFile string) {
+	t.Helper()
+	tmpl := leafTemplate(x509.ExtKeyUsageClientAuth)
+	tmpl.Subject = pkix.Name{CommonName: "meshctl test host"}
+	certFile, keyFile, _ = writeCert(t, dir, "client.pem", "client-key.pem", tmpl, ca.cert, newKey(t), ca.key)
+	return certFile, keyFile
+}
+
+func newKey(t TB) *ecdsa.PrivateKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("making a test key: %v", err)
+	}
+	return key
+}
+
+// serial is a random serial number: two leaves of one CA must not share one.
+func serial(t TB) *big.Int {
+	t.Helper()
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		t.Fatalf("making a test certificate: %v", err)
+	}
+	return n
+}
+
+func leafTemplate(usage x509.ExtKeyUsage) *x509.Certificate {
+	return &x509.Certificate{
+		NotBefore:   time.Now().Add(-time.Hour),
+		NotAfter:    time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	}
+}
+
+// writeCert signs tmpl (for key) with parent's parentKey and writes the certificate and the
+// key, PEM, each to a file of dir renamed into place, so that a server reloading meanwhile
+// reads the old file or the new one, never half of one.
+func writeCert(t TB, dir, certName, keyName string, tmpl, parent *x509.Certificate, key, parentKey *ecdsa.PrivateKey) (certFile, keyFile, fingerprint string) {
+	t.Helper()
+	if tmpl.SerialNumber == nil {
+		tmpl.SerialNumber = serial(t)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatalf("writing a test certificate: %v", err)
 	}
@@ -134,12 +226,18 @@ func SelfSignedCert(t TB, dir string) (certFile, keyFile, fingerprint string) {
 	if err != nil {
 		t.Fatalf("writing a test certificate: %v", err)
 	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatalf("writing a test certificate: %v", err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatalf("writing a test certificate: %v", err)
+	certFile, keyFile = filepath.Join(dir, certName), filepath.Join(dir, keyName)
+	for _, f := range []struct {
+		path  string
+		block *pem.Block
+	}{{keyFile, &pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}}, {certFile, &pem.Block{Type: "CERTIFICATE", Bytes: der}}} {
+		next := f.path + ".next"
+		if err := os.WriteFile(next, pem.EncodeToMemory(f.block), 0o600); err != nil {
+			t.Fatalf("writing a test certificate: %v", err)
+		}
+		if err := os.Rename(next, f.path); err != nil {
+			t.Fatalf("writing a test certificate: %v", err)
+		}
 	}
 	sum := sha256.Sum256(der)
 	return certFile, keyFile, hex.EncodeToString(sum[:])
