@@ -25,6 +25,7 @@ func Check(m *Mesh) (*Mesh, error) {
 		return nil, err
 	}
 	out.Bus = m.Bus
+	keepSettings(m, out)
 	for _, mod := range m.Modules {
 		if len(mod.On) == 0 {
 			// Load says so as it reads the YAML, before validation.
@@ -115,4 +116,27 @@ func rawOf(m *Mesh) *rawMesh {
 			module: name{val: h.Module, pos: at}, pos: h.Pos})
 	}
 	return r
+}
+
+// keepSettings gives out's seats and modules the settings m's of the same name carry: they were
+// resolved when the description was read, and nothing changed in memory refers to them.
+func keepSettings(m, out *Mesh) {
+	seats := make(map[string]*Seat, len(m.Seats))
+	for i := range m.Seats {
+		seats[m.Seats[i].Name] = &m.Seats[i]
+	}
+	for i := range out.Seats {
+		if s, ok := seats[out.Seats[i].Name]; ok {
+			out.Seats[i].Stream, out.Seats[i].Consumer = s.Stream, s.Consumer
+		}
+	}
+	modules := make(map[string]*Module, len(m.Modules))
+	for i := range m.Modules {
+		modules[m.Modules[i].Name] = &m.Modules[i]
+	}
+	for i := range out.Modules {
+		if mod, ok := modules[out.Modules[i].Name]; ok {
+			out.Modules[i].Consumer = mod.Consumer
+		}
+	}
 }
