@@ -60,6 +60,9 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 		if p.MassDeleteRefused() {
 			why = p.MassDelete.Refused
 		}
+		if p.OvercommitRefused() {
+			why = p.Overcommit.Refused
+		}
 		return 0, fmt.Errorf("%w: %s; nothing was changed", ErrBlocked, why)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
