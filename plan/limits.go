@@ -103,6 +103,9 @@ type Capacity struct {
 	// Source says where the numbers come from: the account's JetStream limits, or the
 	// server's own store when meshctl runs it.
 	Source string `json:"source"`
+	// Replicated says the numbers bound every replica of every stream together (an account's
+	// limits do), not what one server holds.
+	Replicated bool `json:"replicated,omitempty"`
 }
 
 // Overcommit is a plan's streams asking more of each server than its JetStream has: the sum
@@ -131,17 +134,33 @@ func overcommit(p *Plan, target Target, live Live, o Options) *Overcommit {
 		return nil
 	}
 	f := render.FootprintOf(target.Bus.Streams)
+	if c.Replicated {
+		f = replicatedFootprint(target.Bus.Streams)
+	}
 	over := c.File >= 0 && f.File > uint64(c.File) || c.Memory >= 0 && f.Memory > uint64(c.Memory)
 	if !over {
 		return nil
 	}
 	oc := &Overcommit{Footprint: f, Capacity: c}
 	if !o.AllowOvercommit {
-		oc.Refused = fmt.Sprintf("the description lets its streams hold up to %s on each server, more than %s says it has (%s): "+
+		where := "on each server"
+		if c.Replicated {
+			where = "with every replica"
+		}
+		oc.Refused = fmt.Sprintf("the description lets its streams hold up to %s %s, more than %s says it has (%s): "+
 			"the server would refuse the streams past it half way through the apply; lower their max_bytes, or pass --allow-overcommit if it is meant",
-			held(f), c.Source, has(c))
+			held(f), where, c.Source, has(c))
 	}
 	return oc
+}
+
+// replicatedFootprint is the footprint of streams with every replica counted.
+func replicatedFootprint(streams []jetstream.StreamConfig) render.Footprint {
+	scaled := make([]jetstream.StreamConfig, len(streams))
+	for i, s := range streams {
+		scaled[i] = jetstream.StreamConfig{Name: s.Name, Storage: s.Storage, MaxBytes: s.MaxBytes * int64(max(s.Replicas, 1))}
+	}
+	return render.FootprintOf(scaled)
 }
 
 // changesStreams reports whether p creates, updates or replaces a stream.
