@@ -119,14 +119,16 @@ func rawOf(m *Mesh) *rawMesh {
 }
 
 // keepSettings gives out's seats and modules the settings m's of the same name carry: they were
-// resolved when the description was read, and nothing changed in memory refers to them.
+// resolved when the description was read, and nothing changed in memory refers to them. One
+// added in memory, its settings left zero, has the mesh's.
 func keepSettings(m, out *Mesh) {
 	seats := make(map[string]*Seat, len(m.Seats))
 	for i := range m.Seats {
 		seats[m.Seats[i].Name] = &m.Seats[i]
 	}
 	for i := range out.Seats {
-		if s, ok := seats[out.Seats[i].Name]; ok {
+		out.Seats[i].Stream, out.Seats[i].Consumer = m.Bus.Streams.Seats, m.Bus.ConsumerDefaults
+		if s, ok := seats[out.Seats[i].Name]; ok && s.Stream.Storage != "" {
 			out.Seats[i].Stream, out.Seats[i].Consumer = s.Stream, s.Consumer
 		}
 	}
@@ -135,7 +137,8 @@ func keepSettings(m, out *Mesh) {
 		modules[m.Modules[i].Name] = &m.Modules[i]
 	}
 	for i := range out.Modules {
-		if mod, ok := modules[out.Modules[i].Name]; ok {
+		out.Modules[i].Consumer = m.Bus.ConsumerDefaults
+		if mod, ok := modules[out.Modules[i].Name]; ok && mod.Consumer.AckWait != 0 {
 			out.Modules[i].Consumer = mod.Consumer
 		}
 	}
