@@ -440,12 +440,21 @@ func diffStream(have, want jetstream.StreamConfig) []FieldChange {
 		a.Retention != b.Retention && (a.Retention == jetstream.WorkQueuePolicy || b.Retention == jetstream.WorkQueuePolicy))
 	field(&out, "storage", storage(a.Storage), storage(b.Storage), true)
 	field(&out, "replicas", strconv.Itoa(a.Replicas), strconv.Itoa(b.Replicas), false)
-	// Limits read as the description writes them: 1GiB, 72h0m0s, unlimited.
-	field(&out, "max_age", model.FormatAge(a.MaxAge), model.FormatAge(b.MaxAge), false)
-	field(&out, "max_msgs", model.FormatCount(a.MaxMsgs), model.FormatCount(b.MaxMsgs), false)
-	field(&out, "max_bytes", model.FormatSize(a.MaxBytes), model.FormatSize(b.MaxBytes), false)
+	// Limits read as the description writes them (1GiB, 72h0m0s, unlimited), put in words
+	// only when they differ: a large mesh's hundreds of seat queues are compared, all equal.
+	if a.MaxAge != b.MaxAge {
+		field(&out, "max_age", model.FormatAge(a.MaxAge), model.FormatAge(b.MaxAge), false)
+	}
+	if a.MaxMsgs != b.MaxMsgs {
+		field(&out, "max_msgs", model.FormatCount(a.MaxMsgs), model.FormatCount(b.MaxMsgs), false)
+	}
+	if a.MaxBytes != b.MaxBytes {
+		field(&out, "max_bytes", model.FormatSize(a.MaxBytes), model.FormatSize(b.MaxBytes), false)
+	}
 	field(&out, "max_msgs_per_subject", i64(a.MaxMsgsPerSubject), i64(b.MaxMsgsPerSubject), false)
-	field(&out, "max_msg_size", model.FormatSize(int64(a.MaxMsgSize)), model.FormatSize(int64(b.MaxMsgSize)), false)
+	if a.MaxMsgSize != b.MaxMsgSize {
+		field(&out, "max_msg_size", model.FormatSize(int64(a.MaxMsgSize)), model.FormatSize(int64(b.MaxMsgSize)), false)
+	}
 	field(&out, "max_consumers", strconv.Itoa(a.MaxConsumers), strconv.Itoa(b.MaxConsumers), false)
 	field(&out, "discard", discard(a.Discard), discard(b.Discard), false)
 	field(&out, "duplicate_window", dur(a.Duplicates), dur(b.Duplicates), false)

@@ -16,16 +16,14 @@ import (
 // that lowers no limit and creates or changes no stream asks neither, so a converged plan costs
 // nothing more. embedded is the bus this process runs, nil for any other.
 func askBus(ctx context.Context, api API, embedded *bus.Embedded, live *plan.Live) {
-	streams := make(map[string]*plan.LiveStream, len(live.Streams))
-	for i := range live.Streams {
-		streams[live.Streams[i].Config.Name] = &live.Streams[i]
-	}
+	read := live.Streams
 	live.CountDiscards = func(stream string, l plan.Limits) (uint64, bool, error) {
-		s, ok := streams[stream]
-		if !ok {
-			return 0, true, nil
+		for i := range read {
+			if read[i].Config.Name == stream {
+				return countDiscards(ctx, api, &read[i], l, time.Now())
+			}
 		}
-		return countDiscards(ctx, api, s, l, time.Now())
+		return 0, true, nil
 	}
 	live.ReadCapacity = func() (plan.Capacity, error) { return capacity(ctx, api, embedded) }
 }
