@@ -24,19 +24,19 @@ type Limits struct {
 	MaxAge   time.Duration
 }
 
-// none reports whether no limit discards anything.
-func (l Limits) none() bool { return l.MaxMsgs < 0 && l.MaxBytes < 0 && l.MaxAge <= 0 }
+// Any reports whether some limit discards what it holds.
+func (l Limits) Any() bool { return l.MaxMsgs >= 0 || l.MaxBytes >= 0 || l.MaxAge > 0 }
 
 // DiscardCounter counts the messages of a stream on the bus that limits discard at once: its
 // oldest, up to the first message every limit lets stay. It reads the stream; exact is false
 // when it stopped reading at a bound, the count being then at least n.
 type DiscardCounter func(stream string, limits Limits) (n uint64, exact bool, err error)
 
-// discarding is the limits of want that discard what have holds at once. The server drops a
+// Discarding is the limits of want that discard what have holds at once. The server drops a
 // stream's oldest messages over a lowered max_msgs or max_bytes only when it discards old ones
 // at its limits (with discard new it refuses new messages until the stream is under them
 // again); over a lowered max_age, whatever its discard policy (docs/nats-behaviour.md).
-func discarding(have *LiveStream, want jetstream.StreamConfig) Limits {
+func Discarding(have *LiveStream, want jetstream.StreamConfig) Limits {
 	l := Limits{MaxMsgs: model.Unlimited, MaxBytes: model.Unlimited}
 	if have.Messages == 0 {
 		return l
@@ -67,8 +67,8 @@ func overLimit(have *LiveStream, want jetstream.StreamConfig) bool {
 // else the live bus counts them (Live.CountDiscards). Without a count, what the state proves
 // is said as a least: one message, or those over max_msgs; a count that failed is said too.
 func (d *objectDiff) discards(have *LiveStream, want jetstream.StreamConfig) *AtStake {
-	l := discarding(have, want)
-	if l.none() {
+	l := Discarding(have, want)
+	if !l.Any() {
 		return nil
 	}
 	least := uint64(1)

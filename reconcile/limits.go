@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -116,4 +117,30 @@ func capacity(ctx context.Context, api API, embedded *bus.Embedded) (plan.Capaci
 		}
 	}
 	return c, nil
+}
+
+// ErrWouldDiscard is a stream's update that, when it runs, would discard messages the plan did
+// not count: the stream took more since, and the operator has not allowed data loss.
+var ErrWouldDiscard = errors.New("the update would discard messages")
+
+// stillKept checks, as a stream's update runs without leave to lose data, that the stream
+// holds nothing its new limits discard: the plan counted nothing beyond them, but messages
+// kept arriving while it was applied. As a replacement is checked again before it runs
+// (drain.go), an update that would now discard is not sent.
+func stillKept(ctx context.Context, api API, want jetstream.StreamConfig) error {
+	info, err := api.StreamInfo(ctx, want.Name)
+	if err != nil {
+		return err
+	}
+	have := plan.LiveStream{Config: info.Config, Messages: info.State.Msgs, Bytes: info.State.Bytes}
+	l := plan.Discarding(&have, want)
+	if !l.Any() {
+		return nil
+	}
+	n, _, err := countDiscards(ctx, api, &have, l, time.Now())
+	if err != nil || n == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: %s now holds %d message(s) beyond its new limits, which the plan did not count; it was left as it was, and the next plan counts them (--allow-data-loss discards them)",
+		ErrWouldDiscard, want.Name, n)
 }

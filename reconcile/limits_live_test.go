@@ -234,3 +234,46 @@ func TestEverySettingConverges(t *testing.T) {
 		t.Errorf("the worker as the server holds it: ack_wait %s backoff %v max_ack_pending %d max_deliver %d", cfg.AckWait, cfg.BackOff, cfg.MaxAckPending, cfg.MaxDeliver)
 	}
 }
+
+// A lowered limit the plan found the stream within is checked again as the update runs: a
+// stream that took more meanwhile is left as it was, not cut to the new limit unasked.
+func TestALoweredLimitIsCheckedAgainAsItRuns(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	f := newFixture(t, limitsMesh("{max_bytes: 256KiB}", "{max_bytes: 64KiB}"))
+	s := f.connect(ctx)
+	pw := f.mint(ctx, "alpha.shop")
+	f.mustApply(ctx, s)
+	shop := joinHost(ctx, t, s, "alpha.shop", pw)
+	publish := func(n int) {
+		for range n {
+			if _, err := shop.Publish(ctx, "mesh.mod.shop.event.order.placed", []byte(strings.Repeat("o", 500))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(4) // about 2 KiB: within 8 KiB
+
+	f.write(limitsMesh("{max_bytes: 8KiB}", "{max_bytes: 64KiB}"))
+	planned := false
+	_, _, err := f.apply(ctx, s, RunOptions{OnPlan: func(p *plan.Plan) {
+		for _, c := range p.Changes {
+			if c.ID() == "stream EVENTS" && c.Action == plan.Update && c.AtStake == nil && c.Refused == "" {
+				planned = true
+			}
+		}
+		publish(30) // about 16 KiB more, after the plan and before the update
+	}})
+	if !planned {
+		t.Fatal("the plan did not update EVENTS to 8KiB with nothing at stake")
+	}
+	if !errors.Is(err, ErrWouldDiscard) {
+		t.Fatalf("the update of a stream that grew past its new limit meanwhile: %v; want it not sent", err)
+	}
+	if got := streamState(ctx, t, f.js(s), "EVENTS"); got.Msgs != 34 {
+		t.Errorf("EVENTS holds %d messages; want all 34, none discarded", got.Msgs)
+	}
+	if _, _, err := f.apply(ctx, s, RunOptions{}); !errors.Is(err, ErrBlocked) {
+		t.Errorf("the next apply: %v; want the discard counted and refused", err)
+	}
+}
