@@ -25,6 +25,7 @@ func Check(m *Mesh) (*Mesh, error) {
 		return nil, err
 	}
 	out.Bus = m.Bus
+	keepSettings(m, out)
 	for _, mod := range m.Modules {
 		if len(mod.On) == 0 {
 			// Load says so as it reads the YAML, before validation.
@@ -118,4 +119,30 @@ func rawOf(m *Mesh) *rawMesh {
 		r.observers = append(r.observers, rawObserver{name: name{val: o.Name, pos: placed(o.Pos, Pos{})}, pos: o.Pos})
 	}
 	return r
+}
+
+// keepSettings gives out's seats and modules the settings m's of the same name carry: they were
+// resolved when the description was read, and nothing changed in memory refers to them. One
+// added in memory, its settings left zero, has the mesh's.
+func keepSettings(m, out *Mesh) {
+	seats := make(map[string]*Seat, len(m.Seats))
+	for i := range m.Seats {
+		seats[m.Seats[i].Name] = &m.Seats[i]
+	}
+	for i := range out.Seats {
+		out.Seats[i].Stream, out.Seats[i].Consumer = m.Bus.Streams.Seats, m.Bus.ConsumerDefaults
+		if s, ok := seats[out.Seats[i].Name]; ok && s.Stream.Storage != "" {
+			out.Seats[i].Stream, out.Seats[i].Consumer = s.Stream, s.Consumer
+		}
+	}
+	modules := make(map[string]*Module, len(m.Modules))
+	for i := range m.Modules {
+		modules[m.Modules[i].Name] = &m.Modules[i]
+	}
+	for i := range out.Modules {
+		out.Modules[i].Consumer = m.Bus.ConsumerDefaults
+		if mod, ok := modules[out.Modules[i].Name]; ok && mod.Consumer.AckWait != 0 {
+			out.Modules[i].Consumer = mod.Consumer
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -94,5 +95,34 @@ func TestCheckValidatesWhatChangedInMemory(t *testing.T) {
 	noKind.Bus.Consumers = "sometimes"
 	if _, err := model.Check(&noKind); err == nil || !strings.Contains(err.Error(), "bus.consumers must be pull or push") {
 		t.Errorf("Check of an unknown kind of consumer: %v", err)
+	}
+}
+
+// Check keeps the settings the description gave its seats and modules, and gives one added in
+// memory the mesh's: they are not in the declarations Check validates again.
+func TestCheckKeepsTheSettings(t *testing.T) {
+	t.Parallel()
+	m, err := model.Load("testdata/valid-jetstream-settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := *m
+	added.Modules = append(slices.Clip(m.Modules), model.Module{Name: "ledger", On: []string{"one"}, Pos: m.Modules[0].Pos})
+	got, err := model.Check(&added)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range m.Seats {
+		if !reflect.DeepEqual(got.Seats[i].Stream, s.Stream) || !reflect.DeepEqual(got.Seats[i].Consumer, s.Consumer) {
+			t.Errorf("seat %s: %+v %+v, want %+v %+v", s.Name, got.Seats[i].Stream, got.Seats[i].Consumer, s.Stream, s.Consumer)
+		}
+	}
+	for i, mod := range m.Modules {
+		if !reflect.DeepEqual(got.Modules[i].Consumer, mod.Consumer) {
+			t.Errorf("module %s: %+v, want %+v", mod.Name, got.Modules[i].Consumer, mod.Consumer)
+		}
+	}
+	if c := got.Modules[len(got.Modules)-1].Consumer; !reflect.DeepEqual(c, m.Bus.ConsumerDefaults) {
+		t.Errorf("a module added in memory: %+v, want the mesh's %+v", c, m.Bus.ConsumerDefaults)
 	}
 }

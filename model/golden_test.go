@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -165,7 +166,25 @@ func dump(m *model.Mesh) string {
 		line("  accounts_file: %s", bus.AccountsFile)
 	}
 	line("  replicas: %d", bus.Replicas)
-	line("  events_max_age: %s", bus.EventsMaxAge)
+	line("  events_max_age: %s", bus.Streams.Events.MaxAge)
+	// The settings, where they are not the defaults: the golden cases written before them
+	// keep their dumps.
+	defaults := model.DefaultStreams(bus.Replicas)
+	defaults.Events.MaxAge = bus.Streams.Events.MaxAge // on its own line above
+	for _, s := range []struct {
+		name       string
+		got, deflt model.StreamSettings
+	}{
+		{"control", bus.Streams.Control, defaults.Control}, {"events", bus.Streams.Events, defaults.Events},
+		{"nodes", bus.Streams.Nodes, defaults.Nodes}, {"seats", bus.Streams.Seats, defaults.Seats},
+	} {
+		if s.got != s.deflt {
+			line("  stream %s: %s", s.name, streamSettings(s.got))
+		}
+	}
+	if !reflect.DeepEqual(bus.ConsumerDefaults, model.DefaultConsumer()) {
+		line("  consumers: %s", consumerSettings(bus.ConsumerDefaults))
+	}
 	if bus.Consumers != model.ConsumersPull {
 		line("  consumers: %s", bus.Consumers)
 	}
@@ -216,6 +235,12 @@ func dump(m *model.Mesh) string {
 		list("emits", s.Emits)
 		list("serves", s.Serves)
 		list("formerly", s.Formerly)
+		if s.Stream != bus.Streams.Seats {
+			line("  stream: %s", streamSettings(s.Stream))
+		}
+		if !reflect.DeepEqual(s.Consumer, bus.ConsumerDefaults) {
+			line("  consumer: %s", consumerSettings(s.Consumer))
+		}
 	}
 	for _, mod := range m.Modules {
 		line("module %s @ %s", mod.Name, mod.Pos)
@@ -231,6 +256,9 @@ func dump(m *model.Mesh) string {
 		}
 		for _, k := range mod.Calls {
 			line("  calls: %s @ %s", k, k.Pos)
+		}
+		if !reflect.DeepEqual(mod.Consumer, bus.ConsumerDefaults) {
+			line("  consumer: %s", consumerSettings(mod.Consumer))
 		}
 	}
 	var inst []string
@@ -254,4 +282,14 @@ func dump(m *model.Mesh) string {
 		line("observer %s @ %s", o.Name, o.Pos)
 	}
 	return b.String()
+}
+
+func streamSettings(s model.StreamSettings) string {
+	return fmt.Sprintf("max_bytes %s, max_age %s, max_msgs %s, max_msg_size %s, storage %s, replicas %d, discard %s",
+		model.FormatSize(s.MaxBytes), model.FormatAge(s.MaxAge), model.FormatCount(s.MaxMsgs), model.FormatSize(s.MaxMsgSize),
+		s.Storage, s.Replicas, s.Discard)
+}
+
+func consumerSettings(c model.ConsumerSettings) string {
+	return fmt.Sprintf("ack_wait %s, max_ack_pending %d, max_deliver %d, backoff %v", c.AckWait, c.MaxAckPending, c.MaxDeliver, c.Backoff)
 }

@@ -304,6 +304,9 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	if v, ok := f["reload"]; ok {
 		b.reload = d.reload(v.val)
 	}
+	if v, ok := f["jetstream"]; ok {
+		b.jetstream = d.jetstream(v.val)
+	}
 	if v, ok := f["servers"]; ok {
 		b.serversPos = d.pos(v.val)
 		for _, item := range d.seq(v.val, "bus.servers") {
@@ -376,6 +379,12 @@ func (d *decoder) seat(n *yaml.Node) rawSeat {
 	s.emits = d.names(f, "emits", "seat.emits")
 	s.serves = d.names(f, "serves", "seat.serves")
 	s.formerly = d.names(f, "formerly", "seat.formerly")
+	if v, ok := f["stream"]; ok {
+		s.stream = d.streamDecl(v.val, "seat.stream")
+	}
+	if v, ok := f["consumer"]; ok {
+		s.consumer = d.consumerDecl(v.val, "seat.consumer")
+	}
 	return s
 }
 
@@ -394,6 +403,9 @@ func (d *decoder) module(n *yaml.Node) rawModule {
 	m.follows = d.names(f, "follows", "module.follows")
 	m.sends = d.names(f, "sends", "module.sends")
 	m.calls = d.names(f, "calls", "module.calls")
+	if v, ok := f["consumer"]; ok {
+		m.consumer = d.consumerDecl(v.val, "module.consumer")
+	}
 	return m
 }
 

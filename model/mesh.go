@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"time"
 )
 
 // Pos is where something was declared: the file (relative to the loaded directory), line
@@ -70,7 +69,11 @@ type Bus struct {
 	AllowPlaintext bool
 	Replicas       int
 	Reload         Reload
-	EventsMaxAge   time.Duration
+	// Streams are the settings of the mesh's own streams and the default of its seats'
+	// queues; ConsumerDefaults those of every host's consumer (a module's or seat's own
+	// override them: Module.Consumer, Seat.Consumer).
+	Streams          Streams
+	ConsumerDefaults ConsumerSettings
 	// Consumers is how hosts take deliveries, ConsumersPull or ConsumersPush: every consumer
 	// the mesh derives is of that kind, and each principal is granted what that kind needs.
 	Consumers string
@@ -182,6 +185,10 @@ type Seat struct {
 	// Formerly lists names this seat had before. References under a former name resolve to
 	// this seat, so renaming a seat does not break every module that named it.
 	Formerly []string
+	// Stream is the settings of its work queue, Consumer those of the consumer its holder
+	// takes work from.
+	Stream   StreamSettings
+	Consumer ConsumerSettings
 	Pos      Pos
 }
 
@@ -196,7 +203,9 @@ type Module struct {
 	Follows []EventRef
 	Sends   []AcceptRef
 	Calls   []ToolRef
-	Pos     Pos
+	// Consumer is the settings of each of its instances' consumers of what it follows.
+	Consumer ConsumerSettings
+	Pos      Pos
 }
 
 // EventRef names an event to follow: a module's (`shop/order.placed`) or a seat's

@@ -33,6 +33,19 @@ const (
 	listValue
 	// reloadValue is bus.reload: the word none or system, or a mapping of its section's keys.
 	reloadValue
+	// sizeValue is a size: a whole number of bytes, or a whole number and a unit (64MiB),
+	// within the key's range; the word unlimited where the key allows it.
+	sizeValue
+	// durationValue is a Go duration (30s, 72h) of at least the key's min; the word unlimited
+	// where the key allows it.
+	durationValue
+	// countValue is a whole number within the key's range, or the word unlimited where the
+	// key allows it.
+	countValue
+	// enumValue is one of the key's words.
+	enumValue
+	// durationsValue is a list of Go durations, each of at least the key's min.
+	durationsValue
 )
 
 // key is one key of a section.
@@ -42,6 +55,12 @@ type key struct {
 	section  *section // for sectionValue, listValue and reloadValue
 	required bool
 	doc      string
+	// min and max bound an integerValue, sizeValue or countValue (min alone a durationValue's
+	// and durationsValue's, in nanoseconds); unlimited admits the word unlimited; enum lists an
+	// enumValue's words.
+	min, max  int64
+	unlimited bool
+	enum      []string
 }
 
 // section is one mapping of a description: the top level of a file, bus, a seat, and so on.
@@ -60,6 +79,18 @@ func newSection(what string, keys []key) *section {
 }
 
 var (
+	streamSettingsSection   = newSection("stream settings", streamSettingsKeys)
+	consumerSettingsSection = newSection("consumer settings", consumerSettingsKeys)
+	streamsSection          = newSection("bus.jetstream.streams", []key{
+		{name: "control", kind: sectionValue, section: streamSettingsSection, doc: "CONTROL: nodes' reports and enrolment requests until the controller takes them. 64MiB by default."},
+		{name: "events", kind: sectionValue, section: streamSettingsSection, doc: "EVENTS: module and seat events. 1GiB and 168h by default."},
+		{name: "nodes", kind: sectionValue, section: streamSettingsSection, doc: "NODES: the latest declaration to each node. 256MiB by default."},
+		{name: "seats", kind: sectionValue, section: streamSettingsSection, doc: "Every seat's work queue, unless the seat's own stream says otherwise. 64MiB, discard new, by default."},
+	})
+	jetstreamSection = newSection("bus.jetstream", []key{
+		{name: "streams", kind: sectionValue, section: streamsSection, doc: "The settings of each stream of the mesh."},
+		{name: "consumers", kind: sectionValue, section: consumerSettingsSection, doc: "The settings of every module's and seat worker's consumer, unless the module's or seat's own consumer says otherwise."},
+	})
 	reloadSection = newSection("bus.reload", []key{
 		{name: "pid_file", kind: scalarValue, doc: "Send SIGHUP to the process whose pid this file holds."},
 		{name: "command", kind: namesValue, doc: "Run this command (program and arguments) to reload the server."},
@@ -82,12 +113,13 @@ var (
 		{name: "listen", kind: scalarValue, doc: "The embedded bus's listen address, host:port (loopback unless allow_plaintext_listen)."},
 		{name: "allow_plaintext_listen", kind: boolValue, doc: "The operator's word that the network the embedded bus listens on is trusted."},
 		{name: "allow_plaintext", kind: boolValue, doc: "The operator's word that the network to an external server is trusted: a nats:// URL off this host without a fingerprint is refused without it."},
-		{name: "replicas", kind: integerValue, doc: "Replicas of every stream."},
+		{name: "replicas", kind: integerValue, min: 1, max: maxReplicas, doc: "Replicas of every stream, 1 to 5, unless its own settings say otherwise."},
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, system (a request as meshctl's system user), {pid_file: PATH} or {command: [ARGV...]}.`},
-		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (72h)."},
+		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (168h, 7 days, by default): the older spelling of jetstream.streams.events.max_age."},
 		{name: "consumers", kind: scalarValue, doc: "How hosts take deliveries: pull (the default; they ask for messages) or push (the server sends them to a deliver subject)."},
 		{name: "auth", kind: scalarValue, doc: "How hosts (nodes, enrolment identities, module instances) log in: password (the default) or nkey (a seed in the membership, only its public key in the accounts config). Changing it needs every host's membership issued anew."},
 		{name: "servers", kind: listValue, section: serverSection, doc: "The servers of a cluster, each with its own accounts file and reload; instead of url, accounts_file and reload."},
+		{name: "jetstream", kind: sectionValue, section: jetstreamSection, doc: "The settings of the mesh's streams and of its hosts' consumers, for the whole mesh; a seat's or module's own override them."},
 	})
 	controllerSection = newSection("controller", []key{
 		{name: "follows", kind: namesValue, doc: "Events the controller follows: module/event or seat:SEAT/event."},
@@ -104,6 +136,8 @@ var (
 		{name: "emits", kind: namesValue, doc: "Events the seat's holder reports."},
 		{name: "serves", kind: namesValue, doc: "Tools the seat's holder answers."},
 		{name: "formerly", kind: namesValue, doc: "Names the seat had before; references under them still resolve."},
+		{name: "stream", kind: sectionValue, section: streamSettingsSection, doc: "The settings of the seat's work queue, over bus.jetstream.streams.seats."},
+		{name: "consumer", kind: sectionValue, section: consumerSettingsSection, doc: "The settings of the consumer the seat's holder takes work from, over bus.jetstream.consumers."},
 	})
 	moduleSection = newSection("a module", []key{
 		{name: "name", kind: scalarValue, required: true, doc: "The module's name."},
@@ -114,6 +148,7 @@ var (
 		{name: "follows", kind: namesValue, doc: "Events it follows: module/event or seat:SEAT/event."},
 		{name: "sends", kind: namesValue, doc: "Work it sends: SEAT/accept."},
 		{name: "calls", kind: namesValue, doc: "Tools it calls: module/tool or seat:SEAT/tool."},
+		{name: "consumer", kind: sectionValue, section: consumerSettingsSection, doc: "The settings of each of its instances' consumers of the events it follows, over bus.jetstream.consumers."},
 	})
 	holderSection = newSection("a holder", []key{
 		{name: "seat", kind: scalarValue, required: true, doc: "The seat handed over."},
@@ -162,6 +197,17 @@ func Schema() []byte {
 	return append(b, '\n')
 }
 
+// durationSchema is a Go duration: numbers with units, 90s, 1h30m, 1.5h.
+var durationSchema = map[string]any{"type": "string", "pattern": `^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`}
+
+// orUnlimitedSchema is v, or the word unlimited where the key admits it.
+func orUnlimitedSchema(k key, v map[string]any) map[string]any {
+	if !k.unlimited {
+		return maps.Clone(v)
+	}
+	return map[string]any{"anyOf": []any{v, map[string]any{"const": "unlimited"}}}
+}
+
 // stringLike is a scalar the loader reads as text: a string, or a whole number.
 var stringLike = map[string]any{"type": []string{"string", "integer"}}
 
@@ -196,7 +242,24 @@ func schemaValue(k key) map[string]any {
 	case scalarsValue:
 		return map[string]any{"type": []string{"string", "integer", "array"}, "items": stringLike}
 	case integerValue:
-		return map[string]any{"type": "integer"}
+		v := map[string]any{"type": "integer"}
+		if k.max > 0 {
+			v["minimum"], v["maximum"] = k.min, k.max
+		}
+		return v
+	case sizeValue:
+		return orUnlimitedSchema(k, map[string]any{"oneOf": []any{
+			map[string]any{"type": "integer", "minimum": k.min, "maximum": k.max},
+			map[string]any{"type": "string", "pattern": sizeForm.String()},
+		}})
+	case durationValue:
+		return orUnlimitedSchema(k, durationSchema)
+	case countValue:
+		return orUnlimitedSchema(k, map[string]any{"type": "integer", "minimum": k.min, "maximum": k.max})
+	case enumValue:
+		return map[string]any{"enum": k.enum}
+	case durationsValue:
+		return map[string]any{"type": "array", "minItems": 1, "items": durationSchema}
 	case boolValue:
 		return map[string]any{"type": "boolean"}
 	case sectionValue:

@@ -17,6 +17,13 @@ var wrongValue = map[valueKind]string{
 	sectionValue: "[not, a-mapping]",
 	listValue:    "{not: a-list}",
 	reloadValue:  "[not, a-mapping]",
+	// A size without a unit's meaning, a week written as days, a count of none, a word not
+	// in the list, a duration that is not a list.
+	sizeValue:      "1GB5",
+	durationValue:  "7d",
+	countValue:     "0",
+	enumValue:      "sometimes",
+	durationsValue: "10s",
 }
 
 // rightValue is a value of the kinds a section may require.

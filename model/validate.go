@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/meshbus/meshctl/internal/printable"
 )
@@ -44,6 +43,7 @@ type rawBus struct {
 	allowPlaintextURL                                        bool
 	allowPlaintextURLPos                                     Pos
 	reload                                                   *rawReload
+	jetstream                                                *rawJetStream
 	servers                                                  []rawServer
 	serversPos                                               Pos
 	pos                                                      Pos
@@ -75,12 +75,15 @@ type rawObserver struct {
 type rawSeat struct {
 	name, scope                      name
 	accepts, emits, serves, formerly []name
+	stream                           *streamDecl
+	consumer                         *consumerDecl
 	pos                              Pos
 }
 
 type rawModule struct {
 	name                                             name
 	on, claims, emits, serves, follows, sends, calls []name
+	consumer                                         *consumerDecl
 	pos                                              Pos
 }
 
@@ -111,9 +114,6 @@ var ReservedNodeNames = []string{"controller", "enrol", "node", "observer"}
 
 // DefaultListen is where the embedded bus listens unless bus.listen says otherwise.
 const DefaultListen = "127.0.0.1:4222"
-
-// DefaultEventsMaxAge is how long EVENTS keeps an event nobody has consumed.
-const DefaultEventsMaxAge = 7 * 24 * time.Hour
 
 func checkName(diags *diagnostics, n name, what string) bool {
 	switch {
@@ -223,6 +223,7 @@ func (r *rawMesh) validate(ctx context.Context, diags *diagnostics) (*Mesh, erro
 	if m.Observers, err = r.validateObservers(ctx, diags); err != nil {
 		return nil, err
 	}
+	r.resolveSettings(diags, ix, m)
 	r.requireNodes(diags)
 	return m, nil
 }
@@ -707,9 +708,10 @@ func validFingerprint(fp string) bool {
 
 // validateBus checks the bus section and fills in the defaults of what it leaves out.
 func (r *rawMesh) validateBus(diags *diagnostics) Bus {
-	b := Bus{Replicas: 1, EventsMaxAge: DefaultEventsMaxAge, Consumers: ConsumersPull, Auth: AuthPassword}
+	b := Bus{Replicas: 1, Consumers: ConsumersPull, Auth: AuthPassword}
 	if r.bus == nil {
 		b.Listen = DefaultListen
+		validateJetStream(diags, nil, &b)
 		return b
 	}
 	rb := r.bus
@@ -726,6 +728,7 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 		diags.add(rb.replicasPos, "bus.replicas is %d, but bus.servers names %d server(s): a stream cannot have more replicas than the cluster has servers",
 			b.Replicas, len(b.Servers))
 	}
+	validateJetStream(diags, rb, &b)
 	return b
 }
 
@@ -836,21 +839,13 @@ func validateOneServer(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 }
 
 // validateBusSettings reads into b what the streams and users are made with: bus.replicas,
-// bus.events_max_age, bus.consumers and bus.auth.
+// bus.consumers and bus.auth (the streams' and consumers' settings are validateJetStream's).
 func validateBusSettings(diags *diagnostics, rb *rawBus, b *Bus) {
 	if rb.replicasPos != (Pos{}) {
 		if rb.replicas < 1 || rb.replicas > 5 {
 			diags.add(rb.replicasPos, "bus.replicas must be between 1 and 5, not %d", rb.replicas)
 		} else {
 			b.Replicas = rb.replicas
-		}
-	}
-	if rb.eventsMaxAge.val != "" {
-		d, err := time.ParseDuration(rb.eventsMaxAge.val)
-		if err != nil || d <= 0 {
-			diags.add(rb.eventsMaxAge.pos, "bus.events_max_age %s must be a positive duration such as 168h", printable.Quote(rb.eventsMaxAge.val))
-		} else {
-			b.EventsMaxAge = d
 		}
 	}
 	switch v := rb.consumers.val; v {

@@ -53,6 +53,7 @@ func Compute(target Target, live Live, o Options) *Plan {
 	p.Holders = holderMoves(live.Holding, target.Bus.Holding, target.Bus.Formerly)
 	p.Graces = target.Bus.Graces
 	p.MassDelete = massDelete(p, target, live, o)
+	p.Overcommit = overcommit(p, target, live, o)
 	return p
 }
 
@@ -135,6 +136,12 @@ func (d *objectDiff) diffStreams() {
 				grade(&c, d.o, "replacing")
 			} else {
 				c.Reason = "its config differs from the derivation"
+				if c.AtStake = d.discards(have, *want); c.AtStake != nil {
+					grade(&c, d.o, "updating")
+				} else if overLimit(have, *want) {
+					c.Reason += "; it holds more than its new limits, and takes no new message until it holds less"
+					c.Risk = RiskDisruptive
+				}
 			}
 			d.streamChanges = append(d.streamChanges, c)
 		}
@@ -260,6 +267,17 @@ func describeStake(a *AtStake) string {
 	if a.AckPending > 0 {
 		parts = append(parts, plural(a.AckPending, "unacknowledged delivery", "unacknowledged deliveries"))
 	}
+	if a.Discards > 0 {
+		least := ""
+		if a.AtLeast {
+			least = "at least "
+		}
+		what := least + plural(a.Discards, "message") + " its lowered limits discard (its oldest)"
+		if a.NotCounted != "" {
+			what += ", not counted: " + a.NotCounted
+		}
+		parts = append(parts, what)
+	}
 	return strings.Join(parts, " and ")
 }
 
@@ -338,7 +356,29 @@ func field(out *[]FieldChange, name string, before, after string, immutable bool
 
 func i64(v int64) string         { return strconv.FormatInt(v, 10) }
 func dur(d time.Duration) string { return d.String() }
-func boolean(b bool) string      { return strconv.FormatBool(b) }
+func durations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.String()
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+func boolean(b bool) string { return strconv.FormatBool(b) }
+
+// storage and discard name a stream's storage and discard policy as the description does.
+func storage(s jetstream.StorageType) string {
+	if s == jetstream.MemoryStorage {
+		return model.StorageMemory
+	}
+	return model.StorageFile
+}
+
+func discard(d jetstream.DiscardPolicy) string {
+	if d == jetstream.DiscardNew {
+		return model.DiscardNew
+	}
+	return model.DiscardOld
+}
 func list(s []string) string {
 	s = slices.Clone(s)
 	slices.Sort(s)
@@ -399,15 +439,25 @@ func diffStream(have, want jetstream.StreamConfig) []FieldChange {
 	// Retention may move between limits and interest, never to or from a work queue.
 	field(&out, "retention", a.Retention.String(), b.Retention.String(),
 		a.Retention != b.Retention && (a.Retention == jetstream.WorkQueuePolicy || b.Retention == jetstream.WorkQueuePolicy))
-	field(&out, "storage", a.Storage.String(), b.Storage.String(), true)
+	field(&out, "storage", storage(a.Storage), storage(b.Storage), true)
 	field(&out, "replicas", strconv.Itoa(a.Replicas), strconv.Itoa(b.Replicas), false)
-	field(&out, "max_age", dur(a.MaxAge), dur(b.MaxAge), false)
-	field(&out, "max_msgs", i64(a.MaxMsgs), i64(b.MaxMsgs), false)
-	field(&out, "max_bytes", i64(a.MaxBytes), i64(b.MaxBytes), false)
+	// Limits read as the description writes them (1GiB, 72h0m0s, unlimited), put in words
+	// only when they differ: a large mesh's hundreds of seat queues are compared, all equal.
+	if a.MaxAge != b.MaxAge {
+		field(&out, "max_age", model.FormatAge(a.MaxAge), model.FormatAge(b.MaxAge), false)
+	}
+	if a.MaxMsgs != b.MaxMsgs {
+		field(&out, "max_msgs", model.FormatCount(a.MaxMsgs), model.FormatCount(b.MaxMsgs), false)
+	}
+	if a.MaxBytes != b.MaxBytes {
+		field(&out, "max_bytes", model.FormatSize(a.MaxBytes), model.FormatSize(b.MaxBytes), false)
+	}
 	field(&out, "max_msgs_per_subject", i64(a.MaxMsgsPerSubject), i64(b.MaxMsgsPerSubject), false)
-	field(&out, "max_msg_size", i64(int64(a.MaxMsgSize)), i64(int64(b.MaxMsgSize)), false)
+	if a.MaxMsgSize != b.MaxMsgSize {
+		field(&out, "max_msg_size", model.FormatSize(int64(a.MaxMsgSize)), model.FormatSize(int64(b.MaxMsgSize)), false)
+	}
 	field(&out, "max_consumers", strconv.Itoa(a.MaxConsumers), strconv.Itoa(b.MaxConsumers), false)
-	field(&out, "discard", a.Discard.String(), b.Discard.String(), false)
+	field(&out, "discard", discard(a.Discard), discard(b.Discard), false)
 	field(&out, "duplicate_window", dur(a.Duplicates), dur(b.Duplicates), false)
 	// The server refuses to unseal a stream or undo deny-delete and deny-purge.
 	field(&out, "sealed", boolean(a.Sealed), boolean(b.Sealed), a.Sealed && !b.Sealed)
@@ -459,10 +509,13 @@ func diffConsumer(have, want jetstream.ConsumerConfig) []FieldChange {
 		field(&out, "ack_wait", dur(a.AckWait), dur(b.AckWait), false)
 	}
 	if a.MaxDeliver != b.MaxDeliver {
-		field(&out, "max_deliver", strconv.Itoa(a.MaxDeliver), strconv.Itoa(b.MaxDeliver), false)
+		field(&out, "max_deliver", model.FormatCount(int64(a.MaxDeliver)), model.FormatCount(int64(b.MaxDeliver)), false)
+	}
+	if !slices.Equal(a.BackOff, b.BackOff) {
+		field(&out, "backoff", durations(a.BackOff), durations(b.BackOff), false)
 	}
 	if a.MaxAckPending != b.MaxAckPending {
-		field(&out, "max_ack_pending", strconv.Itoa(a.MaxAckPending), strconv.Itoa(b.MaxAckPending), false)
+		field(&out, "max_ack_pending", model.FormatCount(int64(a.MaxAckPending)), model.FormatCount(int64(b.MaxAckPending)), false)
 	}
 	if !slices.Equal(a.FilterSubjects, b.FilterSubjects) {
 		field(&out, "filter_subjects", list(a.FilterSubjects), list(b.FilterSubjects), false)

@@ -44,6 +44,9 @@ func (p *Plan) Markdown(w io.Writer) error {
 		if p.MassDeleteRefused() {
 			why = append(why, mdText(p.MassDelete.Refused))
 		}
+		if p.OvercommitRefused() {
+			why = append(why, mdText(p.Overcommit.Refused))
+		}
 		fmt.Fprintf(&b, "**Blocked:** an apply would refuse this plan (%s) and change nothing.\n\n", strings.Join(why, "; "))
 	}
 	if n := len(p.Conflicts()); n > 0 {

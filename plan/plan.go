@@ -54,16 +54,23 @@ type FieldChange struct {
 	Immutable bool   `json:"immutable,omitempty"` // the server refuses to update it in place
 }
 
-// AtStake is what a replacement or deletion would lose.
+// AtStake is what a replacement or deletion would lose, or what an update that lowers a
+// stream's limits below what it holds discards.
 type AtStake struct {
 	Messages   uint64 `json:"messages"`    // stored in the stream
 	Pending    uint64 `json:"pending"`     // not yet delivered by the consumer
 	AckPending uint64 `json:"ack_pending"` // delivered and not yet acknowledged
+	// Discards is how many of the stream's oldest messages its update discards at once: those
+	// beyond a lowered max_msgs, max_bytes or max_age. AtLeast says the count stopped at a
+	// bound, or could not be made (NotCounted says why), and is the least that goes.
+	Discards   uint64 `json:"discards,omitempty"`
+	AtLeast    bool   `json:"at_least,omitempty"`
+	NotCounted string `json:"not_counted,omitempty"`
 }
 
 // Any reports whether anything is at stake.
 func (a *AtStake) Any() bool {
-	return a != nil && a.Messages+a.Pending+a.AckPending > 0
+	return a != nil && a.Messages+a.Pending+a.AckPending+a.Discards > 0
 }
 
 // UserChange is one user's difference in the accounts config. It never carries a password
@@ -154,6 +161,9 @@ type Plan struct {
 	// MassDelete is set when the plan deletes more than half of what meshctl owns; its
 	// Refused says why an apply refuses it unless the operator allowed it.
 	MassDelete *MassDelete `json:"mass_delete,omitempty"`
+	// Overcommit is set when the plan changes streams whose byte limits sum to more than the
+	// bus says its JetStream has; its Refused says why an apply refuses it unless allowed.
+	Overcommit *Overcommit `json:"overcommit,omitempty"`
 	// AllowDataLoss is the operator's leave to lose messages, which an apply needs again when
 	// a stream holds messages at execution time that it did not hold when it was planned.
 	AllowDataLoss bool `json:"-"`
@@ -199,8 +209,12 @@ func (p *Plan) Empty() bool { return len(p.Changes) == 0 }
 // does not block a plan: the objects in conflict, and those that depend on them, are not
 // planned, and an apply performs the rest.
 func (p *Plan) Blocked() bool {
-	return p.Summary().Refused > 0 || p.MassDeleteRefused()
+	return p.Summary().Refused > 0 || p.MassDeleteRefused() || p.OvercommitRefused()
 }
+
+// OvercommitRefused reports whether an apply refuses the plan for asking more of the servers
+// than their JetStream has.
+func (p *Plan) OvercommitRefused() bool { return p.Overcommit != nil && p.Overcommit.Refused != "" }
 
 // MassDeleteRefused reports whether an apply refuses the plan for deleting too much.
 func (p *Plan) MassDeleteRefused() bool { return p.MassDelete != nil && p.MassDelete.Refused != "" }
@@ -368,12 +382,21 @@ type Live struct {
 	// server would serve it, for a plan that compares its users with the target's: needed
 	// wherever Accounts is known and may differ from the rendering (UsersReader).
 	ReadUsers UsersReader
+	// CountDiscards counts what a stream's lowered limits discard, reading the stream; nil
+	// where no bus is read. The plan asks only about a stream whose update lowers a limit
+	// below what it holds.
+	CountDiscards DiscardCounter
+	// ReadCapacity asks the bus what its JetStream has for the mesh's streams; nil where no
+	// bus is read. The plan asks only when it creates or changes a stream (Overcommit).
+	ReadCapacity func() (Capacity, error)
 }
 
-// LiveStream is a stream as the server reports it.
+// LiveStream is a stream as the server reports it: its config, and how many messages and
+// bytes it holds.
 type LiveStream struct {
 	Config   jetstream.StreamConfig
 	Messages uint64
+	Bytes    uint64
 }
 
 // LiveConsumer is a consumer as the server reports it.
@@ -396,6 +419,9 @@ type Options struct {
 	// the old kind, each of which then needs a new membership. Without it such a plan is
 	// refused whole.
 	AllowReissue bool
+	// AllowOvercommit lets an apply create or change streams whose byte limits sum to more
+	// than the bus says its JetStream has. Without it such a plan is refused whole.
+	AllowOvercommit bool
 }
 
 // Owned reports whether an object's metadata carries meshctl's ownership marker.

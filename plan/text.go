@@ -30,12 +30,14 @@ type Document struct {
 	Graces []render.AckGrace `json:"graces,omitempty"`
 	// MassDelete is present when the plan deletes more than half of what meshctl owns.
 	MassDelete *MassDelete `json:"mass_delete,omitempty"`
+	// Overcommit is present when the plan's streams may hold more than the bus has.
+	Overcommit *Overcommit `json:"overcommit,omitempty"`
 }
 
 // Doc is the plan as its JSON document.
 func (p *Plan) Doc() Document {
 	d := Document{Schema: SchemaVersion, Baseline: p.Baseline, InSync: p.inSync(), Blocked: p.Blocked(), Summary: p.Summary(),
-		Changes: p.Changes, Holders: p.Holders, Graces: p.Graces, MassDelete: p.MassDelete}
+		Changes: p.Changes, Holders: p.Holders, Graces: p.Graces, MassDelete: p.MassDelete, Overcommit: p.Overcommit}
 	if d.Baseline == "" {
 		d.Baseline = BaselineBus
 	}
@@ -151,6 +153,9 @@ func (p *Plan) Text(w io.Writer, color bool) error {
 	fmt.Fprintf(&b, "\nPlan: %s.\n", p.Summary())
 	if p.MassDeleteRefused() {
 		fmt.Fprintf(&b, "%s\n", c.bold(c.del("REFUSED: "+printable.Text(p.MassDelete.Refused))))
+	}
+	if p.OvercommitRefused() {
+		fmt.Fprintf(&b, "%s\n", c.bold(c.del("REFUSED: "+printable.Text(p.Overcommit.Refused))))
 	}
 	if n := len(p.Conflicts()); n > 0 {
 		fmt.Fprintf(&b, "%d object(s) in conflict are left alone, with what depends on them; an apply performs the rest and exits 2.\n", n)

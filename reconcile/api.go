@@ -393,6 +393,10 @@ type DrainAPI interface {
 	StreamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error)
 	// NextMsg is the stream's first message at or after seq; ErrNoMessage when there is none.
 	NextMsg(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error)
+	// NextStored is NextMsg's message as the stream accounts for it (limits.go).
+	NextStored(ctx context.Context, stream string, seq uint64) (Stored, error)
+	// AccountInfo is the account's JetStream usage and limits.
+	AccountInfo(ctx context.Context) (*jetstream.AccountInfo, error)
 	// DeleteMsg takes one message out of a stream.
 	DeleteMsg(ctx context.Context, stream string, seq uint64) error
 	// Publish stores a message in whichever stream takes its subject, and returns the
@@ -420,14 +424,16 @@ func (a *jsAPI) StreamInfo(ctx context.Context, stream string) (*jetstream.Strea
 
 // storedMsg is a message as $JS.API.STREAM.MSG.GET answers it.
 type storedMsg struct {
-	Message *struct {
-		Subject  string    `json:"subject"`
-		Sequence uint64    `json:"seq"`
-		Header   []byte    `json:"hdrs"`
-		Data     []byte    `json:"data"`
-		Time     time.Time `json:"time"`
-	} `json:"message"`
-	Error *jetstream.APIError `json:"error"`
+	Message *storedMsgBody      `json:"message"`
+	Error   *jetstream.APIError `json:"error"`
+}
+
+type storedMsgBody struct {
+	Subject  string    `json:"subject"`
+	Sequence uint64    `json:"seq"`
+	Header   []byte    `json:"hdrs"`
+	Data     []byte    `json:"data"`
+	Time     time.Time `json:"time"`
 }
 
 // NextMsg asks the API directly, as ListConsumers does: the library's GetMsg needs a stream
@@ -435,6 +441,33 @@ type storedMsg struct {
 // message at or after seq on any subject, skipping the gaps acknowledged work leaves in a
 // work queue (docs/nats-behaviour.md, "Taking a stream out of service").
 func (a *jsAPI) NextMsg(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	m, err := a.nextMsg(ctx, stream, seq)
+	if err != nil {
+		return nil, err
+	}
+	msg := &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Data: m.Data, Time: m.Time}
+	if len(m.Header) > 0 {
+		hdr, err := nats.DecodeHeadersMsg(m.Header)
+		if err != nil {
+			return nil, fmt.Errorf("reading message %d of %s: %w", m.Sequence, stream, err)
+		}
+		msg.Header = hdr
+	}
+	return msg, nil
+}
+
+// NextStored reads the message as NextMsg does, and keeps of it its sequence, its time and
+// the lengths of its parts, the header's as stored (the library would parse it).
+func (a *jsAPI) NextStored(ctx context.Context, stream string, seq uint64) (Stored, error) {
+	m, err := a.nextMsg(ctx, stream, seq)
+	if err != nil {
+		return Stored{}, err
+	}
+	return Stored{Seq: m.Sequence, Time: m.Time, subject: len(m.Subject), header: len(m.Header), data: len(m.Data)}, nil
+}
+
+// nextMsg is the stream's first message at or after seq, as $JS.API.STREAM.MSG.GET answers.
+func (a *jsAPI) nextMsg(ctx context.Context, stream string, seq uint64) (*storedMsgBody, error) {
 	req, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": ">"})
 	var got storedMsg
 	if err := a.request(ctx, "$JS.API.STREAM.MSG.GET."+stream, req, &got); err != nil {
@@ -449,16 +482,13 @@ func (a *jsAPI) NextMsg(ctx context.Context, stream string, seq uint64) (*jetstr
 	if got.Message == nil {
 		return nil, fmt.Errorf("reading the messages of %s: the server answered without a message", stream)
 	}
-	m := got.Message
-	msg := &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Data: m.Data, Time: m.Time}
-	if len(m.Header) > 0 {
-		hdr, err := nats.DecodeHeadersMsg(m.Header)
-		if err != nil {
-			return nil, fmt.Errorf("reading message %d of %s: %w", m.Sequence, stream, err)
-		}
-		msg.Header = hdr
-	}
-	return msg, nil
+	return got.Message, nil
+}
+
+func (a *jsAPI) AccountInfo(ctx context.Context) (*jetstream.AccountInfo, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	return a.js.AccountInfo(ctx)
 }
 
 func (a *jsAPI) DeleteMsg(ctx context.Context, stream string, seq uint64) error {

@@ -60,6 +60,9 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 		if p.MassDeleteRefused() {
 			why = p.MassDelete.Refused
 		}
+		if p.OvercommitRefused() {
+			why = p.Overcommit.Refused
+		}
 		return 0, fmt.Errorf("%w: %s; nothing was changed", ErrBlocked, why)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -232,7 +235,12 @@ func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, account
 		case plan.Create:
 			err = api.CreateStream(ctx, *c.After.(*jetstream.StreamConfig))
 		case plan.Update:
-			err = api.UpdateStream(ctx, *c.After.(*jetstream.StreamConfig))
+			if !p.AllowDataLoss {
+				err = stillKept(ctx, api, *c.After.(*jetstream.StreamConfig))
+			}
+			if err == nil {
+				err = api.UpdateStream(ctx, *c.After.(*jetstream.StreamConfig))
+			}
 		case plan.Replace, plan.Delete:
 			err = drain(ctx, api, c, p.AllowDataLoss)
 		}

@@ -28,12 +28,12 @@ func TestAFullBusDiskIsSaidAsSuchAndRecorded(t *testing.T) {
 	stateDir := filepath.Join(t.TempDir(), "state")
 	busDir := filepath.Join(stateDir, "bus")
 	mountTmpfs(t, busDir)
-	f := fixtureWithState(t, quickMesh, stateDir)
+	f := fixtureWithState(t, onASmallDisk(quickMesh), stateDir)
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)
 	f.mint(ctx, "alpha.mail")
 	// A follower too: its consumer is the first thing the apply stores on the bus.
-	f.write(strings.Replace(withMail(quickMesh), "controller:", "  - name: audit\n    on: [alpha]\n    follows: [shop/order.placed]\ncontroller:", 1))
+	f.write(strings.Replace(withMail(onASmallDisk(quickMesh)), "controller:", "  - name: audit\n    on: [alpha]\n    follows: [shop/order.placed]\ncontroller:", 1))
 
 	filler := fillDisk(t, busDir)
 	_, _, err := f.apply(ctx, s, RunOptions{})
@@ -64,10 +64,10 @@ func TestAFullStateDiskIsSaidAndTheLostHistoryToo(t *testing.T) {
 	ctx := testContext(t)
 	stateDir := filepath.Join(t.TempDir(), "state")
 	mountTmpfs(t, stateDir)
-	f := fixtureWithState(t, quickMesh, stateDir)
+	f := fixtureWithState(t, onASmallDisk(quickMesh), stateDir)
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)
-	f.write(withMail(quickMesh))
+	f.write(withMail(onASmallDisk(quickMesh)))
 
 	filler := fillDisk(t, stateDir)
 	_, _, err := f.apply(ctx, s, RunOptions{})
@@ -85,6 +85,14 @@ func TestAFullStateDiskIsSaidAndTheLostHistoryToo(t *testing.T) {
 	}
 	f.mustApply(ctx, s)
 	f.mustConverge(ctx, s)
+}
+
+// onASmallDisk is yaml with every stream bounded small enough for the tests' 32 MiB disks: the
+// server reserves each stream's max_bytes against its store (75% of the disk's free space
+// when it started) and refuses a stream past it, which the bounded defaults would be.
+func onASmallDisk(yaml string) string {
+	return strings.Replace(yaml, "bus:\n", "bus:\n  jetstream:\n    streams:\n      control: {max_bytes: 1MiB}\n"+
+		"      events: {max_bytes: 2MiB}\n      nodes: {max_bytes: 1MiB}\n      seats: {max_bytes: 1MiB}\n", 1)
 }
 
 // mountTmpfs mounts a small tmpfs at dir for the test, or skips it, saying why, where
@@ -151,7 +159,7 @@ func TestADiskFillingDuringAFirstApplyStopsItOnce(t *testing.T) {
 	ctx := testContext(t)
 	stateDir := filepath.Join(t.TempDir(), "state")
 	mountTmpfs(t, stateDir)
-	f := fixtureWithState(t, wideMesh(60), stateDir)
+	f := fixtureWithState(t, onASmallDisk(wideMesh(60)), stateDir)
 	s := f.connect(ctx)
 	var filled sync.Once
 	var failed []string
@@ -192,14 +200,14 @@ func TestAnExternalServersFullStoreStopsTheApplyOnce(t *testing.T) {
 	storeDir := filepath.Join(dir, "js")
 	mountTmpfs(t, storeDir)
 	x := startExternalIn(t, dir)
-	f := newFixture(t, x.mesh(x.fingerprint))
+	f := newFixture(t, onASmallDisk(x.mesh(x.fingerprint)))
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)
 	var b strings.Builder
 	for i := range 40 {
 		fmt.Fprintf(&b, "  - name: reader-%02d\n    on: [alpha]\n    follows: [shop/order.placed]\n", i)
 	}
-	f.write(x.mesh(x.fingerprint) + b.String())
+	f.write(onASmallDisk(x.mesh(x.fingerprint)) + b.String())
 	fillDisk(t, storeDir)
 	var failed []string
 	_, _, err := f.apply(ctx, s, RunOptions{Progress: func(_, _ int, c plan.Change, err error) {

@@ -35,6 +35,7 @@ func readLive(ctx context.Context, api API, accountsPath string, holding []model
 	}
 	live.Accounts, live.AccountsKnown, err = readAccounts(accountsPath)
 	live.ReadUsers = readServedUsers
+	askBus(ctx, api, nil, &live)
 	return live, err
 }
 
@@ -66,7 +67,7 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 	}
 	var reads []read
 	for _, s := range streams {
-		live.Streams = append(live.Streams, plan.LiveStream{Config: s.Config, Messages: s.State.Msgs})
+		live.Streams = append(live.Streams, plan.LiveStream{Config: s.Config, Messages: s.State.Msgs, Bytes: s.State.Bytes})
 		name := s.Config.Name
 		switch {
 		case !plan.Owned(s.Config.Metadata):

@@ -81,6 +81,9 @@ func TestEveryMutableFieldIsUpdatedInPlace(t *testing.T) {
 		"ack_wait":        func(c *jetstream.ConsumerConfig) { c.AckWait = time.Minute },
 		"max_deliver":     func(c *jetstream.ConsumerConfig) { c.MaxDeliver = 5 },
 		"max_ack_pending": func(c *jetstream.ConsumerConfig) { c.MaxAckPending = 10 },
+		// The server takes a backoff's first step as the ack wait: one equal to it changes
+		// the backoff alone.
+		"backoff": func(c *jetstream.ConsumerConfig) { c.BackOff = []time.Duration{c.AckWait, 2 * time.Minute} },
 		"filter_subjects": func(c *jetstream.ConsumerConfig) {
 			c.FilterSubject, c.FilterSubjects = "", []string{"mesh.mod.shop.event.order.placed", "mesh.mod.shop.event.other"}
 		},

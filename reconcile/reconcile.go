@@ -20,7 +20,10 @@ type RunOptions struct {
 	// AllowReissue lets an apply change bus.auth while hosts log in with credentials of the
 	// old kind: those are revoked, and each host needs a new membership.
 	AllowReissue bool
-	Progress     Progress
+	// AllowOvercommit lets an apply create or change streams whose byte limits sum to more
+	// than the bus says its JetStream has.
+	AllowOvercommit bool
+	Progress        Progress
 	// Dir is the description's directory, for the git commit recorded in the history.
 	Dir string
 	// WaitForLock waits for another applier to finish instead of refusing at once.
@@ -171,6 +174,7 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 	}
 	live.Accounts, live.AccountsKnown, live.AccountsNotServed = accounts, known, notServed
 	live.ReadUsers = readServedUsers
+	askBus(ctx, s.API, s.Embedded, &live)
 	live.AccountsRendered = rendered
 	return live, aerr
 }
@@ -193,7 +197,8 @@ func (s *Session) Reconcile(ctx context.Context, m *model.Mesh, o RunOptions) (R
 // reconcile is Reconcile inside a cycle that holds l, the apply lock, or takes it here; the
 // caller releases l.
 func (s *Session) reconcile(ctx context.Context, l *cycleLock, m *model.Mesh, o RunOptions) (Result, error) {
-	opts := plan.Options{AllowDataLoss: o.AllowDataLoss, AllowMassDelete: o.AllowMassDelete, AllowReissue: o.AllowReissue}
+	opts := plan.Options{AllowDataLoss: o.AllowDataLoss, AllowMassDelete: o.AllowMassDelete, AllowReissue: o.AllowReissue,
+		AllowOvercommit: o.AllowOvercommit}
 	started := time.Now()
 	p, t, err := s.lockAndPlan(ctx, l, m, opts, o)
 	if err != nil {

@@ -127,7 +127,7 @@ func (s *Session) stillDifferent(ctx context.Context, t plan.Target, p *plan.Pla
 		}
 	}
 	// What was not read (the consumers it did not change) is not planned again either.
-	again.Changes, again.Holders, again.MassDelete = kept, nil, nil
+	again.Changes, again.Holders, again.MassDelete, again.Overcommit = kept, nil, nil, nil
 	return again, left, nil
 }
 

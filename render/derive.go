@@ -533,46 +533,72 @@ const ControlPerSubject = 16
 // streamsAndConsumers derives the streams and consumers; modules indexes m.Modules by name,
 // so a mesh of thousands of instances is derived in one pass rather than a search each.
 func streamsAndConsumers(m *model.Mesh, modules map[string]*model.Module, instances []model.Instance) ([]jetstream.StreamConfig, []Consumer) {
-	o := objectMaker{replicas: m.Bus.Replicas, pull: m.Bus.Consumers != model.ConsumersPush,
-		marker: map[string]string{OwnerKey: OwnerValue}}
+	o := newObjectMaker(m)
 	// Sized once: a consumer per module instance that follows anything, and one per node.
 	events := eventsConsumers(m, modules, instances)
 	consumers := make([]Consumer, 0, 1+events+len(m.Nodes)+len(m.Seats))
 	consumers = o.meshConsumers(consumers, m, modules, instances)
+	for _, s := range m.Seats {
+		consumers = append(consumers, o.workerConsumer(s))
+	}
+	return o.streams(m, events), sortedConsumers(consumers)
+}
+
+// DeriveStreams is the streams of m alone, sorted by name, as Derive makes them: what the
+// footprint of a description is summed from without deriving its consumers.
+func DeriveStreams(m *model.Mesh) []jetstream.StreamConfig {
+	return newObjectMaker(m).streams(m, eventsConsumers(m, modulesOf(m), m.Instances()))
+}
+
+// streams are the mesh's streams and every seat's work queue, sorted by name; events is how
+// many consumers EVENTS has.
+func (o objectMaker) streams(m *model.Mesh, events int) []jetstream.StreamConfig {
 	streams := o.meshStreams(m, events)
 	// A seat's work queue exists from registration, not assignment: work queues until a
 	// holder appears, and "the holder is not here yet" must not mean "your messages are
 	// gone". Changing or removing a holder never touches it.
 	for _, s := range m.Seats {
 		streams = append(streams, o.seatStream(s))
-		consumers = append(consumers, o.workerConsumer(s))
 	}
 	slices.SortFunc(streams, func(a, b jetstream.StreamConfig) int { return strings.Compare(a.Name, b.Name) })
-	return streams, sortedConsumers(consumers)
+	return streams
 }
 
-// objectMaker makes the streams and consumers of one mesh alike: marked as meshctl's, on the
-// mesh's replicas, of the mesh's kind of consumer.
+// objectMaker makes the streams and consumers of one mesh alike: marked as meshctl's, of the
+// mesh's kind of consumer.
 type objectMaker struct {
-	replicas int
-	pull     bool
+	pull bool
 	// marker is every object's metadata: one map, shared and never written, rather than a
 	// copy for each of a large mesh's tens of thousands of consumers.
 	marker map[string]string
 }
 
-// consumer is a durable with explicit acks in either kind; a pull consumer has no deliver
-// subject (the server refuses to turn one kind into the other, so a change of
-// bus.consumers replaces every consumer).
-func (o objectMaker) consumer(stream, name, deliver, description string, filters []string) Consumer {
+func newObjectMaker(m *model.Mesh) objectMaker {
+	return objectMaker{pull: m.Bus.Consumers != model.ConsumersPush, marker: map[string]string{OwnerKey: OwnerValue}}
+}
+
+// controlPlane is the settings of the control plane's own consumers (the controller's and
+// each node's), which the description does not change: the controller and the agent are
+// written for them. A report or a declaration is never given up on: the controller's own
+// window bounds redelivery, and a server that gave up first would drop the report the
+// stream exists to keep (docs/design-rules.md).
+var controlPlane = model.DefaultConsumer()
+
+// consumer is a durable with explicit acks in either kind, redelivering as s says; a pull
+// consumer has no deliver subject (the server refuses to turn one kind into the other, so a
+// change of bus.consumers replaces every consumer).
+func (o objectMaker) consumer(stream, name, deliver, description string, filters []string, s model.ConsumerSettings) Consumer {
 	if o.pull {
 		deliver = ""
 	}
+	// A backoff's first step is the ack wait: the server sets it so, and the model resolves
+	// it so (s.AckWait). The backoff is the module's or seat's own slice, shared by its
+	// consumers and never written.
 	cfg := jetstream.ConsumerConfig{
 		Durable: name, Description: description, DeliverSubject: deliver,
 		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: AckWait, MaxDeliver: -1, ReplayPolicy: jetstream.ReplayInstantPolicy,
-		Metadata: o.marker,
+		AckWait: s.AckWait, MaxDeliver: s.MaxDeliver, MaxAckPending: s.MaxAckPending, BackOff: s.Backoff,
+		ReplayPolicy: jetstream.ReplayInstantPolicy, Metadata: o.marker,
 	}
 	slices.Sort(filters)
 	if len(filters) == 1 {
@@ -604,10 +630,10 @@ func (o objectMaker) meshConsumers(consumers []Consumer, m *model.Mesh, modules 
 	// No max-deliver on CONTROL: the controller's own window bounds redelivery, and a
 	// server that dead-lettered first would discard the report the stream exists to keep.
 	consumers = append(consumers, o.consumer(StreamControl, ControllerUser, DeliverSubject(ControllerUser),
-		"meshctl: the controller takes nodes' reports and enrolment requests", nil))
+		"meshctl: the controller takes nodes' reports and enrolment requests", nil, controlPlane))
 	if f := m.Controller.Follows; len(f) > 0 {
 		consumers = append(consumers, o.consumer(StreamEvents, ControllerUser, controllerEventsDeliver,
-			"meshctl: the events the controller follows", eventSubjects(f)))
+			"meshctl: the events the controller follows", eventSubjects(f), controlPlane))
 	}
 	followed := make(map[string][]string, len(m.Modules))
 	for _, inst := range instances {
@@ -623,11 +649,11 @@ func (o objectMaker) meshConsumers(consumers []Consumer, m *model.Mesh, modules 
 		}
 		name := InstanceConsumer(inst)
 		consumers = append(consumers, o.consumer(StreamEvents, name, DeliverSubject(name),
-			"meshctl: the events "+InstanceUser(inst)+" follows", slices.Clone(filters)))
+			"meshctl: the events "+InstanceUser(inst)+" follows", slices.Clone(filters), mod.Consumer))
 	}
 	for _, n := range m.Nodes {
 		consumers = append(consumers, o.consumer(StreamNodes, n.Name, DeliverSubject(n.Name),
-			"meshctl: declarations to node "+n.Name, []string{DeclareSubject(n.Name)}))
+			"meshctl: declarations to node "+n.Name, []string{DeclareSubject(n.Name)}, controlPlane))
 	}
 	return consumers
 }
@@ -636,40 +662,56 @@ func (o objectMaker) meshConsumers(consumers []Consumer, m *model.Mesh, modules 
 func (o objectMaker) meshStreams(m *model.Mesh, events int) []jetstream.StreamConfig {
 	// CONTROL is bounded per subject, so per node and kind: a node's reports while the
 	// controller cannot take them (the store down, watch stopped) keep at most
-	// ControlPerSubject, and at the bound the oldest is dropped (DiscardOld), since only a
-	// node's latest report matters and a refused publish would leave the node retrying. One
-	// node cannot crowd out another's, and its reports never its own enrolment request, which
-	// has a subject of its own. Both fields update in place (docs/nats-behaviour.md, "Streams").
+	// ControlPerSubject, and at the bound the oldest is dropped, since only a node's latest
+	// report matters and a refused publish would leave the node retrying. One node cannot
+	// crowd out another's, and its reports never its own enrolment request, which has a
+	// subject of its own. The field updates in place (docs/nats-behaviour.md, "Streams").
 	return []jetstream.StreamConfig{
-		{
+		withSettings(jetstream.StreamConfig{
 			Name: StreamControl, Description: "meshctl: nodes' reports and enrolment requests, until the controller takes them",
-			Metadata:  o.marker,
-			Subjects:  []string{"mesh.control.*.enrol", "mesh.control.*.report"},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: o.replicas,
-			MaxMsgsPerSubject: ControlPerSubject, Discard: jetstream.DiscardOld,
-		},
-		{
+			Metadata:          o.marker,
+			Subjects:          []string{"mesh.control.*.enrol", "mesh.control.*.report"},
+			Retention:         jetstream.WorkQueuePolicy,
+			MaxMsgsPerSubject: ControlPerSubject,
+		}, m.Bus.Streams.Control),
+		withSettings(jetstream.StreamConfig{
 			Name: StreamEvents, Description: "meshctl: module and seat events", Metadata: o.marker,
-			Subjects:  []string{"mesh.mod.*.event.>", "mesh.seat.*.event.>"},
-			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: o.replicas,
-			MaxAge: m.Bus.EventsMaxAge, MaxConsumers: maxConsumersFor(events),
-		},
-		{
+			Subjects:     []string{"mesh.mod.*.event.>", "mesh.seat.*.event.>"},
+			Retention:    jetstream.LimitsPolicy,
+			MaxConsumers: maxConsumersFor(events),
+		}, m.Bus.Streams.Events),
+		withSettings(jetstream.StreamConfig{
 			Name: StreamNodes, Description: "meshctl: the controller's declarations, the latest per node", Metadata: o.marker,
-			Subjects:  []string{"mesh.node.*.declare"},
-			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: o.replicas,
+			Subjects:          []string{"mesh.node.*.declare"},
+			Retention:         jetstream.LimitsPolicy,
 			MaxMsgsPerSubject: 1, MaxConsumers: maxConsumersFor(len(m.Nodes)),
-		},
+		}, m.Bus.Streams.Nodes),
 	}
 }
 
 // seatStream is seat s's work queue.
 func (o objectMaker) seatStream(s model.Seat) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
+	return withSettings(jetstream.StreamConfig{
 		Name: SeatStreamName(s.Name), Description: "meshctl: work addressed to seat " + s.Name, Metadata: o.marker,
 		Subjects:  []string{"mesh.seat." + s.Name + ".accept.>"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: o.replicas,
+		Retention: jetstream.WorkQueuePolicy,
+	}, s.Stream)
+}
+
+// withSettings is cfg holding what s allows, kept where s says, on s's replicas. A limit the
+// description leaves unlimited is sent unset, which the server reads as none (and reports as
+// -1: plan.NormalizeStream).
+func withSettings(cfg jetstream.StreamConfig, s model.StreamSettings) jetstream.StreamConfig {
+	unset := func(v int64) int64 { return max(v, 0) }
+	cfg.MaxBytes, cfg.MaxAge, cfg.MaxMsgs, cfg.MaxMsgSize = unset(s.MaxBytes), s.MaxAge, unset(s.MaxMsgs), int32(unset(s.MaxMsgSize))
+	cfg.Storage, cfg.Discard, cfg.Replicas = jetstream.FileStorage, jetstream.DiscardOld, s.Replicas
+	if s.Storage == model.StorageMemory {
+		cfg.Storage = jetstream.MemoryStorage
 	}
+	if s.Discard == model.DiscardNew {
+		cfg.Discard = jetstream.DiscardNew
+	}
+	return cfg
 }
 
 // workerConsumer is the consumer seat s's holder takes its work from.
@@ -679,7 +721,7 @@ func (o objectMaker) workerConsumer(s model.Seat) Consumer {
 	// processed twice. A pull consumer needs none: every puller of one durable shares its
 	// messages, each handed to one of them.
 	c := o.consumer(SeatStreamName(s.Name), WorkerConsumer(s.Name), DeliverSubject(WorkerConsumer(s.Name)),
-		"meshctl: the holder of seat "+s.Name+" takes its work", nil)
+		"meshctl: the holder of seat "+s.Name+" takes its work", nil, s.Consumer)
 	if !o.pull {
 		c.Config.DeliverGroup = WorkerConsumer(s.Name)
 	}

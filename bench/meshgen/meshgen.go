@@ -356,9 +356,11 @@ func followable(m module) []string {
 func (m Mesh) meshFile(seats []seat) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# A generated mesh of %d nodes, %d module instances and %d seats (bench/meshgen).\n", m.Nodes, m.Instances, m.Seats)
-	if m.Listen != "" || m.Server.URL != "" || m.Auth != "" {
-		b.WriteString("bus:\n")
-	}
+	b.WriteString("bus:\n")
+	// Every stream's settings, as a production mesh writes them, and small enough that the
+	// seats' queues of a 20,000-instance mesh (800 of them) fit a test machine's disk: the
+	// server reserves each stream's max_bytes against its store.
+	b.WriteString(jetstreamSettings)
 	if m.Auth != "" {
 		fmt.Fprintf(&b, "  auth: %s\n", m.Auth)
 	}
@@ -391,10 +393,24 @@ func nodesFile(nodes []string) []byte {
 	return []byte(b.String())
 }
 
+// jetstreamSettings is the generated mesh's bus.jetstream: every stream bounded, its seats'
+// queues small, and its hosts' consumers redelivering on a backoff.
+const jetstreamSettings = `  jetstream:
+    streams:
+      events: { max_bytes: 2GiB, max_age: 72h }
+      control: { max_bytes: 128MiB }
+      nodes: { max_bytes: 256MiB }
+      seats: { max_bytes: 4MiB }
+    consumers: { ack_wait: 1m, max_ack_pending: 2000 }
+`
+
+// seatSettings is what one seat in ten says of its own queue and worker.
+const seatSettings = "    stream: { max_bytes: 16MiB, max_age: 24h }\n    consumer: { backoff: [10s, 1m, 5m], max_deliver: 10 }\n"
+
 func seatsFile(seats []seat) []byte {
 	var b strings.Builder
 	b.WriteString("seats:\n")
-	for _, s := range seats {
+	for i, s := range seats {
 		fmt.Fprintf(&b, "  - name: %s\n", s.name)
 		if s.scope != model.ScopeModule {
 			fmt.Fprintf(&b, "    scope: %s\n", s.scope)
@@ -404,6 +420,9 @@ func seatsFile(seats []seat) []byte {
 		list(&b, "    ", "serves", s.serves)
 		if s.formerly != "" {
 			list(&b, "    ", "formerly", []string{s.formerly})
+		}
+		if i%10 == 4 {
+			b.WriteString(seatSettings)
 		}
 	}
 	return []byte(b.String())
@@ -421,7 +440,7 @@ func holdersFile(hs []holder) []byte {
 func modulesFile(mods []module) []byte {
 	var b strings.Builder
 	b.WriteString("modules:\n")
-	for _, m := range mods {
+	for i, m := range mods {
 		fmt.Fprintf(&b, "  - name: %s\n", m.name)
 		list(&b, "    ", "on", m.on)
 		list(&b, "    ", "claims", m.claims)
@@ -430,6 +449,9 @@ func modulesFile(mods []module) []byte {
 		list(&b, "    ", "follows", m.follows)
 		list(&b, "    ", "sends", m.sends)
 		list(&b, "    ", "calls", m.calls)
+		if i%50 == 49 {
+			b.WriteString("    consumer: { ack_wait: 2m }\n") // one module in fifty waits longer for its acks
+		}
 	}
 	return []byte(b.String())
 }

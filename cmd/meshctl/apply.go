@@ -18,7 +18,7 @@ func init() {
 }
 
 const applyHelp = `
-Usage: meshctl apply [-f DIR] [--state DIR] [--dry-run] [--allow-data-loss] [--allow-mass-delete] [--allow-reissue] [--wait] [-o text|json]
+Usage: meshctl apply [-f DIR] [--state DIR] [--dry-run] [--allow-data-loss] [--allow-mass-delete] [--allow-reissue] [--allow-overcommit] [--wait] [-o text|json]
        meshctl apply --plan FILE [--state DIR] [--allow-…] [--wait] [-o text|json]
 
 Plans as 'meshctl diff' does, prints the plan, applies it and prints what was done:
@@ -28,13 +28,18 @@ server refuses it), then deletions. Only objects carrying meshctl's ownership ma
 ever changed; a same-named object of someone else's is a conflict: it is left alone with
 what depends on it (a stream's consumers), everything else is applied, and apply exits 2
 naming it. A plan that would replace or delete anything holding messages or
-unacknowledged work is refused whole unless --allow-data-loss is given; one that deletes
+unacknowledged work, or lower a stream's limits below what it holds (which discards its
+oldest messages), is refused whole unless --allow-data-loss is given; one that deletes
 more than half of the streams and consumers or of the users meshctl owns (an emptied
 description, a wrong directory) is refused whole unless --allow-mass-delete is given.
 A change of bus.auth (password or nkey) while hosts log in with credentials of the old
 kind is refused whole unless --allow-reissue is given: those credentials are revoked, and
 each host needs a new membership ('meshctl credentials issue'; an enrolled node enrols
 again with a fresh enrol.<node>, and the controller then declares its instances theirs).
+A plan that creates or changes streams whose byte limits sum to more than the bus says
+its JetStream has (the account's limits, or the embedded server's store) is refused whole
+unless --allow-overcommit is given: the server would refuse the streams past its store
+half way through the apply.
 A converged bus makes no change and no reload. Every apply is recorded in the state
 store's history.
 
@@ -71,6 +76,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	allowLoss := f.Bool("allow-data-loss", false, "allow replacing or deleting objects that hold messages or unacknowledged work")
 	allowMass := f.Bool("allow-mass-delete", false, "allow a plan that deletes more than half of the objects or users meshctl owns")
 	allowReissue := f.Bool("allow-reissue", false, "allow a change of bus.auth that locks out the hosts logging in with credentials of the old kind, until each is issued a new membership")
+	allowOvercommit := f.Bool("allow-overcommit", false, "allow streams whose byte limits sum to more than the bus says its JetStream has")
 	wait := f.Bool("wait", false, "wait for another apply to finish instead of refusing")
 	planFile := f.String("plan", "", "apply exactly this saved plan ('meshctl diff --out'), from the description it carries, refused with nothing changed if the bus has changed since")
 	sf.wait = wait
@@ -86,7 +92,8 @@ func runApply(ctx context.Context, e *env, args []string) int {
 		return code
 	}
 	if *dryRun {
-		return dryRunApply(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue}, *out)
+		return dryRunApply(ctx, e, sf, *dir, plan.Options{AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue,
+			AllowOvercommit: *allowOvercommit}, *out)
 	}
 	// The cycle's load opens the store after the description, which an empty state directory
 	// is restored from the bus with; the store is closed after the session.
@@ -116,7 +123,8 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	var started time.Time
 	total := 0
 	run := reconcile.RunOptions{
-		AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue, Dir: *dir, WaitForLock: *wait, RecordNoop: true,
+		AllowDataLoss: *allowLoss, AllowMassDelete: *allowMass, AllowReissue: *allowReissue, AllowOvercommit: *allowOvercommit,
+		Dir: *dir, WaitForLock: *wait, RecordNoop: true,
 		LockNotice: func(msg string) { fmt.Fprintln(e.stderr, msg) },
 		OnPlan: func(p *plan.Plan) {
 			total = len(p.Changes)

@@ -22,7 +22,8 @@ Usage: meshctl diff [-f DIR] [--state DIR] [--out FILE] [-o text|json|markdown]
 
 Reads the live bus, derives what the description in DIR asks for, and shows the
 difference: each stream and consumer to create, update, replace or delete, with the
-reason and, for a replacement or deletion, the messages at stake; the accounts config
+reason and, for a replacement or deletion, or an update lowering a stream's limits below
+what it holds, the messages at stake; the accounts config
 user by user, permission subject by permission subject; and the seats whose holder
 moves. It never shows a password or a hash, and it changes nothing: it mints no
 credential and creates no state directory. Before the first apply from a state directory
@@ -39,6 +40,9 @@ against the live bus counts the messages at stake before an apply.
 With --out FILE it also saves the plan, made against the bus, with the description it
 was made from (schema meshctl.saved-plan/v1; no password or hash in it): 'meshctl apply
 --plan FILE' applies exactly it after review, or refuses if the bus has changed since.
+
+On stderr it says how much the description's streams may hold on each server, the sum
+of their byte limits ('this mesh may hold up to 1.4 GiB on disk on each server').
 
 As kubectl diff, it exits 1 when anything would change: a pipeline tells "the merge
 changes the bus" from "meshctl could not tell" by the exit codes below.
@@ -121,6 +125,7 @@ func planBusWith(ctx context.Context, e *env, sf stateFlag, dir string, o plan.O
 	if code != exitOK {
 		return nil, code
 	}
+	sayFootprint(e, m)
 	if code := sf.restoreIfEmpty(ctx, e, m); code != exitOK {
 		return nil, code
 	}
@@ -186,6 +191,7 @@ func planDescriptions(ctx context.Context, e *env, oldDir, newDir string) (*plan
 	if code != exitOK {
 		return nil, code
 	}
+	sayFootprint(e, newMesh)
 	// Both descriptions are at hand, so the Markdown can draw who talks to whom as the
 	// change alters it; a bus keeps no description to draw from.
 	return plan.Between(oldMesh, newMesh), exitOK
@@ -201,4 +207,10 @@ func writePlan(e *env, p *plan.Plan, format string) error {
 	default:
 		return p.Text(e.stdout, isTerminal(e.stdout))
 	}
+}
+
+// sayFootprint says on stderr how much the streams of m may hold on each server: the sum of
+// their byte limits (render.Footprint), which an apply compares with what the bus has.
+func sayFootprint(e *env, m *model.Mesh) {
+	fmt.Fprintln(e.stderr, render.FootprintOf(render.DeriveStreams(m)))
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/render"
 )
 
 func init() {
@@ -24,8 +25,14 @@ file:line:col: message, and changes nothing anywhere.
 
   -o text     file:line:col: message lines, which editors and CI logs link
   -o json     {"valid": bool, "diagnostics": [{"pos": {...}, "message": ...}], "total": N}
-              (the first 100 problems are listed; total counts them all)
+              (the first 100 problems are listed; total counts them all), and for a
+              valid description "footprint": {"file": BYTES, "memory": BYTES,
+              "unlimited": [STREAM...]}
   -o github   GitHub Actions workflow annotations (::error file=...,line=...,col=...::...)
+
+A valid description's footprint is said on stderr too: the sum of its streams' byte
+limits, what the mesh may hold on each server ('this mesh may hold up to 1.4 GiB on
+disk on each server'), which 'meshctl apply' compares with what the bus has.
 
 Example:
   meshctl validate -f mesh/
@@ -52,6 +59,11 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 		e.errorf("%v", err)
 		return exitError
 	}
+	var footprint *render.Footprint
+	if m != nil {
+		f := render.FootprintOf(render.DeriveStreams(m))
+		footprint = &f
+	}
 	switch *out {
 	case "json":
 		if diags == nil {
@@ -59,7 +71,11 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(map[string]any{"valid": len(diags) == 0, "diagnostics": diags, "total": total})
+		doc := map[string]any{"valid": len(diags) == 0, "diagnostics": diags, "total": total}
+		if footprint != nil {
+			doc["footprint"] = footprint
+		}
+		_ = enc.Encode(doc)
 	case "github":
 		for _, d := range diags {
 			writeAnnotation(e.stdout, *dir, d)
@@ -76,8 +92,8 @@ func runValidate(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "%d problem(s) in the description in %s\n", total, *dir)
 		return exitInvalid
 	}
-	fmt.Fprintf(e.stderr, "the description in %s is valid: %d node(s), %d seat(s), %d module instance(s)\n",
-		*dir, len(m.Nodes), len(m.Seats), len(m.Instances()))
+	fmt.Fprintf(e.stderr, "the description in %s is valid: %d node(s), %d seat(s), %d module instance(s)\n%s\n",
+		*dir, len(m.Nodes), len(m.Seats), len(m.Instances()), footprint)
 	return exitOK
 }
 

@@ -113,12 +113,22 @@ func TestValidateAValidDescription(t *testing.T) {
 		if code != exitOK || stdout != "" {
 			t.Errorf("-o %s: exit %d, stdout %q", format, code, stdout)
 		}
-		if !strings.Contains(stderr, "is valid: 2 node(s), 2 seat(s), 4 module instance(s)") {
+		// The seed's two seats: CONTROL 64 MiB, EVENTS 1 GiB, NODES 256 MiB, 64 MiB a seat.
+		if !strings.Contains(stderr, "is valid: 2 node(s), 2 seat(s), 4 module instance(s)\nthis mesh may hold up to 1.4 GiB on disk on each server\n") {
 			t.Errorf("-o %s: stderr %q", format, stderr)
 		}
 	}
 	code, stdout, _ := meshctl(t, "validate", "-f", filepath.Join("..", "..", "examples", "seed"), "-o", "json")
-	if code != exitOK || strings.TrimSpace(stdout) != "{\n  \"diagnostics\": [],\n  \"total\": 0,\n  \"valid\": true\n}" {
+	want := `{
+  "diagnostics": [],
+  "footprint": {
+    "file": 1543503872,
+    "memory": 0
+  },
+  "total": 0,
+  "valid": true
+}`
+	if code != exitOK || strings.TrimSpace(stdout) != want {
 		t.Errorf("-o json: exit %d, stdout %s", code, stdout)
 	}
 }

@@ -30,9 +30,10 @@ When inotify runs out of watches it polls DIR every --poll instead, and says so.
 
 A description that does not validate is reported with every file:line:col problem and
 nothing is applied: the last good state stays live until the tree is valid again. A
-plan that would lose data, delete more than half of what meshctl owns, or change
-bus.auth while hosts log in, is reported every cycle and never forced: apply it by hand
-with 'meshctl apply --allow-data-loss' (or --allow-mass-delete, --allow-reissue) if it
+plan that would lose data, delete more than half of what meshctl owns, change
+bus.auth while hosts log in, or ask more of the servers than their JetStream has, is
+reported every cycle and never forced: apply it by hand with 'meshctl apply
+--allow-data-loss' (or --allow-mass-delete, --allow-reissue, --allow-overcommit) if it
 is meant. An object meshctl does not own in the way of
 one it derives is left alone with what depends on it, everything else is applied, and it
 is reported every cycle (and counted in meshctl_watch_conflicts) until it is resolved.
