@@ -51,10 +51,9 @@ var refreshedTables = []string{
 //
 // The refusals and the password files are not records and are kept as they are. Where the
 // records hold another controller hash than the one dir/controller.password was minted with
-// (the other host minted the controller anew), the file no longer matches, and the caller must
-// handle it: StoredControllerPassword then says ErrControllerMismatch, and the operator's
-// password is taken back with AdoptControllerPassword, whereas ControllerPassword would mint a
-// pair the copy on the bus does not hold. The same holds for dir/system.password.
+// (the controller rotated on another host), the file no longer matches: StoredControllerPassword
+// and ControllerPassword then refuse it (ErrControllerMismatch), and the operator's new
+// password is taken back with AdoptControllerPassword.
 func (s *Store) Refresh(ctx context.Context, records []Record) (changed bool, err error) {
 	what := fmt.Sprintf("refreshing the store in %s from the bus", s.dir)
 	byFamily, err := restoredRecords(records)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,4 +82,42 @@ func rotateDeclared(ctx context.Context, e *env, st *state.Store, m *model.Mesh,
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// rotateController replaces the controller's password (reconcile.RotateController): the new one
+// goes into STATE/controller.password, never printed, and every server is seen serving a config
+// that carries it. Where the password file as it stands lets the controller join the bus, the
+// rotation holds the apply lock there and keeps the store's copy current; where it does not
+// (the way out of a file the store refuses), it runs under this host's lock alone, and the
+// copy on the bus is brought up to date by the next command that joins it.
+func (c credentialChange) rotateController(ctx context.Context, req issueRequest) int {
+	if req.out != "" {
+		c.e.errorf("the controller's new password goes into %s/controller.password, never elsewhere; -o writes nothing for it", c.st.Dir())
+		return exitError
+	}
+	if err := reconcile.CheckManager(ctx, c.m, c.st); err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	stop, err := reconcile.KeepOnBus(ctx, c.m, c.st)
+	switch {
+	case err == nil:
+		defer stop()
+	case errors.Is(err, state.ErrControllerMismatch):
+		fmt.Fprintf(c.e.stderr, "the controller's password file does not let meshctl join the bus: rotating under this host's lock alone; "+
+			"the store's copy on the bus takes the new hash at the next command that joins it\n")
+	default:
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	what, err := reconcile.RotateController(ctx, c.m, c.st, req.cost)
+	behind, err := splitReplicaBehind(err)
+	if err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	fmt.Fprintln(c.e.stderr, what)
+	fmt.Fprintf(c.e.stderr, "the controller's password is rotated: %s/controller.password holds the new one, and the previous one no longer logs in; "+
+		"hand the new file to every holder of the previous one (a standby watch's --controller-password-file, the CI secret, a backup)\n", c.st.Dir())
+	return replicaBehind(c.e, behind)
 }

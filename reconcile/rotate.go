@@ -1,0 +1,86 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/state"
+)
+
+// RotateController replaces the controller's password, at the operator's word, and proves the
+// servers serve it: the store mints the new password and writes STATE/controller.password
+// (state.RotateControllerPassword), replacing the system user's hash derived from it too, and
+// the accounts config carrying both hashes is written to every server, reloaded — by request
+// as the system user the servers still know, the one of the previous password — and seen
+// served by a login as its generation principal, derived from the new password. A server that
+// does not take it has the previous config back, and the store the previous password: nothing
+// changed. Where the config is written but its reload is the operator's (ErrNotLive), or a
+// server of a cluster is down (ErrServerDown), the rotation stands and the error says so: the
+// new password logs in once the server serves the new config. It returns what it did.
+//
+// It works whether or not STATE/controller.password held the controller's password: it is the
+// way out of a file the store refuses that does not put the old one back. Every holder of the
+// previous password (a standby, the CI secret, a backup) needs the new file afterwards.
+//
+// It takes the apply lock, as SyncAccounts does; the caller holds the apply lock on the bus
+// (KeepOnBus) where the controller's previous password lets it join the bus.
+func RotateController(ctx context.Context, m *model.Mesh, store *state.Store, cost int) (string, error) {
+	unlock, err := lockAccounts(ctx, m, store)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	// Whether the store may rewrite the accounts config at all is asked before anything
+	// changes, with the controller's password as it stands.
+	previous, err := store.StoredControllerPassword(ctx)
+	if err != nil && !errors.Is(err, state.ErrControllerMismatch) {
+		return "", err
+	}
+	target, err := desired(ctx, store, m)
+	if err != nil {
+		return "", err
+	}
+	a, _, err := accountsOfStore(ctx, m, store, previous)
+	if err != nil {
+		return "", err
+	}
+	if err := mayRewrite(ctx, store, a, target); err != nil {
+		return "", err
+	}
+
+	r, err := store.RotateControllerPassword(ctx, cost)
+	behind := err
+	if err != nil && !errors.Is(err, state.ErrReplicaBehind) {
+		return "", err
+	}
+	undo := func(cause error) error {
+		if uerr := store.UndoControllerRotation(ctx, r); uerr != nil && !errors.Is(uerr, state.ErrReplicaBehind) {
+			return fmt.Errorf("the controller's password could not be made live: %w; and putting the previous one back in %s failed too: %w",
+				cause, store.Dir(), uerr)
+		}
+		return fmt.Errorf("the controller's password is not rotated: %w; the previous password is back in %s, and the servers serve it", cause, store.Dir())
+	}
+	if err := systemCredential(ctx, store, m, cost); err != nil {
+		return "", undo(err)
+	}
+	if target, err = desired(ctx, store, m); err != nil {
+		return "", undo(err)
+	}
+	a, what, err := accountsOfStore(ctx, m, store, r.Password)
+	if err != nil {
+		return "", undo(err)
+	}
+	what, err = writeRendering(ctx, a.afterRotation(r.Previous), target, what)
+	switch {
+	case errors.Is(err, ErrNotLive), errors.Is(err, ErrServerDown):
+		// The new config is on disk (on some servers, live): the previous password goes on
+		// logging in only until each server loads it, and putting it back now would leave a
+		// file whose reload locks meshctl out.
+		return "", fmt.Errorf("the controller's password is rotated in %s, and the accounts config carrying it is written: %w", store.Dir(), err)
+	case err != nil:
+		return "", undo(err)
+	}
+	return what, behind
+}
