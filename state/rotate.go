@@ -23,6 +23,7 @@ type ControllerRotation struct {
 	Password, Previous string
 
 	rows     []previousRow // the controller's and the system user's rows before
+	rotated  []previousRow // and after
 	file     []byte        // controller.password before, nil where there was none
 	hadFile  bool
 	rotateAt time.Time
@@ -84,6 +85,11 @@ func (s *Store) RotateControllerPassword(ctx context.Context, cost int) (*Contro
 		if err := storeHashes(ctx, tx, c, rotated, r.rotateAt, opControllerRotate); err != nil {
 			return err
 		}
+		r.rotated = nil
+		for _, m := range rotated {
+			r.rotated = append(r.rotated, previousRow{principal: m.principal, hash: m.hash, mintedAt: formatTime(r.rotateAt),
+				operation: opControllerRotate, held: true})
+		}
 		if r.rows[1].held {
 			s.rememberMatch(systemOwn, system[0].hash, system[0].password)
 		}
@@ -111,6 +117,52 @@ func readPreviousRow(ctx context.Context, tx *sql.Tx, principal string) (previou
 	return row, nil
 }
 
+// KeepControllerRotation stores r's rows again where the store no longer holds them: a store
+// made equal to its copy on the bus (Refresh) after a rotation that could not reach the bus,
+// where another copy wrote since, took the previous hashes back from it. With a replica set the
+// rows reach the bus; a store that holds them already changes nothing.
+func (s *Store) KeepControllerRotation(ctx context.Context, r *ControllerRotation) error {
+	what := fmt.Sprintf("keeping the controller's rotated password in %s", s.dir)
+	return s.change(ctx, what, func(tx *sql.Tx, c *changes) error {
+		return putRows(ctx, tx, c, r.rotated, time.Now())
+	})
+}
+
+// putRows makes the credential rows of rows what they say, revoking those not held, and notes
+// in c the rows it changed.
+func putRows(ctx context.Context, tx *sql.Tx, c *changes, rows []previousRow, now time.Time) error {
+	for _, row := range rows {
+		current, err := readPreviousRow(ctx, tx, row.principal)
+		if err != nil {
+			return err
+		}
+		switch {
+		case current == row:
+		case !row.held:
+			if _, err := revoke(ctx, tx, c, row.principal, now); err != nil {
+				return err
+			}
+		default:
+			if _, err := tx.ExecContext(ctx, `INSERT INTO credentials (principal, hash, minted_at, operation) VALUES (?, ?, ?, ?)
+				ON CONFLICT (principal) DO UPDATE SET hash = excluded.hash, minted_at = excluded.minted_at, operation = excluded.operation`,
+				row.principal, row.hash, row.mintedAt, row.operation); err != nil {
+				return fmt.Errorf("storing the credential of %s: %w", row.principal, err)
+			}
+			c.add(&credentials, row.principal)
+			res, err := tx.ExecContext(ctx, "DELETE FROM revocations WHERE principal = ?", row.principal)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n > 0 {
+				c.add(&revocations, row.principal)
+			}
+		}
+	}
+	return nil
+}
+
 // UndoControllerRotation puts back what r replaced: the controller's and the system user's rows
 // (revoked again where there was none) and dir/controller.password as it was. On
 // ErrReplicaBehind the undo stands.
@@ -118,20 +170,8 @@ func (s *Store) UndoControllerRotation(ctx context.Context, r *ControllerRotatio
 	what := fmt.Sprintf("putting back the controller's password in %s", s.dir)
 	path := filepath.Join(s.dir, controllerPasswordFileName)
 	return s.change(ctx, what, func(tx *sql.Tx, c *changes) error {
-		now := time.Now()
-		for _, row := range r.rows {
-			if !row.held {
-				if _, err := revoke(ctx, tx, c, row.principal, now); err != nil {
-					return err
-				}
-				continue
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO credentials (principal, hash, minted_at, operation) VALUES (?, ?, ?, ?)
-				ON CONFLICT (principal) DO UPDATE SET hash = excluded.hash, minted_at = excluded.minted_at, operation = excluded.operation`,
-				row.principal, row.hash, row.mintedAt, row.operation); err != nil {
-				return fmt.Errorf("putting back the credential of %s: %w", row.principal, err)
-			}
-			c.add(&credentials, row.principal)
+		if err := putRows(ctx, tx, c, r.rows, time.Now()); err != nil {
+			return err
 		}
 		if !r.hadFile {
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -147,6 +147,40 @@ func TestAWrongControllerPasswordFileIsRefusedNeverMintedAnew(t *testing.T) {
 	if code, out, errOut := meshctl(t, "diff", "-f", dir, "--state", st); code != exitOK {
 		t.Fatalf("diff after: exit %d\n%s%s", code, out, errOut)
 	}
+
+	// The other way out of a file the store refuses: rotating the controller, which needs no
+	// working password to join the bus with. Another copy of the store wrote the bus meanwhile
+	// (a CI apply, restored from it): the rotation reaches the copy on the bus all the same.
+	if code, out, errOut := meshctl(t, "apply", "-f", dir, "--state", filepath.Join(t.TempDir(), "ci"), "--controller-password-file", path, "--wait"); code != exitOK {
+		t.Fatalf("a CI apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if err := os.WriteFile(path, []byte("NOTTHECONTROLLERSPASSWORD2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = meshctl(t, "credentials", "rotate", "controller", "-f", dir, "--state", st)
+	if code != exitOK {
+		t.Fatalf("rotating the controller over a file the store refuses: exit %d\n%s%s", code, out, errOut)
+	}
+	rotated, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controllerLogin(srv, strings.TrimSpace(string(rotated))); err != nil {
+		t.Errorf("the rotated controller password does not log in: %v", err)
+	}
+	if err := controllerLogin(srv, strings.TrimSpace(string(right))); !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("the controller password before the rotation: %v, want refused", err)
+	}
+	if code, out, errOut := meshctl(t, "apply", "-f", dir, "--state", st, "--wait"); code != exitOK || !strings.Contains(errOut, "already in sync") {
+		t.Fatalf("apply after the rotation: exit %d, want in sync\n%s%s", code, out, errOut)
+	}
+	again := filepath.Join(t.TempDir(), "restored")
+	if code, out, errOut := meshctl(t, "state", "restore", "-f", dir, "--state", again, "--controller-password-file", path); code != exitOK {
+		t.Fatalf("restoring with the rotated password: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := meshctl(t, "diff", "-f", dir, "--state", again); code != exitOK {
+		t.Fatalf("diff of the store restored with the rotated password: exit %d\n%s%s", code, out, errOut)
+	}
 }
 
 func modTime(t *testing.T, path string) time.Time {

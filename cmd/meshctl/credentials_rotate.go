@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -86,27 +85,14 @@ func rotateDeclared(ctx context.Context, e *env, st *state.Store, m *model.Mesh,
 
 // rotateController replaces the controller's password (reconcile.RotateController): the new one
 // goes into STATE/controller.password, never printed, and every server is seen serving a config
-// that carries it. Where the password file as it stands lets the controller join the bus, the
-// rotation holds the apply lock there and keeps the store's copy current; where it does not
-// (the way out of a file the store refuses), it runs under this host's lock alone, and the
-// copy on the bus is brought up to date by the next command that joins it.
+// that carries it.
 func (c credentialChange) rotateController(ctx context.Context, req issueRequest) int {
 	if req.out != "" {
 		c.e.errorf("the controller's new password goes into %s/controller.password, never elsewhere; -o writes nothing for it", c.st.Dir())
 		return exitError
 	}
+	// A store that does not manage the bus changes nothing, itself included.
 	if err := reconcile.CheckManager(ctx, c.m, c.st); err != nil {
-		c.e.errorf("%v", err)
-		return exitError
-	}
-	stop, err := reconcile.KeepOnBus(ctx, c.m, c.st)
-	switch {
-	case err == nil:
-		defer stop()
-	case errors.Is(err, state.ErrControllerMismatch):
-		fmt.Fprintf(c.e.stderr, "the controller's password file does not let meshctl join the bus: rotating under this host's lock alone; "+
-			"the store's copy on the bus takes the new hash at the next command that joins it\n")
-	default:
 		c.e.errorf("%v", err)
 		return exitError
 	}
