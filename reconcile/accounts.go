@@ -30,6 +30,9 @@ type Accounts struct {
 	Target busclient.Target
 	// StateDir keeps the generation record of the file last written.
 	StateDir string
+	// controller is the controller's password, from which each file's generation principal's
+	// password is derived (authority.go); "" where none was minted yet.
+	controller string
 	// Verify, when set, is checked once the server is seen serving the new file: for example
 	// that the controller still logs in with JetStream. For a cluster, once every server is.
 	// admitted says the controller's entry is byte for byte the one in the file the server
@@ -71,9 +74,8 @@ var errAtNextStart = errors.New("the embedded bus is not running; it reads the a
 // When the server does not take it, the previous file and its generation go back, are
 // reloaded, and the error says whether the server is seen serving the previous one.
 //
-// When the file on disk already is this rendering, as meshctl last wrote it, only its reload
-// is missing (the plan found the server serving another file): it is reloaded and proven,
-// not written again.
+// When the file on disk already is this rendering, as meshctl stamped it, it is not written
+// again: a server seen serving it is left alone, and one that is not is reloaded and proven.
 //
 // On success it returns how to put the previous file back (nil when there is nothing to put
 // back): a cluster's rolling change undoes the servers it changed when a later one refuses.
@@ -90,13 +92,12 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("reading the accounts config in use: %w", err)
 	}
-	prevGen, prevKnown := loadGeneration(a.StateDir, a.Server)
-	prevKnown = prevKnown && existed && prevGen.describes(a.Path, previous)
+	prevGen, prevRecorded, prevKnown := a.previousGeneration(ctx, previous, existed)
 	rendered := digest(data)
 	if prevKnown && sameRendering(prevGen, previous, data, rendered) {
-		return nil, a.reloadAgain(ctx, prevGen)
+		return nil, a.serveAgain(ctx, prevGen, prevRecorded)
 	}
-	stamped, gen, err := stampDigested(data, rendered, a.Path, a.Manager)
+	stamped, gen, err := a.stamp(data, rendered)
 	if err != nil {
 		return nil, fmt.Errorf("writing the accounts config: %w", err)
 	}
@@ -354,7 +355,7 @@ func restoreGeneration(stateDir, server string, prev generation, known bool) err
 // first config, read when it starts. Starting proves nothing by itself; the first plan's
 // login as its generation principal does.
 func (a Accounts) install(data []byte) error {
-	stamped, gen, err := stamp(data, a.Path, a.Manager)
+	stamped, gen, err := a.stamp(data, digest(data))
 	if err != nil {
 		return fmt.Errorf("writing the first accounts config: %w", err)
 	}
@@ -376,18 +377,22 @@ func (a Accounts) install(data []byte) error {
 // whose hash is the cheapest bcrypt.
 func (a Accounts) servedServer(ctx context.Context, conf []byte) ([]byte, string, error) {
 	rendered, stamped := unstamp(conf)
-	g, known := loadGeneration(a.StateDir, a.Server)
+	g, recorded, known := a.generationOf(conf, rendered, stamped)
 	switch {
-	case !stamped || !known:
-		return rendered, fmt.Sprintf("the accounts config at %s carries no generation meshctl recorded, "+
-			"so that the server serves it is not known; it is written and reloaded, and then proven", a.Path), nil
-	case !g.describes(a.Path, conf):
+	case !known && stamped:
 		return rendered, fmt.Sprintf("the accounts config at %s is not the one meshctl last wrote (edited by hand?); "+
 			"it is written and reloaded again", a.Path), nil
+	case !known:
+		return rendered, fmt.Sprintf("the accounts config at %s carries no generation meshctl recorded, "+
+			"so that the server serves it is not known; it is written and reloaded, and then proven", a.Path), nil
 	}
 	notServed, err := a.serving(ctx, g)
 	if err != nil {
 		return nil, "", err
+	}
+	if notServed != "" && !recorded {
+		notServed = fmt.Sprintf("the server is not seen serving the accounts config at %s as this store stamps it "+
+			"(not loaded, edited by hand, or stamped by an earlier meshctl); it is written and reloaded again", a.Path)
 	}
 	return rendered, notServed, nil
 }

@@ -19,8 +19,6 @@ import (
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/model"
-	"github.com/meshbus/meshctl/render"
-	"github.com/meshbus/meshctl/state"
 )
 
 // A mesh on a cluster. Each server of a cluster reads and reloads its own accounts config —
@@ -330,10 +328,7 @@ func (a Accounts) served(ctx context.Context, conf []byte) ([]byte, string, erro
 func reloaderFor(r model.Reload, t busclient.Target, stateDir string) bus.Reloader {
 	switch {
 	case r.System:
-		return bus.SystemReloader(t, func() (busclient.Credential, error) {
-			pw, err := state.ReadSystemPassword(stateDir)
-			return busclient.Credential{User: render.SystemUser, Password: pw}, err
-		}, render.Inbox(render.SystemUser))
+		return systemReloader(t, stateDir)
 	case r.PIDFile != "":
 		return bus.PIDFileReloader(r.PIDFile)
 	case len(r.Command) > 0:

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -23,34 +25,68 @@ import (
 // It takes the apply lock, waiting for an apply in progress: both write the accounts file,
 // and each proves the file it wrote.
 func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (string, error) {
-	if m.Bus.Embedded() {
-		// Held before waiting for the lock: a one-shot apply that serves the bus and holds
-		// the lock would otherwise stop its bus the moment it let go.
-		if release, err := bus.Hold(ctx, store.Dir()); err == nil {
-			defer release()
-		}
-	}
-	lock, err := state.AcquireLock(ctx, store.Dir(), true, nil)
+	unlock, err := lockAccounts(ctx, m, store)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Unlock()
+	defer unlock()
 	if err := systemCredential(ctx, store, m, state.DefaultCost); err != nil {
+		return "", err
+	}
+	controller, err := store.StoredControllerPassword(ctx)
+	if err != nil && !errors.Is(err, state.ErrNoController) {
 		return "", err
 	}
 	target, err := desired(ctx, store, m)
 	if err != nil {
 		return "", err
 	}
-	line, err := managerLine(ctx, store)
+	a, what, err := accountsOfStore(ctx, m, store, controller)
 	if err != nil {
 		return "", err
+	}
+	if err := mayRewrite(ctx, store, a, target); err != nil {
+		return "", err
+	}
+	return writeRendering(ctx, a, target, what)
+}
+
+// lockAccounts takes the apply lock of store's state directory for a rewrite of the accounts
+// config without a plan, waiting for an apply in progress, and on an embedded bus holds it up
+// first; unlock lets both go.
+func lockAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (unlock func(), err error) {
+	release := func() {}
+	if m.Bus.Embedded() {
+		// Held before waiting for the lock: a one-shot apply that serves the bus and holds
+		// the lock would otherwise stop its bus the moment it let go.
+		if r, err := bus.Hold(ctx, store.Dir()); err == nil {
+			release = r
+		}
+	}
+	lock, err := state.AcquireLock(ctx, store.Dir(), true, nil)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return func() {
+		lock.Unlock()
+		release()
+	}, nil
+}
+
+// accountsOfStore is the accounts of the bus m names as store writes them with the controller's
+// password controller (writtenBy) — on an embedded bus through the meshctl process serving it,
+// or for its next start — and what writing them does, for the operator.
+func accountsOfStore(ctx context.Context, m *model.Mesh, store *state.Store, controller string) (Accounts, string, error) {
+	line, err := managerLine(ctx, store)
+	if err != nil {
+		return Accounts{}, "", err
 	}
 	a, _, err := externalAccounts(m, store.Dir())
 	if err != nil {
-		return "", err
+		return Accounts{}, "", err
 	}
-	a = a.withManager(line)
+	a = a.writtenBy(line, controller)
 	var what string
 	if !m.Bus.Embedded() {
 		what = "the accounts config at " + a.Path + " is rewritten and reloaded (" + a.Reloader.Describe() + "), and the server is seen serving it"
@@ -66,18 +102,33 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 			a.Reloader = atNextStart{}
 		}
 	}
-	if err := mayRewrite(ctx, store, a, target); err != nil {
-		return "", err
-	}
+	return a, what, nil
+}
+
+// writeRendering writes target's rendering through a (Accounts.write) and returns what it did:
+// what, where a file was written.
+func writeRendering(ctx context.Context, a Accounts, target plan.Target, what string) (string, error) {
 	removeStaleChecks(a.Path, func(string, ...any) {})
-	err = a.write(ctx, target.Rendering())
+	before := serverDigests(a)
+	err := a.write(ctx, target.Rendering())
 	switch {
 	case errors.Is(err, errAtNextStart):
 		return "the embedded bus is not running; it loads the new accounts config when it next starts", nil
 	case err != nil:
 		return "", err
+	case maps.Equal(before, serverDigests(a)):
+		return "the accounts config on disk is already this store's rendering, and the bus is seen serving it: nothing was written", nil
 	}
 	return what, nil
+}
+
+// serverDigests is the digest of each server's file of a, by path ("" where there is none).
+func serverDigests(a Accounts) map[string]string {
+	out := map[string]string{}
+	for _, s := range a.servers() {
+		out[s.Path], _, _ = fileDigest(s.Path)
+	}
+	return out
 }
 
 // atNextStart reloads nothing: the file is read when the embedded bus next starts.

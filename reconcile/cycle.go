@@ -169,8 +169,8 @@ func (c *Cycles) join(ctx context.Context, l *cycleLock, m *model.Mesh, st *stat
 			c.drop(o, m, false)
 		} else if err := s.redial(ctx, m); err != nil {
 			// The bus is this process's and up: the controller was locked out of it (its
-			// credential revoked or minted anew in another terminal). Dial again with
-			// the credential the store holds now, keeping the bus up for everyone else.
+			// credential rotated in another terminal). Dial again with the credential the
+			// store holds now, keeping the bus up for everyone else.
 			return KeptSession, fmt.Errorf("connecting to the embedded bus again: %w", err)
 		} else {
 			s.logf("connected to the embedded bus again with the controller's current credential")

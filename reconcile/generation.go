@@ -3,9 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -36,10 +34,12 @@ import (
 // the server went on serving the old users. The server's config load time would say that some
 // reload took, but an external server shows it only on a monitoring port meshctl may not
 // reach, and not which file it read. So every accounts file meshctl writes carries one more
-// user, the generation principal, whose password is fresh for each file and known only to
-// meshctl (STATE/accounts.generation, 0600). A login as it succeeds only against the file
-// that carries its hash: no earlier file knows it. One login proves the exact file is live,
-// on the embedded bus and on any external one, whatever reloads it.
+// user, the generation principal, whose password is new with each rendering and known only to
+// whoever holds the controller's password, from which it is derived with the rendering's
+// digest and the server's name (authority.go); the password of the file last written is kept
+// in STATE/accounts.generation (0600) too. A login as it succeeds only against a file that
+// carries its hash: no file of another rendering knows it. One login proves the rendering is
+// live, on the embedded bus and on any external one, whatever reloads it.
 //
 // The principal may do nothing: it is denied publish and subscribe on ">", so its password
 // guards no subject, and its hash is bcrypt at the minimum cost — a proof is one login, done
@@ -207,14 +207,10 @@ func commonPrefix(a, b []byte) int {
 	return n
 }
 
-// stamp returns a rendering with a fresh generation principal added, and manager's line
-// (managerLine) ahead of it, and the record of it for the file at path.
-func stamp(rendered []byte, path, manager string) ([]byte, generation, error) {
-	return stampDigested(rendered, digest(rendered), path, manager)
-}
-
-// stampDigested is stamp of a rendering whose digest is known: renderedDigest.
-func stampDigested(rendered []byte, renderedDigest, path, manager string) ([]byte, generation, error) {
+// stamp returns a rendering with its generation principal added (its password derived from
+// a's controller, authority.go), and a's manager line (managerLine) ahead of it, and the record
+// of it for the file at a.Path. renderedDigest is the rendering's digest.
+func (a Accounts) stamp(rendered []byte, renderedDigest string) ([]byte, generation, error) {
 	l, err := generationBlock()
 	if err != nil {
 		return nil, generation{}, err
@@ -222,24 +218,25 @@ func stampDigested(rendered []byte, renderedDigest, path, manager string) ([]byt
 	if _, stamped := unstamp(rendered); stamped || !bytes.HasSuffix(rendered, l.tail) {
 		return nil, generation{}, errors.New("the accounts config to write is not a rendering of meshctl's")
 	}
-	var raw [24]byte
-	if _, err := rand.Read(raw[:]); err != nil {
+	password, err := generationPassword(a.controller, renderedDigest, a.Server)
+	if err != nil {
 		return nil, generation{}, err
 	}
-	password := base64.RawURLEncoding.EncodeToString(raw[:])
+	// Salted as every bcrypt hash: a password derived again is stamped with another hash, which
+	// accepts it all the same.
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
 		return nil, generation{}, err
 	}
 	head := rendered[:len(rendered)-len(l.tail)]
-	out := make([]byte, 0, len(manager)+len(rendered)+len(l.before)+len(hash)+len(l.after))
-	out = append(out, manager...)
+	out := make([]byte, 0, len(a.Manager)+len(rendered)+len(l.before)+len(hash)+len(l.after))
+	out = append(out, a.Manager...)
 	out = append(out, head...)
 	out = append(out, l.before...)
 	out = append(out, hash...)
 	out = append(out, l.after...)
 	out = append(out, l.tail...)
-	return out, generation{File: absPath(path), SHA256: digest(out), Password: password, Controller: controllerHashIn(rendered),
+	return out, generation{File: absPath(a.Path), SHA256: digest(out), Password: password, Controller: controllerHashIn(rendered),
 		Rendered: renderedDigest}, nil
 }
 

@@ -16,7 +16,7 @@ import (
 // generation record holds its digest and the controller hash it carries. When the file on disk
 // is that file and the store's controller hash is that hash, the controller's password — which
 // the store has already checked against its hash, or just minted with it — opens it. A file
-// edited by hand no longer has the digest, and a controller credential minted anew no longer has
+// edited by hand no longer has the digest, and a controller credential rotated no longer has
 // the hash; either is then decided from the file as before.
 
 // controllerBlock is how render writes the controller's entry, around its hash.

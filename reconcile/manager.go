@@ -102,12 +102,13 @@ func cutManagerLine(conf []byte) (Manager, []byte, bool) {
 	return m, after, true
 }
 
-// withManager sets the line every server's file of a is stamped with.
-func (a Accounts) withManager(line string) Accounts {
-	a.Manager = line
+// writtenBy sets what every server's file of a is stamped with: the line naming the store that
+// writes it, and the controller's password its generation principals are derived from.
+func (a Accounts) writtenBy(manager, controller string) Accounts {
+	a.Manager, a.controller = manager, controller
 	others := make([]Accounts, len(a.Others))
 	for i, o := range a.Others {
-		o.Manager = line
+		o.Manager, o.controller = manager, controller
 		others[i] = o
 	}
 	a.Others = others
@@ -145,7 +146,7 @@ func fileUnmanaged(ctx context.Context, store *state.Store, a Accounts, data []b
 	m, _, named := cutManagerLine(data)
 	switch {
 	case named && m.Store == id:
-		return nil // this store's own file: its controller's credential was minted anew
+		return nil // this store's own file: its controller's credential was rotated
 	case !named:
 		if g, ok := loadGeneration(a.StateDir, a.Server); ok && g.describes(a.Path, data) {
 			return nil // written by this store before files named their manager

@@ -26,7 +26,7 @@ import (
 // It is only a head start. The session uses the connection only when it goes to the very
 // bus the predial reached, as the controller with the password the store vouches for, and
 // the listing only with that connection, for its first plan; anything else (an external
-// bus, a bus that moved, a password minted anew, a description that turns out invalid)
+// bus, a bus that moved, a password rotated, a description that turns out invalid)
 // discards them.
 
 // Predial is a connection to the embedded bus started ahead of Connect; nil when there is

@@ -73,16 +73,14 @@ func TestAPredialIsUsedOnlyWhereItFits(t *testing.T) {
 		t.Fatalf("a second plan did not read the bus anew (%d calls, %v)", counting.Reads.Load(), err)
 	}
 
-	// The controller minted anew meanwhile: the predial holds the old password, and is
-	// closed, not used.
+	// The controller rotated meanwhile: the predial holds the old password, and is closed,
+	// not used.
 	stale := StartPredial(ctx, f.stateDi)
-	if _, err := f.store.Revoke(ctx, "controller"); err != nil {
-		t.Fatal(err)
-	}
-	minted, err := f.store.ControllerPassword(ctx, 4)
+	rotated, err := f.store.RotateControllerPassword(ctx, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
+	minted := rotated.Password
 	f.ownSecrets()
 	if conn := stale.take(served.Target.URL, minted); conn != nil {
 		t.Fatal("a predial was taken with a password it did not log in with")

@@ -13,18 +13,16 @@ import (
 // it in. Those are an apply's to do, and a command that says it changes nothing must not.
 var ErrNeedsApply = errors.New("reading the bus needs a write only an apply makes")
 
-// controllerPassword is the controller's password the session dials with: minted on
-// first use, or with o.ReadOnly only the stored one (state.ErrNoController when there is
-// none, which a caller of an embedded bus reads as "nothing applied yet").
+// controllerPassword is the controller's password the session dials with: minted on first
+// use only, or with o.ReadOnly only the stored one (state.ErrNoController when there is none,
+// which a caller of an embedded bus reads as "nothing applied yet"). A password file the stored
+// hash refuses is refused either way, saying what to do (state.ControllerMismatchError): an
+// apply mints no new one over it.
 func controllerPassword(ctx context.Context, store *state.Store, o Options) (string, error) {
 	if !o.ReadOnly {
 		return store.ControllerPassword(ctx, o.Cost)
 	}
-	pw, err := store.StoredControllerPassword(ctx)
-	if errors.Is(err, state.ErrControllerMismatch) {
-		return "", fmt.Errorf("%w: %w; run 'meshctl apply', which mints a new one", ErrNeedsApply, err)
-	}
-	return pw, err
+	return store.StoredControllerPassword(ctx)
 }
 
 // refuseBootstrap is the read-only session's answer where an accounts config would have to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,10 +34,12 @@ var ErrNothingToRestore = errors.New("the bus keeps no meshctl state store")
 // membership, declaration and the history — so every host goes on logging in, every enrolled
 // agent goes on taking its declarations, and the bus goes on naming it as its manager.
 //
-// One thing is not on the bus: the proof of which accounts file the server serves, whose
-// generation principal's password stays on the control host that wrote it. So the restored
-// store proves it anew, writing the same users with a fresh generation principal and seeing the
-// server serve them (SyncAccounts): a plan after a restore is then converged.
+// The proof of which accounts file each server serves is not on the bus, and needs not be: its
+// generation principal's password follows from the controller's (authority.go). So the restored
+// store proves with one login per server that the bus serves its rendering, records it, and
+// writes and reloads nothing (SyncAccounts); only a file it cannot prove — stamped by an earlier
+// meshctl, edited by hand, not loaded — is written once more and seen served. A plan after a
+// restore is converged.
 //
 // The proof is made under the apply lock on the bus, waited for when wait is set; otherwise a
 // lock another holds is refused (state.ErrLocked), the store restored all the same.
@@ -169,6 +172,10 @@ func keepOnBus(ctx context.Context, m *model.Mesh, store *state.Store, wait bool
 		err = s.takeBusLock(ctx, wait, nil)
 	}
 	stop = func() {
+		if s.busLock != nil && !conn.IsConnected() {
+			releaseAfresh(m, store, s.busLock)
+			s.busLock = nil
+		}
 		s.releaseBusLock()
 		s.dropReplica()
 		conn.Close()
@@ -178,6 +185,36 @@ func keepOnBus(ctx context.Context, m *model.Mesh, store *state.Store, wait bool
 		return nil, err
 	}
 	return stop, nil
+}
+
+// releaseAfresh lets lock go through a connection of its own, as the controller with the
+// password the store holds now: the connection lock was taken on is gone — the controller's
+// password was rotated under it, and the reload closed the connections of the previous one.
+// Taken again by its own holder it is the same holding (replica's Acquire), and let go;
+// where that fails it lapses within the lease's TTL.
+func releaseAfresh(m *model.Mesh, store *state.Store, lock *replica.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Stopped renewing without a wait on the connection that is gone.
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	lock.Release(gone)
+	conn, _, err := joinAsStore(ctx, m, store)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	js, err := jetstream.New(conn.Conn)
+	if err != nil {
+		return
+	}
+	leases, err := replica.OpenLeases(ctx, js, max(m.Bus.Replicas, 1))
+	if err != nil {
+		return
+	}
+	if again, err := leases.Acquire(ctx, lock.Key(), lock.Holder()); err == nil {
+		again.Release(ctx)
+	}
 }
 
 // joinAsStore joins the external bus m names as the controller, with the password store holds.

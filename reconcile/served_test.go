@@ -357,30 +357,53 @@ func TestAConfigWrittenButNotReloadedIsNotInSync(t *testing.T) {
 }
 
 // A rendering stamped with a generation reads back as the rendering, parses with the
-// principal in it, denied everything, and every stamp is a new password.
+// principal in it, denied everything. Its password follows from the controller's password, the
+// rendering and the server — the same for whoever holds the controller's password, in a file
+// salted anew each time — and without a controller's password it is new with each stamp.
 func TestAGenerationIsAddedAndTakenOutWhole(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, quickMesh)
 	data := render.AccountsConfig(render.Derive(f.mesh()).Principals, nil)
-	one, g1, err := stamp(data, "accounts.conf", "")
+	a := Accounts{Path: "accounts.conf"}.writtenBy("", "the controller's password")
+	one, g1, err := a.stamp(data, digest(data))
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, g2, err := stamp(data, "accounts.conf", "")
+	two, g2, err := a.stamp(data, digest(data))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g1.Password == g2.Password || string(one) == string(two) {
-		t.Error("two stamps of one rendering share a generation")
+	if g1.Password != g2.Password || string(one) == string(two) {
+		t.Error("two stamps of one rendering by one controller do not share a password, or share a file")
+	}
+	if derived, ok := a.derivedGeneration(one, data); !ok || derived.Password != g1.Password || !derived.describes("accounts.conf", one) {
+		t.Error("the generation of a stamped file is not derived again from the file")
+	}
+	others := []Accounts{
+		{Path: "accounts.conf", Server: "n2", controller: "the controller's password"},
+		{Path: "accounts.conf", controller: "another controller's password"},
+		{Path: "accounts.conf"},
+		{Path: "accounts.conf"},
+	}
+	seen := map[string]bool{g1.Password: true}
+	for _, o := range others {
+		_, g, err := o.stamp(data, digest(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[g.Password] {
+			t.Errorf("another server, controller or stamp without one shares a generation password")
+		}
+		seen[g.Password] = true
+	}
+	if _, _, err := a.stamp(one, digest(one)); err == nil {
+		t.Error("a file already stamped was stamped again")
 	}
 	if back, ok := unstamp(one); !ok || string(back) != string(data) {
 		t.Fatalf("unstamp did not give back the rendering:\n%s", back)
 	}
 	if _, ok := unstamp(data); ok {
 		t.Error("a rendering without a generation was read as stamped")
-	}
-	if _, _, err := stamp(one, "accounts.conf", ""); err == nil {
-		t.Error("a file already stamped was stamped again")
 	}
 	users, err := parseUsers(one)
 	if err != nil {

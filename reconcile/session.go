@@ -91,7 +91,15 @@ type Session struct {
 	// a connect or reconnect inside it, which may install an accounts config, must not take
 	// the lock again.
 	locked bool
+	// installed is set once the session installed the rendered accounts config to let the
+	// controller in (bootstrap): a change no plan shows.
+	installed bool
 }
+
+// InstalledAccounts reports whether connecting installed the rendered accounts config so that
+// the controller could log in: the accounts config changed although a plan after it may be
+// empty.
+func (s *Session) InstalledAccounts() bool { return s.installed }
 
 // Close disconnects and, when this process runs the embedded bus, stops it (stopEmbedded). A
 // one-shot command first waits for any other meshctl process that holds a lease on the bus
@@ -134,7 +142,7 @@ func embeddedConsumers(e *bus.Embedded) int {
 // Connect reaches the bus the mesh names, as the controller. With no bus.url it uses the
 // embedded bus: the one a running `meshctl watch` serves from this state directory, or one
 // it starts itself. A controller that cannot log in with the accounts config in use — a
-// fresh bus, or a controller credential minted anew — is bootstrapped: the rendered config
+// fresh bus, or a controller credential rotated — is bootstrapped: the rendered config
 // is installed first, since nothing else can be done on the bus without it.
 func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) (*Session, error) {
 	return connectSession(ctx, m, store, o, false)
@@ -176,7 +184,7 @@ func (s *Session) Bus() model.Bus { return s.bus }
 // redial connects to the same bus anew, as the controller with the credential the store
 // holds now, installing the rendered accounts config first when the one in use does not
 // let it in. It is for a long-lived session (`meshctl watch`) whose connection was
-// refused because the controller's credential was revoked or minted anew by another
+// refused because the controller's credential was rotated by another
 // meshctl: the bus itself is fine, and an embedded one keeps running for everyone else.
 func (s *Session) redial(ctx context.Context, m *model.Mesh) error {
 	password, err := s.Store.ControllerPassword(ctx, s.opts.Cost)
@@ -184,6 +192,7 @@ func (s *Session) redial(ctx context.Context, m *model.Mesh) error {
 		return err
 	}
 	s.password = password
+	s.Accounts = s.Accounts.writtenBy(s.manager, password)
 	if err := s.letControllerIn(ctx, m); err != nil {
 		return err
 	}
@@ -261,7 +270,7 @@ func (s *Session) ensureConn(ctx context.Context) error {
 // Where there is no config yet, it holds the controller alone: every other user appears in
 // the first apply's plan and goes live in its place in the order, after the objects its
 // grants name. Where a config is in use but lets the controller in no more (its credential
-// was minted anew), it is the whole rendering, so nobody else is locked out by a diff.
+// was rotated), it is the whole rendering, so nobody else is locked out by a diff.
 //
 // meshctl's system user goes in with the controller when a server is reloaded by request: the
 // reload that makes this file live is the one that needs it.
@@ -290,8 +299,9 @@ func (s *Session) bootstrapAccounts(ctx context.Context, m *model.Mesh, path str
 	return render.AccountsConfig(principals, hashes), nil
 }
 
-// systemCredential mints meshctl's system user's password on first use, when a server of the
-// mesh is reloaded by request, so that every rendering carries its hash.
+// systemCredential stores the hash of meshctl's system user's password, derived from the
+// controller's (state.SystemPassword), when a server of the mesh is reloaded by request, so
+// that every rendering carries it.
 func systemCredential(ctx context.Context, store *state.Store, m *model.Mesh, cost int) error {
 	if !m.Bus.ReloadsBySystem() {
 		return nil
@@ -300,6 +310,10 @@ func systemCredential(ctx context.Context, store *state.Store, m *model.Mesh, co
 		cost = state.DefaultCost
 	}
 	_, err := store.SystemPassword(ctx, cost)
+	if errors.Is(err, state.ErrNoController) {
+		// Derived from the controller's password, minted before any file carries either.
+		return nil
+	}
 	return err
 }
 
@@ -355,7 +369,7 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh) error {
 				s.release = release
 				s.Target = busclient.Target{URL: url}
 				s.Accounts = Accounts{Path: filepath.Join(stateDir, "bus", "accounts.conf"),
-					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin, Manager: s.manager}
+					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.writtenBy(s.manager, s.password)
 				s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
 				return s.letControllerIn(ctx, m)
 			}
@@ -395,9 +409,10 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 		if _, statErr := os.Stat(accountsPath); statErr == nil {
 			s.logf("the controller cannot log in with %s; installing the rendered accounts config before starting the bus", accountsPath)
 		}
-		if err := (Accounts{Path: accountsPath, StateDir: stateDir, Manager: s.manager}).install(data); err != nil {
+		if err := (Accounts{Path: accountsPath, StateDir: stateDir}).writtenBy(s.manager, s.password).install(data); err != nil {
 			return err
 		}
+		s.installed = true
 	}
 	started := time.Now()
 	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen, Logger: s.opts.BusLog,
@@ -415,7 +430,7 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))
 	}
 	s.Target = busclient.Target{URL: e.URL()}
-	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin, Manager: s.manager}
+	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.writtenBy(s.manager, s.password)
 	return nil
 }
 
@@ -470,7 +485,7 @@ func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
 	if s.Accounts, s.Target, err = externalAccounts(m, s.Store.Dir()); err != nil {
 		return err
 	}
-	s.Accounts = s.Accounts.withManager(s.manager)
+	s.Accounts = s.Accounts.writtenBy(s.manager, s.password)
 	s.replicas = max(m.Bus.Replicas, 1)
 	s.Accounts.Verify = s.verifyLogin
 	s.Accounts.Owned = s.owned
@@ -501,6 +516,7 @@ func (s *Session) bootstrap(ctx context.Context, m *model.Mesh) error {
 	if err := a.write(ctx, data); err != nil {
 		return fmt.Errorf("installing the first accounts config: %w", err)
 	}
+	s.installed = true
 	return nil
 }
 

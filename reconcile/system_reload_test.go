@@ -79,10 +79,11 @@ func TestAClusterReloadedByRequest(t *testing.T) {
 
 	// The system user may ask for a reload and hear the answer, nothing else of the system
 	// account.
-	pw, err := state.ReadSystemPassword(f.stateDi)
+	controller, err := state.ReadControllerPassword(f.stateDi)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pw := state.SystemPasswordFor(controller)
 	sys, err := busclient.DialAlone(ctx, busclient.Target{URL: c.Servers[0].URL}, busclient.Credential{User: render.SystemUser, Password: pw},
 		nats.CustomInboxPrefix(render.Inbox(render.SystemUser)))
 	if err != nil {

@@ -2,8 +2,12 @@ package state
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/base32"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -41,12 +45,14 @@ const (
 	systemPrincipal     = "_meshctl.system"
 )
 
-// Operations recorded by ControllerPassword and SystemPassword.
+// Operations recorded by ControllerPassword, SystemPassword and RotateControllerPassword.
 const (
 	opControllerFirstUse = "controller-first-use"
-	opControllerRemint   = "controller-remint"
+	opControllerRotate   = "controller-rotate"
 	opSystemFirstUse     = "system-first-use"
-	opSystemRemint       = "system-remint"
+	// opSystemDerived replaces a system user's hash that refuses the password derived from the
+	// controller's: one an earlier meshctl minted at random, or one of a rotated controller.
+	opSystemDerived = "system-derived"
 )
 
 // OpDeclare is the operation the controller records with a module instance's credential it
@@ -64,7 +70,9 @@ const (
 // credential nobody can tell the origin of is not the controller's to replace.
 func issuedByHand(operation string) bool {
 	switch operation {
-	case OpDeclare, opEnrol, opControllerFirstUse, opControllerRemint, opSystemFirstUse, opSystemRemint:
+	case OpDeclare, opEnrol, opControllerFirstUse, opControllerRotate, opSystemFirstUse, opSystemDerived,
+		// What an earlier meshctl recorded when it minted its own identities anew.
+		"controller-remint", "system-remint":
 		return false
 	}
 	return true
@@ -345,89 +353,206 @@ func (s *Store) Credentials(ctx context.Context) ([]Credential, error) {
 	return creds, nil
 }
 
-// ControllerPassword returns the controller's password, minting it on first use. The plaintext
-// lives in dir/controller.password (0600) and its hash under principal "controller". If the file
-// and the stored hash agree, the password is returned unchanged; if either is missing or they
-// disagree (an operator revoked "controller", a file was restored from an old backup), both are
-// minted anew, since a password the bus would refuse is worth nothing.
+// meshctl's own passwords.
+//
+// meshctl logs in as principals of its own: the controller, its system user (the one it asks a
+// server to reload as, reload: system) and each accounts file's generation principal (the
+// reconciler's proof of which file a server serves). Only the controller's password is kept, in
+// dir/controller.password: the one secret an operator backs up and hands to a standby or to
+// CI. The others follow from it (DerivedPassword), so that whoever holds the controller's
+// password — the control host, a store restored from the bus, a standby, a CI runner starting
+// from an empty directory — is the same authority, with the same system user and the same
+// generation principals: it proves what a server serves with one login, and has nothing to
+// mint, write or reload where the bus is converged.
+//
+// So the controller's password is never minted behind the operator's back either. A file the
+// stored hash refuses (replaced, edited, restored from another backup), or a file missing beside
+// a stored hash, is refused (ControllerMismatchError): minting anew would leave every copy of
+// the password stale with nothing said. It is minted on first use only, where the state
+// directory holds neither, and replaced only when the operator asks (RotateControllerPassword).
+
+// ControllerMismatchError is a controller password file the stored controller hash does not
+// accept (ErrControllerMismatch): what disagrees, and the two ways out. Nothing is changed.
+type ControllerMismatchError struct {
+	Why string
+}
+
+func (e *ControllerMismatchError) Error() string {
+	return e.Why + "; nothing was changed: put the controller's password file back (the one a standby, the CI secret " +
+		"or a backup holds), or replace the controller's password with 'meshctl credentials rotate controller' " +
+		"and hand the new file to every holder"
+}
+
+func (e *ControllerMismatchError) Is(target error) bool { return target == ErrControllerMismatch }
+
+// ControllerPassword returns the controller's password, minting it on first use only: where
+// the state directory holds neither dir/controller.password (0600) nor a hash of principal
+// "controller". A file and a hash that disagree — either missing, or the hash refusing the file —
+// are a *ControllerMismatchError, and nothing is written (see above).
 func (s *Store) ControllerPassword(ctx context.Context, cost int) (string, error) {
-	return s.ownPassword(ctx, controllerOwn, cost)
-}
-
-// SystemPassword is ControllerPassword for meshctl's system user (render.SystemUser), the one
-// it asks servers to reload as: dir/system.password (0600), its hash under that principal.
-func (s *Store) SystemPassword(ctx context.Context, cost int) (string, error) {
-	return s.ownPassword(ctx, systemOwn, cost)
-}
-
-// ReadSystemPassword reads meshctl's system user's password from dir, as SystemPassword last
-// minted it, without opening the store: for a reload by request, made after the session's
-// SystemPassword has minted it or found it matching its hash.
-func ReadSystemPassword(dir string) (string, error) { return readOwnPassword(dir, systemOwn) }
-
-// ReadControllerPassword reads the controller's password file in dir without opening the
-// store or checking it against its hash: for a connection started before the store is read,
-// used only once ControllerPassword (or StoredControllerPassword) returns the same password.
-func ReadControllerPassword(dir string) (string, error) { return readOwnPassword(dir, controllerOwn) }
-
-func readOwnPassword(dir string, o own) (string, error) {
-	path := filepath.Join(dir, o.file)
-	data, err := os.ReadFile(path)
+	pw, err := s.controllerPassword(ctx, s.db, true)
+	if !errors.Is(err, ErrNoController) {
+		return pw, err
+	}
+	what := fmt.Sprintf("minting the controller's password in %s", s.dir)
+	// Hash before taking the write lock: at a cost an operator may choose, bcrypt takes ~100ms
+	// (cost 11), during which every other writer of the store would wait.
+	m, err := mint(ctx, []string{controllerPrincipal}, cost, false)
 	if err != nil {
-		return "", fmt.Errorf("reading %s password: %w", o.what, err)
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	wrote := false
+	err = s.change(ctx, what, func(tx *sql.Tx, c *changes) error {
+		// Checked again under the write lock: two meshctl processes starting together must not
+		// both mint, or the one that wrote its file first would hold a password the other
+		// overwrote.
+		got, err := s.controllerPassword(ctx, tx, true)
+		if !errors.Is(err, ErrNoController) {
+			pw = got
+			return err
+		}
+		pw = m[0].password
+		if err := storeHashes(ctx, tx, c, m, time.Now(), opControllerFirstUse); err != nil {
+			return err
+		}
+		// Written before the commit, so that a hash is never stored without its password.
+		wrote = true
+		return s.writeOwnPassword(controllerOwn, m[0].hash, pw)
+	})
+	if err != nil && !errors.Is(err, ErrReplicaBehind) {
+		if wrote {
+			// Not committed: a file no hash accepts would be refused from now on.
+			os.Remove(filepath.Join(s.dir, controllerPasswordFileName))
+		}
+		return "", err
+	}
+	return pw, err
+}
+
+// controllerPassword is the controller's password when dir/controller.password and the stored
+// hash agree; ErrNoController where neither exists; a *ControllerMismatchError otherwise. A pair
+// known to match is not checked with bcrypt again (verified.go); remember records one bcrypt
+// accepted.
+func (s *Store) controllerPassword(ctx context.Context, q querier, remember bool) (string, error) {
+	path := filepath.Join(s.dir, controllerPasswordFileName)
+	data, err := os.ReadFile(path)
+	exists := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("reading the controller's password: %w", err)
+	}
+	hash, hashed, err := storedHash(ctx, q, controllerPrincipal)
+	if err != nil {
+		return "", err
 	}
 	pw := strings.TrimSpace(string(data))
-	if pw == "" {
-		return "", fmt.Errorf("reading %s password: %s is empty", o.what, path)
+	switch {
+	case !exists && !hashed:
+		return "", fmt.Errorf("%s: %w", s.dir, ErrNoController)
+	case !exists:
+		return "", &ControllerMismatchError{Why: fmt.Sprintf("%s is missing, while the state store holds the controller's hash", path)}
+	case !hashed:
+		return "", &ControllerMismatchError{Why: fmt.Sprintf("the state store holds no controller hash to accept the password in %s "+
+			"(the controller was revoked, or this directory's store is new: a store is rebuilt from the bus with --controller-password-file)", path)}
+	case pw == "" || !s.accepts(controllerOwn, hash, pw, remember):
+		return "", &ControllerMismatchError{Why: fmt.Sprintf("%s does not hold the controller's password: the controller's hash in the state "+
+			"store refuses it (the file replaced, edited or restored from another backup, or the controller rotated elsewhere)", path)}
+	}
+	// The file may have been restored or copied with a wider mode; it is a plaintext password.
+	if err := os.Chmod(path, fileMode); err != nil {
+		return "", fmt.Errorf("restricting the controller's password file: %w", err)
 	}
 	return pw, nil
 }
 
-// own is one of meshctl's own identities on the bus, whose plaintext meshctl keeps because
-// it logs in as it: the controller, and the system user.
-type own struct {
-	principal string
-	file      string // the password's file in the state directory
-	what      string // how errors name it
-	// The operations recorded when it is minted: the first time, and anew.
-	opFirstUse, opRemint string
-	wrong                error // what adopting a password its hash refuses wraps
+// storedHash is principal's stored hash, and whether there is one.
+func storedHash(ctx context.Context, q querier, principal string) (string, bool, error) {
+	var hash string
+	err := q.QueryRowContext(ctx, "SELECT hash FROM credentials WHERE principal = ?", principal).Scan(&hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading the hash of %s: %w", principal, err)
+	}
+	return hash, true, nil
 }
 
-var (
-	controllerOwn = own{principal: controllerPrincipal, file: controllerPasswordFileName, what: "the controller's",
-		opFirstUse: opControllerFirstUse, opRemint: opControllerRemint, wrong: ErrWrongControllerPassword}
-	systemOwn = own{principal: systemPrincipal, file: systemPasswordFileName, what: "meshctl's system user's",
-		opFirstUse: opSystemFirstUse, opRemint: opSystemRemint, wrong: ErrWrongSystemPassword}
-)
+// accepts reports whether hash is o's password's: known to match (verified.go), or checked
+// with bcrypt, which remember records.
+func (s *Store) accepts(o own, hash, password string, remember bool) bool {
+	if s.knownToMatch(o, hash, password) {
+		return true
+	}
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) != nil {
+		return false
+	}
+	if remember {
+		s.rememberMatch(o, hash, password)
+	}
+	return true
+}
 
-// ownPassword is ControllerPassword and SystemPassword for o. On ErrReplicaBehind the
-// password returned is the one stored.
-func (s *Store) ownPassword(ctx context.Context, o own, cost int) (string, error) {
-	what := fmt.Sprintf("getting %s password in %s", o.what, s.dir)
-	if pw, err := s.verifiedOwnPassword(ctx, s.db, o, true); err != nil {
-		return "", fmt.Errorf("%s: %w", what, err)
-	} else if pw != "" {
-		return pw, nil
+// DerivedPassword is the password of one of meshctl's own principals that follow the
+// controller's (see above): HMAC-SHA256 keyed with the controller's password, over what the
+// principal is for (purpose) and what it is bound to, as 26 characters of base32 like every
+// password meshctl makes (GeneratePassword). The HMAC gives nothing of the controller's
+// password away, and no two purposes or bindings share a password.
+func DerivedPassword(controller, purpose string, binding ...string) string {
+	mac := hmac.New(sha256.New, []byte(controller))
+	for _, part := range append([]string{"meshctl " + purpose}, binding...) {
+		// Each part with its length ahead of it: "a","bc" and "ab","c" are two messages.
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		mac.Write(n[:])
+		mac.Write([]byte(part))
 	}
-	// Hash before taking the write lock: at a cost an operator may choose, bcrypt takes ~100ms
-	// (cost 11), during which every other writer of the store would wait.
-	m, err := mint(ctx, []string{o.principal}, cost, false)
+	return base32.StdEncoding.EncodeToString(mac.Sum(nil))[:26]
+}
+
+// systemPurpose is DerivedPassword's purpose for meshctl's system user.
+const systemPurpose = "system user"
+
+// SystemPasswordFor is the password of meshctl's system user that follows from the controller
+// password controller (SystemPassword).
+func SystemPasswordFor(controller string) string { return DerivedPassword(controller, systemPurpose) }
+
+// SystemPassword returns the password of meshctl's system user (render.SystemUser), the one it
+// asks servers to reload as: derived from the controller's (DerivedPassword), so that a
+// restored store, a standby and a CI runner ask as the same user the servers know. Its hash is
+// stored where there is none, or where the stored one refuses it — one an earlier meshctl minted
+// at random, or one of a controller password since rotated — which changes the accounts config
+// once, as a plan shows. The controller's password must be the stored one
+// (StoredControllerPassword's errors otherwise). On ErrReplicaBehind the password returned is
+// the one stored.
+func (s *Store) SystemPassword(ctx context.Context, cost int) (string, error) {
+	what := fmt.Sprintf("storing the hash of meshctl's system user in %s", s.dir)
+	controller, err := s.StoredControllerPassword(ctx)
 	if err != nil {
+		return "", err
+	}
+	pw := SystemPasswordFor(controller)
+	if ok, err := s.systemAccepts(ctx, s.db, pw); err != nil || ok {
+		return pw, err
+	}
+	m := []minted{{principal: systemPrincipal, password: pw}}
+	if err := hashAll(ctx, m, cost); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	var pw string
 	err = s.change(ctx, what, func(tx *sql.Tx, c *changes) error {
-		// Check again under the write lock: two meshctl processes starting together must not
-		// both mint, or the one that wrote its file first would hold a password the other
-		// overwrote.
-		verified, err := s.verifiedOwnPassword(ctx, tx, o, true)
-		if err != nil || verified != "" {
-			pw = verified
+		if ok, err := s.systemAccepts(ctx, tx, pw); err != nil || ok {
 			return err
 		}
-		pw = m[0].password
-		return s.storeOwnPassword(ctx, tx, c, o, m)
+		op := opSystemFirstUse
+		if _, hashed, err := storedHash(ctx, tx, systemPrincipal); err != nil {
+			return err
+		} else if hashed {
+			op = opSystemDerived
+		}
+		if err := storeHashes(ctx, tx, c, m, time.Now(), op); err != nil {
+			return err
+		}
+		s.rememberMatch(systemOwn, m[0].hash, pw)
+		return nil
 	})
 	if err != nil && !errors.Is(err, ErrReplicaBehind) {
 		return "", err
@@ -435,73 +560,60 @@ func (s *Store) ownPassword(ctx context.Context, o own, cost int) (string, error
 	return pw, err
 }
 
-// querier is what *sql.DB and *sql.Tx have in common.
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+// systemAccepts reports whether the stored hash of meshctl's system user accepts pw.
+func (s *Store) systemAccepts(ctx context.Context, q querier, pw string) (bool, error) {
+	hash, hashed, err := storedHash(ctx, q, systemPrincipal)
+	if err != nil || !hashed {
+		return false, err
+	}
+	return s.accepts(systemOwn, hash, pw, true), nil
 }
 
-// verifiedOwnPassword returns the password in o's file if the stored hash accepts it, and ""
-// when there is nothing usable. A pair known to match is not checked with bcrypt again
-// (verified.go); remember records one that bcrypt accepted.
-func (s *Store) verifiedOwnPassword(ctx context.Context, q querier, o own, remember bool) (string, error) {
-	path := filepath.Join(s.dir, o.file)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	}
+// ReadLegacySystemPassword reads dir/system.password, the system user's password an earlier
+// meshctl minted at random: "" where there is none. A server that has not yet loaded a file
+// with the derived one's hash still knows the system user by it, and only by it.
+func ReadLegacySystemPassword(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, systemPasswordFileName))
 	if err != nil {
-		return "", fmt.Errorf("reading %s password: %w", o.what, err)
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// ReadControllerPassword reads the controller's password file in dir without opening the
+// store or checking it against its hash: for a connection started before the store is read,
+// used only once ControllerPassword (or StoredControllerPassword) returns the same password,
+// and for what is derived from it where the store has checked it already.
+func ReadControllerPassword(dir string) (string, error) {
+	path := filepath.Join(dir, controllerPasswordFileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the controller's password: %w", err)
 	}
 	pw := strings.TrimSpace(string(data))
-	var hash string
-	err = q.QueryRowContext(ctx, "SELECT hash FROM credentials WHERE principal = ?", o.principal).Scan(&hash)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("reading %s hash: %w", o.what, err)
-	}
 	if pw == "" {
-		return "", nil
-	}
-	if !s.knownToMatch(o, hash, pw) {
-		if bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) != nil {
-			return "", nil
-		}
-		if remember {
-			s.rememberMatch(o, hash, pw)
-		}
-	}
-	// The file may have been restored or copied with a wider mode; it is a plaintext password.
-	if err := os.Chmod(path, fileMode); err != nil {
-		return "", fmt.Errorf("restricting %s password file: %w", o.what, err)
+		return "", fmt.Errorf("reading the controller's password: %s is empty", path)
 	}
 	return pw, nil
 }
 
-// storeOwnPassword stores o's minted hash in tx (noting it in c) and writes its password to the file. The file
-// is written before the transaction commits: if writing fails nothing changes, and if the
-// commit fails the next call finds file and hash disagreeing and mints again.
-func (s *Store) storeOwnPassword(ctx context.Context, tx *sql.Tx, c *changes, o own, m []minted) error {
-	path := filepath.Join(s.dir, o.file)
-	op := o.opFirstUse
-	if _, err := os.Stat(path); err == nil {
-		op = o.opRemint
-	} else {
-		var n int
-		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM credentials WHERE principal = ?", o.principal).Scan(&n); err != nil {
-			return err
-		}
-		if n > 0 {
-			op = o.opRemint
-		}
-	}
-	if err := storeHashes(ctx, tx, c, m, time.Now(), op); err != nil {
-		return err
-	}
-	// Bound to the new hash: if the commit fails, the old hash and the record disagree.
-	return s.writeOwnPassword(o, m[0].hash, m[0].password)
+// own is one of meshctl's own identities on the bus whose pair of password and hash is
+// remembered as matching (verified.go): the controller, and the system user. file is its
+// password's file in the state directory (the system user's is an earlier meshctl's), which
+// names the record.
+type own struct {
+	file string
+}
+
+var (
+	controllerOwn = own{file: controllerPasswordFileName}
+	systemOwn     = own{file: systemPasswordFileName}
+)
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 // writeOwnPassword writes o's password file and the record that it matches hash. Callers hold

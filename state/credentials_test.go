@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -342,6 +343,34 @@ func TestControllerPassword(t *testing.T) {
 		}
 		return ""
 	}
+	// refused checks that ControllerPassword and StoredControllerPassword both refuse the pair
+	// as it stands, and that neither wrote the file or the hash.
+	refused := func(step string) {
+		t.Helper()
+		file, fileErr := os.ReadFile(path)
+		hashes, err := s.Hashes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, get := range map[string]func() (string, error){
+			"ControllerPassword":       func() (string, error) { return s.ControllerPassword(ctx, bcrypt.MinCost) },
+			"StoredControllerPassword": func() (string, error) { return s.StoredControllerPassword(ctx) },
+		} {
+			var mismatch *ControllerMismatchError
+			if pw, err := get(); !errors.As(err, &mismatch) || !errors.Is(err, ErrControllerMismatch) || pw != "" {
+				t.Errorf("%s: %s = %v, want a ControllerMismatchError", step, name, err)
+			} else if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "meshctl credentials rotate controller") {
+				t.Errorf("%s: %s does not name the file and the way out: %v", step, name, err)
+			}
+		}
+		again, againErr := os.ReadFile(path)
+		if (fileErr == nil) != (againErr == nil) || string(again) != string(file) {
+			t.Errorf("%s: the password file was written", step)
+		}
+		if now, _ := s.Hashes(ctx); now["controller"] != hashes["controller"] {
+			t.Errorf("%s: the controller's hash was replaced", step)
+		}
+	}
 
 	first, err := s.ControllerPassword(ctx, bcrypt.MinCost)
 	if err != nil {
@@ -362,58 +391,114 @@ func TestControllerPassword(t *testing.T) {
 		t.Errorf("after reopening: a different password (%v)", err)
 	}
 
-	// An operator revoked the controller: the file's password no longer logs in.
-	if ok, err := s.Revoke(ctx, "controller"); err != nil || !ok {
-		t.Fatalf("Revoke(controller) = %v, %v", ok, err)
-	}
-	afterRevoke, err := s.ControllerPassword(ctx, bcrypt.MinCost)
-	if err != nil {
+	// The file replaced, edited or lost: refused, never minted anew.
+	if err := os.WriteFile(path, []byte("RESTOREDFROMELSEWHERE\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if afterRevoke == first {
-		t.Error("after Revoke: the revoked password was returned")
-	}
-	if op := verify("after Revoke", afterRevoke); op != "controller-remint" {
-		t.Errorf("after Revoke: operation %q, want controller-remint", op)
-	}
-
-	// Someone issued "controller" by hand: the file and the hash disagree.
-	if _, err := s.Mint(ctx, []string{"controller"}, bcrypt.MinCost, "issue"); err != nil {
+	refused("a replaced file")
+	if err := os.WriteFile(path, []byte(first+"X\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	afterIssue, err := s.ControllerPassword(ctx, bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if afterIssue == afterRevoke {
-		t.Error("after a mismatching Mint: the stale file's password was returned")
-	}
-	verify("after a mismatching Mint", afterIssue)
-
-	// The file was lost.
+	refused("an edited file")
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	afterLoss, err := s.ControllerPassword(ctx, bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if op := verify("after losing the file", afterLoss); op != "controller-remint" {
-		t.Errorf("after losing the file: operation %q, want controller-remint", op)
-	}
+	refused("a lost file")
 
-	// The file was restored with a wider mode: it is tightened, the password kept.
-	if err := os.Chmod(path, 0o644); err != nil {
+	// Put back, it is the controller's again.
+	if err := os.WriteFile(path, []byte(first+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || again != afterLoss {
-		t.Errorf("after chmod: a different password (%v)", err)
+	if again, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || again != first {
+		t.Errorf("with the file put back: a different password (%v)", err)
 	}
+	// Put back with a wider mode, it is tightened.
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != fileMode {
 		t.Errorf("mode of %s = %v (%v), want %v", controllerPasswordFileName, fi.Mode().Perm(), err, fileMode)
 	}
+
+	// An operator revoked the controller, or issued "controller" by hand: refused too.
+	if ok, err := s.Revoke(ctx, "controller"); err != nil || !ok {
+		t.Fatalf("Revoke(controller) = %v, %v", ok, err)
+	}
+	refused("the controller revoked")
+	rotated, err := s.RotateControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.Previous != "" || rotated.Password == first {
+		t.Error("rotating a revoked controller: the revoked password was kept or named as the previous")
+	}
+	if op := verify("rotated", rotated.Password); op != "controller-rotate" {
+		t.Errorf("rotated: operation %q, want controller-rotate", op)
+	}
+	if _, err := s.Mint(ctx, []string{"controller"}, bcrypt.MinCost, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	refused("the controller issued by hand")
 	if stale, _ := filepath.Glob(path + ".tmp-*"); len(stale) != 0 {
 		t.Errorf("temporary files left behind: %v", stale)
+	}
+}
+
+// Rotating the controller replaces its password and, where the store holds one, the system
+// user's hash by the one derived from the new password, in one change; undone, both are as
+// they were, file included.
+func TestRotateControllerPassword(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	if _, err := s.RotateControllerPassword(ctx, bcrypt.MinCost); !errors.Is(err, ErrNoController) {
+		t.Fatalf("rotating a controller never minted: %v, want ErrNoController", err)
+	}
+	old, err := s.ControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SystemPassword(ctx, bcrypt.MinCost); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Credentials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashesBefore, err := s.Hashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := s.RotateControllerPassword(ctx, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Previous != old || r.Password == old {
+		t.Fatal("the rotation does not name the old password as the previous, or kept it")
+	}
+	if got, err := s.StoredControllerPassword(ctx); err != nil || got != r.Password {
+		t.Fatalf("after rotating, the store's controller password is another (%v)", err)
+	}
+	if got, err := s.SystemPassword(ctx, bcrypt.MinCost); err != nil || got != DerivedPassword(r.Password, systemPurpose) {
+		t.Fatalf("after rotating, the system password is not derived from the new controller password (%v)", err)
+	}
+	if after, _ := s.Credentials(ctx); len(after) != len(before) {
+		t.Fatalf("rotating changed which credentials exist: %v, was %v", after, before)
+	}
+
+	if err := s.UndoControllerRotation(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.StoredControllerPassword(ctx); err != nil || got != old {
+		t.Fatalf("undone, the controller password is not the old one (%v)", err)
+	}
+	after, err := s.Credentials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("undone, the credentials differ (-before +after):\n%s", diff)
+	}
+	if hashes, _ := s.Hashes(ctx); !maps.Equal(hashes, hashesBefore) {
+		t.Error("undone, the hashes differ")
 	}
 }
 
@@ -445,12 +530,16 @@ func TestControllerPasswordConcurrentFirstUse(t *testing.T) {
 	}
 }
 
-// meshctl's system user is minted like the controller, into a file of its own: once, kept
-// across calls, re-minted when revoked, and never the controller's password.
+// meshctl's system user's password is derived from the controller's: the same for whoever
+// holds that password, kept in no file, its hash stored once; a hash that refuses it (one an
+// earlier meshctl minted at random) is replaced once; and there is none without a controller.
 func TestSystemPassword(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
+	if _, err := s.SystemPassword(ctx, bcrypt.MinCost); !errors.Is(err, ErrNoController) {
+		t.Fatalf("a system password without a controller: %v", err)
+	}
 	controller, err := s.ControllerPassword(ctx, bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
@@ -459,17 +548,30 @@ func TestSystemPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if first != DerivedPassword(controller, systemPurpose) || first == controller {
+		t.Fatal("the system password is not the one derived from the controller's")
+	}
 	again, err := s.SystemPassword(ctx, bcrypt.MinCost)
-	if err != nil || again != first || first == controller {
-		t.Fatalf("the system password changed between calls, or is the controller's (%v)", err)
+	if err != nil || again != first {
+		t.Fatalf("the system password changed between calls (%v)", err)
 	}
-	read, err := ReadSystemPassword(s.Dir())
-	if err != nil || read != first {
-		t.Fatalf("system.password does not hold the minted password (%v)", err)
+	if _, err := os.Stat(filepath.Join(s.Dir(), systemPasswordFileName)); !os.IsNotExist(err) {
+		t.Fatalf("the system password was written to a file: %v", err)
 	}
-	fi, err := os.Stat(filepath.Join(s.Dir(), systemPasswordFileName))
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("system.password is not 0600: %v %v", fi.Mode(), err)
+	op := func() string {
+		creds, err := s.Credentials(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range creds {
+			if c.Principal == systemPrincipal {
+				return c.Operation
+			}
+		}
+		return ""
+	}
+	if got := op(); got != "system-first-use" {
+		t.Errorf("the system user's hash recorded as %q", got)
 	}
 	hashes, err := s.Hashes(ctx)
 	if err != nil {
@@ -478,15 +580,41 @@ func TestSystemPassword(t *testing.T) {
 	if bcrypt.CompareHashAndPassword([]byte(hashes[systemPrincipal]), []byte(first)) != nil {
 		t.Fatal("the stored hash does not accept the system password")
 	}
-	if _, err := s.Revoke(ctx, systemPrincipal); err != nil {
+
+	// A hash minted at random, as an earlier meshctl did: replaced by the derived one's.
+	if _, err := s.Mint(ctx, []string{systemPrincipal}, bcrypt.MinCost, "system-first-use"); err != nil {
 		t.Fatal(err)
 	}
-	minted, err := s.SystemPassword(ctx, bcrypt.MinCost)
-	if err != nil || minted == first {
-		t.Fatalf("a revoked system user was not minted anew (%v)", err)
+	if got, err := s.SystemPassword(ctx, bcrypt.MinCost); err != nil || got != first {
+		t.Fatalf("after a random hash: %v, or not the derived password", err)
+	}
+	if got := op(); got != "system-derived" {
+		t.Errorf("the replaced hash recorded as %q, want system-derived", got)
 	}
 	if pw, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || pw != controller {
-		t.Fatalf("minting the system user changed the controller's password (%v)", err)
+		t.Fatalf("the system user changed the controller's password (%v)", err)
+	}
+}
+
+// The derivation is the same for the same password and binding, and another for any other.
+func TestDerivedPassword(t *testing.T) {
+	t.Parallel()
+	a := DerivedPassword("one", "generation", "digest", "n1")
+	if a != DerivedPassword("one", "generation", "digest", "n1") {
+		t.Fatal("the same derivation gave two passwords")
+	}
+	if len(a) != 26 {
+		t.Fatalf("a derived password is %d characters, want 26", len(a))
+	}
+	for _, other := range []string{
+		DerivedPassword("two", "generation", "digest", "n1"),
+		DerivedPassword("one", "system user"),
+		DerivedPassword("one", "generation", "digest", "n2"),
+		DerivedPassword("one", "generation", "digestn", "1"),
+	} {
+		if other == a {
+			t.Fatal("two derivations gave the same password")
+		}
 	}
 }
 

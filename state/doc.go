@@ -5,9 +5,11 @@
 //
 //   - the bcrypt hash of every principal's password (never a plaintext), or for an nkey principal
 //     (bus.auth: nkey) its public key (never its seed), when and why it was minted;
-//   - meshctl's own passwords, the only plaintexts at rest: the controller's in
-//     dir/controller.password, and, where servers are reloaded by request, its system user's in
-//     dir/system.password (both 0600);
+//   - meshctl's own password, the only plaintext at rest: the controller's, in
+//     dir/controller.password (0600), minted on first use only and replaced only at the
+//     operator's word (RotateControllerPassword); the passwords of meshctl's other principals
+//     (its system user, each accounts file's generation principal) are derived from it
+//     (DerivedPassword), so whoever holds it is the same authority;
 //   - the last applied inventory (nodes, module instances, seats and their holders) and an
 //     append-only log of every change of a seat's holder;
 //   - the history of applies (who, from which host and git commit, when, what, with what outcome);
@@ -24,8 +26,8 @@
 //     Snapshot gives them all; SetReplica hands a Replica the records every change commits,
 //     before the method that made it returns; Restore rebuilds a store from them, Refresh
 //     makes an existing one (a standby's) equal to them, and
-//     AdoptControllerPassword (AdoptSystemPassword) takes the operator's password back after
-//     checking it against the restored hash.
+//     AdoptControllerPassword takes the operator's password back after checking it against the
+//     restored hash.
 //
 // Lifecycle: Open creates the directory (0700) and database (0600) if absent, refuses a file it
 // cannot trust (corrupt, not SQLite, or written by a newer meshctl), and migrates an older schema
@@ -46,7 +48,8 @@
 // What it must not do:
 //
 //   - write, log or return in an error any password or nkey seed other than through the values
-//     Mint, MintNkeys, EnrolNode and ControllerPassword (and SystemPassword) return, nor hand
+//     Mint, MintNkeys, EnrolNode, ControllerPassword, RotateControllerPassword and
+//     SystemPassword return (and DerivedPassword computes), nor hand
 //     one to a replica: the bus's security rests on the plaintext existing once;
 //   - delete a row without leaving a row that says so (a revocation for a credential): a
 //     replica catching up is told of deletions only through such rows (catchUp);

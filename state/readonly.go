@@ -17,9 +17,9 @@ import (
 // nothing has been applied from it, and meshctl holds no credential for the bus yet.
 var ErrNoController = errors.New("no controller credential has been minted in this state directory")
 
-// ErrControllerMismatch means the controller's password file and its stored hash disagree
-// (the controller was revoked, or a file restored from an old backup): the next
-// ControllerPassword mints a new pair.
+// ErrControllerMismatch means the controller's password file and its stored hash disagree: the
+// file replaced, edited or missing, or the controller revoked. It is never minted anew for it
+// (ControllerMismatchError, which says what to do).
 var ErrControllerMismatch = errors.New("the controller's password file and its stored hash disagree")
 
 // Exists reports whether dir holds a state store, creating nothing. A path that does not
@@ -38,20 +38,8 @@ func Exists(dir string) (bool, error) {
 }
 
 // StoredControllerPassword is ControllerPassword without ever minting: the password when
-// the file and the hash agree, ErrNoController when neither exists, ErrControllerMismatch
-// otherwise.
+// the file and the hash agree, ErrNoController when neither exists, a *ControllerMismatchError
+// (ErrControllerMismatch) otherwise. It writes nothing, not even the record of a match.
 func (s *Store) StoredControllerPassword(ctx context.Context) (string, error) {
-	pw, err := s.verifiedOwnPassword(ctx, s.db, controllerOwn, false)
-	if err != nil || pw != "" {
-		return pw, err
-	}
-	_, statErr := os.Stat(filepath.Join(s.dir, controllerPasswordFileName))
-	var n int
-	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM credentials WHERE principal = ?", controllerPrincipal).Scan(&n); err != nil {
-		return "", fmt.Errorf("reading the controller's hash: %w", err)
-	}
-	if errors.Is(statErr, fs.ErrNotExist) && n == 0 {
-		return "", fmt.Errorf("%s: %w", s.dir, ErrNoController)
-	}
-	return "", fmt.Errorf("%s: %w", s.dir, ErrControllerMismatch)
+	return s.controllerPassword(ctx, s.db, false)
 }

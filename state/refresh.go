@@ -38,10 +38,11 @@ var refreshedTables = []string{
 // highest this store ever gave, so none is reused. Nothing changes on an error, and records of
 // another store's identity are refused with ErrAnotherStore.
 //
-// Refusals, dead letters and the password files are not records and are kept. When the records hold another
-// controller hash than dir/controller.password was minted with, StoredControllerPassword says
-// ErrControllerMismatch and the caller takes the operator's password back with
-// AdoptControllerPassword; the same holds for dir/system.password.
+// Refusals, dead letters and the password files are not records and are kept. Where the
+// records hold another controller hash than dir/controller.password was minted with (the
+// controller rotated on another host), StoredControllerPassword and ControllerPassword refuse
+// the file (ErrControllerMismatch), and the operator's new password is taken back with
+// AdoptControllerPassword.
 func (s *Store) Refresh(ctx context.Context, records []Record) (changed bool, err error) {
 	what := fmt.Sprintf("refreshing the store in %s from the bus", s.dir)
 	byFamily, err := restoredRecords(records)

@@ -23,9 +23,6 @@ import (
 // writing it would leave meshctl unable to log in.
 var ErrWrongControllerPassword = errors.New("the password is not the controller's")
 
-// ErrWrongSystemPassword is ErrWrongControllerPassword for meshctl's system user.
-var ErrWrongSystemPassword = errors.New("the password is not meshctl's system user's")
-
 // Restore makes a new store in dir (which must hold none: refuse otherwise with a clear error)
 // from records, a replica's whole content as Snapshot gave it and the later Writes changed it.
 //
@@ -159,35 +156,24 @@ func removeDBFiles(path string) {
 // changes nothing then. It writes nothing to the database, nor to the replica: for a restored
 // store, whose replica holds the hash and never the plaintext.
 func (s *Store) AdoptControllerPassword(ctx context.Context, password string) error {
-	return s.adoptOwnPassword(ctx, controllerOwn, password)
-}
-
-// AdoptSystemPassword is AdoptControllerPassword for meshctl's system user (dir/system.password),
-// refusing with ErrWrongSystemPassword.
-func (s *Store) AdoptSystemPassword(ctx context.Context, password string) error {
-	return s.adoptOwnPassword(ctx, systemOwn, password)
-}
-
-func (s *Store) adoptOwnPassword(ctx context.Context, o own, password string) error {
 	pw := strings.TrimSpace(password)
 	// Under the write lock, as a mint: a ControllerPassword minting at the same time must not
 	// have its file overwritten by a password its new hash refuses.
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		var hash string
-		err := tx.QueryRowContext(ctx, "SELECT hash FROM credentials WHERE principal = ?", o.principal).Scan(&hash)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("the store holds no hash of %s to check the password against", o.principal)
-		}
+		hash, hashed, err := storedHash(ctx, tx, controllerPrincipal)
 		if err != nil {
 			return err
 		}
-		if pw == "" || bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) != nil {
-			return fmt.Errorf("%w: the hash of %s in the store refuses it", o.wrong, o.principal)
+		if !hashed {
+			return fmt.Errorf("the store holds no hash of %s to check the password against", controllerPrincipal)
 		}
-		return s.writeOwnPassword(o, hash, pw)
+		if pw == "" || bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) != nil {
+			return fmt.Errorf("%w: the hash of %s in the store refuses it", ErrWrongControllerPassword, controllerPrincipal)
+		}
+		return s.writeOwnPassword(controllerOwn, hash, pw)
 	})
 	if err != nil {
-		return fmt.Errorf("adopting %s password in %s: %w", o.what, s.dir, err)
+		return fmt.Errorf("adopting the controller's password in %s: %w", s.dir, err)
 	}
 	return nil
 }

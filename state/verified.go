@@ -15,8 +15,8 @@ import (
 // Knowing, without bcrypt, that controller.password matches the stored hash.
 //
 // Every command reads the controller's password and checks it against the stored hash, because
-// the two can disagree (a mint whose commit failed after the file was written, a file restored
-// from elsewhere) and a disagreeing pair must be minted anew. At cost 11 (a controller minted by
+// the two can disagree (a file replaced, or restored from elsewhere) and a disagreeing pair must
+// be refused (ControllerMismatchError). At cost 11 (a controller minted by
 // an earlier meshctl, or at an operator's --bcrypt-cost) that check is a tenth of a second of
 // every converged command. So once the pair is known to match — minted together, or
 // checked with bcrypt once — controller.verified records a SHA-256 of the hash and the password
@@ -25,7 +25,8 @@ import (
 // password: it is 130 random bits, beyond any search of a SHA-256, and the file sits beside
 // controller.password itself, 0600. It guards against nothing an attacker who writes the state
 // directory could not do anyway (write the hash and the password); it only saves the work.
-// meshctl's system user's pair (system.password) is known the same way, in system.verified.
+// meshctl's system user's pair (its password derived from the controller's) is known the same
+// way, in system.verified.
 
 const controllerVerifiedFileName = "controller.verified"
 

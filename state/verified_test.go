@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,8 +11,8 @@ import (
 )
 
 // TestControllerPairRemembered: a minted controller password is recorded as matching its hash,
-// so later commands need no bcrypt; a changed password file or hash is checked again and minted
-// anew, a lost record is rebuilt by one bcrypt check, and a read-only read records nothing.
+// so later commands need no bcrypt; a changed password file or hash is checked again and
+// refused, a lost record is rebuilt by one bcrypt check, and a read-only read records nothing.
 func TestControllerPairRemembered(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
@@ -50,22 +51,24 @@ func TestControllerPairRemembered(t *testing.T) {
 	}
 
 	// The password file replaced: the record no longer describes the pair, bcrypt refuses it,
-	// and the controller is minted anew.
+	// and the file is refused rather than taken as the controller's.
 	if err := os.WriteFile(filepath.Join(s.dir, controllerPasswordFileName), []byte("RESTOREDFROMELSEWHERE\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	minted, err := s.ControllerPassword(ctx, bcrypt.MinCost)
-	if err != nil || minted == pw || minted == "RESTOREDFROMELSEWHERE" {
-		t.Fatalf("a replaced password file was taken as the controller's (%v)", err)
+	if got, err := s.ControllerPassword(ctx, bcrypt.MinCost); !errors.Is(err, ErrControllerMismatch) {
+		t.Fatalf("a replaced password file: %q, %v; want it refused", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, controllerPasswordFileName), []byte(pw+"\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 
-	// The hash replaced (the controller rotated by Mint): the file's password no longer opens
+	// The hash replaced (the controller issued by hand): the file's password no longer opens
 	// it, whatever the record said.
 	if _, err := s.Mint(ctx, []string{controllerPrincipal}, bcrypt.MinCost, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := s.ControllerPassword(ctx, bcrypt.MinCost); err != nil || again == minted {
-		t.Fatalf("a password the stored hash no longer accepts was returned (%v)", err)
+	if got, err := s.ControllerPassword(ctx, bcrypt.MinCost); !errors.Is(err, ErrControllerMismatch) {
+		t.Fatalf("a password the stored hash no longer accepts: %q, %v; want it refused", got, err)
 	}
 }
 

@@ -45,10 +45,10 @@ func (l *loop) withController(ctx context.Context, r cycleResult) {
 		l.ctl = nil
 	}
 	if l.ctl != nil && r.conn.dialled {
-		// The session logged in afresh: with a credential minted since (revoked in another
+		// The session logged in afresh: with a credential rotated since (in another
 		// terminal), the controller would knock with the old one for as long as it runs.
 		if password, err := l.store.StoredControllerPassword(ctx); err == nil && password != l.ctl.password {
-			l.log.Info("the controller's credential was minted anew: restarting the controller loop with it")
+			l.log.Info("the controller's credential was rotated: restarting the controller loop with it")
 			l.ctl.stop()
 			l.ctl = nil
 		}

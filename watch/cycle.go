@@ -152,7 +152,8 @@ func (l *loop) ready(ctx context.Context, conn *connection, s *reconcile.Session
 // outcome is what a cycle's result means, and the error the cycle reports. A reconcile that
 // brought the bus to the description (all but what is in conflict, or all but the reload of
 // an accounts config) listens to the advisories again first: the accounts config it made
-// live may be the first to grant them.
+// live may be the first to grant them. Only a bus every server of which serves the config is
+// ok or noop: one left with an accounts config written and not served is an error.
 func (l *loop) outcome(ctx context.Context, conn *connection, res reconcile.CycleResult, err error) (Outcome, error) {
 	switch {
 	case res.Mesh == nil && errors.Is(err, model.ErrInvalid):
@@ -171,9 +172,11 @@ func (l *loop) outcome(ctx context.Context, conn *connection, res reconcile.Cycl
 	case errors.Is(err, reconcile.ErrConflict):
 		return OutcomeConflict, err
 	case errors.Is(err, reconcile.ErrNotLive):
-		l.log.Warn("the accounts config is written but not live: the bus's reload is none, so reload the server",
-			"accounts_file", res.Session.Accounts.Path)
-		return OutcomeOK, nil
+		// Written, and not served: the bus is not in sync while any server serves another
+		// config, whatever was applied beside it. The next cycle, a retry, reloads what
+		// meshctl can reload, and finds the operator's reload once it is done.
+		return OutcomeError, fmt.Errorf("the bus at %s is not in sync: the accounts config (%s) is written, and not served: %w",
+			res.Session.Target.Address(), res.Session.Accounts.Path, err)
 	case err != nil:
 		if res.Lost && !errors.Is(err, reconcile.ErrBusLost) {
 			// The reconcile was cancelled when its connection dropped

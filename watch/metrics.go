@@ -52,7 +52,7 @@ var healthStates = map[Outcome]string{
 	OutcomeInvalid:  "invalid: the description does not validate; nothing was applied and the last good state stays live (the problems are in watch's log and in meshctl status)",
 	OutcomeRefused:  "refused: the plan would lose data or delete most of the mesh; nothing was applied (the reason is in watch's log, in meshctl status and in meshctl diff)",
 	OutcomeConflict: "conflict: objects meshctl does not own are in the way; they and what depends on them are left alone, everything else was applied (they are named in watch's log, in meshctl status and in meshctl diff)",
-	OutcomeError:    "error: the last reconcile failed and is retried (the reason is in watch's log and in meshctl status)",
+	OutcomeError:    "error: the last reconcile failed, or left a server not serving the accounts config, and is retried (the reason is in watch's log and in meshctl status)",
 }
 
 func newMetrics() *metrics {
@@ -60,7 +60,7 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshctl_watch_reconciles_total",
-			Help: "Reconciles by outcome: ok (changes applied), noop (in sync), invalid (the description does not validate), refused (data at stake, or most of the mesh deleted), conflict (everything applied but the objects in conflict), error (the bus unreachable or an apply failed).",
+			Help: "Reconciles by outcome: ok (changes applied), noop (in sync), invalid (the description does not validate), refused (data at stake, or most of the mesh deleted), conflict (everything applied but the objects in conflict), error (the bus unreachable, an apply failed, or a server not serving the accounts config).",
 		}, []string{"outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "meshctl_watch_reconcile_duration_seconds",

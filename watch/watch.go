@@ -121,7 +121,9 @@ const (
 	// OutcomeConflict: objects meshctl does not own are in the way; everything else was
 	// applied, and they are reported again every cycle until someone resolves them.
 	OutcomeConflict Outcome = "conflict"
-	OutcomeError    Outcome = "error" // the bus could not be reached or an apply failed; retried
+	// OutcomeError: the bus could not be reached, an apply failed, or a server does not serve
+	// the accounts config written for it; retried.
+	OutcomeError Outcome = "error"
 )
 
 var outcomes = []Outcome{OutcomeOK, OutcomeNoop, OutcomeInvalid, OutcomeRefused, OutcomeConflict, OutcomeError}

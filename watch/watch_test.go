@@ -262,7 +262,9 @@ func TestACredentialIssuedElsewhereWorksWithoutRestart(t *testing.T) {
 	})
 }
 
-func TestAControllerRevokedElsewhereIsMintedAnew(t *testing.T) {
+// The controller's password rotated in another terminal: the reload it asks watch for locks
+// watch's own connection out, and watch comes back with the new password, on the same bus.
+func TestAControllerRotatedElsewhereIsFollowed(t *testing.T) {
 	t.Parallel()
 	hups := realSignals(t)
 	// A resync, in case the SIGHUP's reconcile ran before the connection saw its refusal.
@@ -275,23 +277,16 @@ func TestAControllerRevokedElsewhereIsMintedAnew(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// `meshctl credentials revoke controller` in another terminal: the reload it asks watch
-	// for locks watch's own connection out.
+	// `meshctl credentials rotate controller` in another terminal.
 	ctx := context.Background()
 	m, st := h.anotherTerminal()
-	if _, err := st.Revoke(ctx, "controller"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reconcile.SyncAccounts(ctx, m, st); err != nil {
-		t.Fatal(err)
-	}
-	testwait.Until(t, "watch minting the controller a new credential", func() error {
-		if after, err := os.ReadFile(passwordFile); err != nil || bytes.Equal(before, after) {
-			return fmt.Errorf("controller.password is still the revoked one (%v)", err)
-		}
-		return nil
-	})
 	mark := h.mark()
+	if _, err := reconcile.RotateController(ctx, m, st, bcrypt.MinCost); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := os.ReadFile(passwordFile); err != nil || bytes.Equal(before, after) {
+		t.Fatalf("controller.password is still the previous one (%v)", err)
+	}
 	h.waitFor(mark, "reconciling with the new credential", is(TriggerResync, OutcomeNoop))
 	if url := h.busURL(); url != busURL {
 		t.Errorf("the embedded bus moved from %s to %s: it was restarted, disconnecting everyone", busURL, url)
@@ -312,8 +307,8 @@ func TestAOneShotCommandBootstrapsThroughWatch(t *testing.T) {
 
 	ctx := context.Background()
 	m, st := h.anotherTerminal()
-	// Revoked in the store only: the accounts file in use still names the old credential.
-	if _, err := st.Revoke(ctx, "controller"); err != nil {
+	// Rotated in the store only: the accounts file in use still names the old credential.
+	if _, err := st.RotateControllerPassword(ctx, bcrypt.MinCost); err != nil {
 		t.Fatal(err)
 	}
 	mark := h.mark()

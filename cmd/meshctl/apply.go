@@ -145,7 +145,7 @@ func runApply(ctx context.Context, e *env, args []string) int {
 	if *out == "json" && res.Plan != nil {
 		_ = res.Plan.JSON(e.stdout)
 	}
-	return reportApply(ctx, e, res.Result, err, total, res.Session.Accounts.Path, started)
+	return reportApply(ctx, e, res.Result, err, total, res.Session, started)
 }
 
 // unreconciled is the exit code of an apply whose cycle ended with err before its reconcile:
@@ -199,7 +199,8 @@ func dryRunApply(ctx context.Context, e *env, sf stateFlag, dir string, o plan.O
 
 // reportApply says on stderr how the apply of a plan of total changes ended, with err, and
 // returns its exit code: what was made, or why it stopped and what the next apply does.
-func reportApply(ctx context.Context, e *env, res reconcile.Result, err error, total int, accountsPath string, started time.Time) int {
+func reportApply(ctx context.Context, e *env, res reconcile.Result, err error, total int, s *reconcile.Session, started time.Time) int {
+	accountsPath := s.Accounts.Path
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Stopped by a signal: the change in flight, if any, was abandoned; what was made
@@ -231,9 +232,14 @@ func reportApply(ctx context.Context, e *env, res reconcile.Result, err error, t
 		}
 		return exitError
 	}
-	if res.Plan != nil && (!res.Plan.Empty() || len(res.Plan.Holders) > 0) {
+	switch {
+	case res.Plan != nil && (!res.Plan.Empty() || len(res.Plan.Holders) > 0):
 		fmt.Fprintf(e.stderr, "applied %d change(s) in %s\n", res.Applied, time.Since(started).Round(time.Millisecond))
-	} else {
+	case s.InstalledAccounts():
+		// Connecting changed the bus, which the plan after it does not show.
+		fmt.Fprintf(e.stderr, "the accounts config at %s was installed, and is served, so that the controller could log in; "+
+			"the bus is in sync with it\n", accountsPath)
+	default:
 		fmt.Fprintln(e.stderr, "the bus was already in sync: nothing was changed")
 	}
 	return exitOK

@@ -71,10 +71,15 @@ or at the embedded bus's next start. It exits 0 only once the server is seen ser
 the new config (or no bus runs yet); otherwise it exits 2, the membership of an issued
 credential printed all the same.
 
-The controller's own credential is meshctl's, kept in STATE/controller.password and
-minted on first use; revoking "controller" makes meshctl mint a new one next time. So is
-that of _meshctl.system, the system user meshctl reloads servers as (reload: system), in
-STATE/system.password.
+The controller's own credential is meshctl's, kept in STATE/controller.password:
+minted on first use, never printed, and never minted anew behind your back — a file the
+store's hash refuses (replaced, edited, missing) stops every command until the right
+file is back. 'credentials rotate controller' replaces it: the new password goes into
+STATE/controller.password, every server is seen serving a config that carries it, and
+the old one no longer logs in; hand the new file to every holder (a standby watch, the
+CI secret, a backup). The password of _meshctl.system, the system user meshctl reloads
+servers as (reload: system), follows from the controller's and changes with it; neither
+is issued or revoked.
 
 Example:
   meshctl credentials issue node.one -f mesh/ | ssh one 'umask 077; cat > /etc/mesh/membership.json'
@@ -123,7 +128,10 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 		return listCredentials(ctx, e, st, desired.Users(), format)
 	}
 	c := credentialChange{e: e, m: m, st: st, desired: desired, principal: rest[0]}
-	if verb == "issue" && !c.checkIssuable(*dir) {
+	if req.rotate && c.principal == render.ControllerUser {
+		return c.rotateController(ctx, req)
+	}
+	if !c.checkIssuable(*dir, strings.TrimPrefix(req.operation, "credentials ")) {
 		return exitError
 	}
 	stop, code := startCredentialChange(ctx, e, m, st)
@@ -254,16 +262,20 @@ type issueRequest struct {
 	force     bool
 }
 
-// checkIssuable refuses, on stderr, a principal that credentials issue mints nothing for:
-// meshctl's own controller and system users, and any principal the mesh does not derive.
-func (c credentialChange) checkIssuable(dir string) bool {
+// checkIssuable refuses, on stderr, a principal that credentials issue, rotate or revoke (verb)
+// changes nothing of: meshctl's own controller and system users (the controller is rotated by
+// rotateController), and, but for revoke, any principal the mesh does not derive.
+func (c credentialChange) checkIssuable(dir, verb string) bool {
 	switch c.principal {
 	case render.ControllerUser:
-		c.e.errorf("the controller's credential is meshctl's own, in %s/controller.password; revoke it to have a new one minted", c.st.Dir())
+		c.e.errorf("the controller's credential is meshctl's own, in %s/controller.password, and is not %sd: replace it with 'meshctl credentials rotate controller'", c.st.Dir(), verb)
 		return false
 	case render.SystemUser:
-		c.e.errorf("%s's credential is meshctl's own, in %s/system.password; revoke it to have a new one minted", render.SystemUser, c.st.Dir())
+		c.e.errorf("%s's password follows from the controller's and is not %sd: 'meshctl credentials rotate controller' replaces both", render.SystemUser, verb)
 		return false
+	}
+	if verb == "revoke" {
+		return true
 	}
 	if users := c.desired.Users(); !slices.Contains(users, c.principal) {
 		hint := ""

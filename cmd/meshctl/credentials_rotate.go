@@ -82,3 +82,28 @@ func rotateDeclared(ctx context.Context, e *env, st *state.Store, m *model.Mesh,
 		}
 	}
 }
+
+// rotateController replaces the controller's password (reconcile.RotateController): the new one
+// goes into STATE/controller.password, never printed, and every server is seen serving a config
+// that carries it.
+func (c credentialChange) rotateController(ctx context.Context, req issueRequest) int {
+	if req.out != "" {
+		c.e.errorf("the controller's new password goes into %s/controller.password, never elsewhere; -o writes nothing for it", c.st.Dir())
+		return exitError
+	}
+	// A store that does not manage the bus changes nothing, itself included.
+	if err := reconcile.CheckManager(ctx, c.m, c.st); err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	what, err := reconcile.RotateController(ctx, c.m, c.st, req.cost)
+	behind, err := splitReplicaBehind(err)
+	if err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	fmt.Fprintln(c.e.stderr, what)
+	fmt.Fprintf(c.e.stderr, "the controller's password is rotated: %s/controller.password holds the new one, and the previous one no longer logs in; "+
+		"hand the new file to every holder of the previous one (a standby watch's --controller-password-file, the CI secret, a backup)\n", c.st.Dir())
+	return replicaBehind(c.e, behind)
+}

@@ -26,8 +26,11 @@ restore rebuilds the store in NEWDIR (a new control host, after a lost disk) fro
 copy, joining the bus as the controller with the password in FILE — knowing it is what
 proves the same authority. It is the same store: every issued credential still logs in,
 enrolled agents keep taking their declarations without enrolling again, the bus still
-names it as its manager, and a diff afterwards is clean. The accounts config is written
-once more with the same users, so that the new store sees the server serve it.
+names it as its manager, and a diff afterwards is clean. meshctl's own system user and
+the proof of which accounts config a server serves follow from the controller's
+password, so the restored store sees each server serve its config with one login, and
+writes and reloads nothing there; a config it cannot prove that way (one an earlier
+meshctl wrote) is written once more, with the same users, and seen served.
 
 NEWDIR must hold no store. The embedded bus keeps its store beside it, in its state
 directory: the two are lost together, and there is nothing on the bus to restore.
