@@ -63,13 +63,13 @@ func lockAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (unloc
 			release = r
 		}
 	}
-	lock, err := state.AcquireLock(ctx, store.Dir(), true, nil)
-	if err != nil {
+	var l cycleLock
+	if err := l.acquire(ctx, store.Dir(), true, nil); err != nil {
 		release()
 		return nil, err
 	}
 	return func() {
-		lock.Unlock()
+		l.release()
 		release()
 	}, nil
 }

@@ -24,9 +24,9 @@ import (
 //  3. The session (join): the one kept, where it serves the description's bus section and is
 //     connected, or dialled again on the embedded bus this process serves; otherwise it is
 //     closed and a new one connected. A lock taken first is let go before a session is dialled
-//     again or anew, since connecting may take it itself to install an accounts config; but a
-//     predial's lock is kept through the connect, which knows it is held and does not take it
-//     again (Session.locked).
+//     again or anew, whose connect waits for it only where it installs an accounts config; but
+//     a predial's lock is kept through the connect, which is handed the cycle's lock and takes
+//     it only where it is not held.
 //  4. The apply lock, unless the cycle holds it, waiting or not as the caller says; then the
 //     embedded bus rejoined (rejoin) and the apply lock on the bus taken (owner.go).
 //  5. The reconcile: plan, apply, verify and record (Session.Reconcile).
@@ -147,11 +147,9 @@ func (c *Cycles) Close() {
 func (c *Cycles) lockFirst(ctx context.Context, l *cycleLock, o CycleOptions) *Predial {
 	switch {
 	case c.sess != nil && c.sess.Conn.IsConnected():
-		l.lock, _ = state.AcquireLock(ctx, c.sess.Store.Dir(), o.Run.WaitForLock, o.Run.LockNotice)
+		_ = l.acquire(ctx, c.sess.Store.Dir(), o.Run.WaitForLock, o.Run.LockNotice)
 	case c.sess == nil && o.Predial:
-		pre, lock := startApply(ctx, c.StateDir, o.Run.LockNotice)
-		l.lock = lock
-		return pre
+		return startApply(ctx, c.StateDir, l, o.Run.LockNotice)
 	}
 	return nil
 }
@@ -167,7 +165,7 @@ func (c *Cycles) join(ctx context.Context, l *cycleLock, m *model.Mesh, st *stat
 		l.release()
 		if s.Embedded == nil {
 			c.drop(o, m, false)
-		} else if err := s.redial(ctx, m); err != nil {
+		} else if err := s.redial(ctx, m, l); err != nil {
 			// The bus is this process's and up: the controller was locked out of it (its
 			// credential rotated in another terminal). Dial again with the credential the
 			// store holds now, keeping the bus up for everyone else.
@@ -182,7 +180,7 @@ func (c *Cycles) join(ctx context.Context, l *cycleLock, m *model.Mesh, st *stat
 	}
 	opts := c.Options()
 	opts.Predial = pre
-	s, err := connectSession(ctx, m, st, opts, l.lock != nil)
+	s, err := connectSession(ctx, m, st, opts, l)
 	if err != nil {
 		return NewSession, err
 	}
@@ -213,39 +211,46 @@ func sameBus(a, b model.Bus) bool {
 		slices.Equal(a.Reload.Command, b.Reload.Command) && a.Reload.Manual == b.Reload.Manual
 }
 
-// cycleLock is the apply lock of one cycle, and the session it holds it for.
+// cycleLock is the apply lock of one cycle, and the session it holds it for. It is the one
+// owner of the apply lock in meshctl: a cycle, a connect outside one (Connect) and a rewrite
+// of the accounts config without a plan (SyncAccounts) each take it through a cycleLock, and
+// a connect or a bootstrap inside a cycle is handed the cycle's.
 type cycleLock struct {
 	lock *state.Lock
-	// sess is told (Session.locked) that it is inside the lock; its apply lock on the bus is
-	// released with it.
+	// sess's apply lock on the bus is released with the apply lock.
 	sess *Session
 }
 
-// take takes the apply lock of s's state directory, waiting for another holder when wait is
-// set (notice is told), unless l holds it already; and tells s it is inside it.
+// acquire takes the apply lock of stateDir unless l holds it, waiting for another holder when
+// wait is set (notice is told).
+func (l *cycleLock) acquire(ctx context.Context, stateDir string, wait bool, notice func(string)) error {
+	if l.lock != nil {
+		return nil
+	}
+	lock, err := state.AcquireLock(ctx, stateDir, wait, notice)
+	if err != nil {
+		return err
+	}
+	l.lock = lock
+	return nil
+}
+
+// take takes the apply lock of s's state directory as acquire does, and binds s to it.
 func (l *cycleLock) take(ctx context.Context, s *Session, wait bool, notice func(string)) error {
-	if l.lock == nil {
-		lock, err := state.AcquireLock(ctx, s.Store.Dir(), wait, notice)
-		if err != nil {
-			return state.DiskError(err, s.Store.Dir())
-		}
-		l.lock = lock
+	if err := l.acquire(ctx, s.Store.Dir(), wait, notice); err != nil {
+		return state.DiskError(err, s.Store.Dir())
 	}
 	l.bind(s)
 	return nil
 }
 
-// bind tells s that it is inside the lock l holds.
-func (l *cycleLock) bind(s *Session) {
-	l.sess = s
-	s.locked = true
-}
+// bind makes s the session whose apply lock on the bus is released with l.
+func (l *cycleLock) bind(s *Session) { l.sess = s }
 
 // release lets the apply lock on the bus go, then the apply lock, if they are held.
 func (l *cycleLock) release() {
 	if l.sess != nil {
 		l.sess.releaseBusLock()
-		l.sess.locked = false
 		l.sess = nil
 	}
 	if l.lock != nil {

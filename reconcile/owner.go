@@ -49,7 +49,7 @@ func (s *Session) ownerRole() string {
 // nothing on a bus that keeps no store (the embedded bus, a read-only session). The error of a
 // lock held by another wraps state.ErrLocked and names the holder.
 func (s *Session) takeBusLock(ctx context.Context, wait bool, notice func(string)) error {
-	if s.replica == nil || s.busLock != nil {
+	if s.onBus.kv == nil || s.onBus.lock != nil {
 		return nil
 	}
 	me, err := s.holder(ctx)
@@ -61,9 +61,9 @@ func (s *Session) takeBusLock(ctx context.Context, wait bool, notice func(string
 	// whose answer was lost finds its own holding, and keeps it (replica's Acquire).
 	lock, err := retryCall(ctx, func(actx context.Context) (*replica.Lease, error) {
 		if !wait {
-			return s.leases.Acquire(actx, replica.LockKey, me)
+			return s.onBus.leases.Acquire(actx, replica.LockKey, me)
 		}
-		return s.leases.AcquireWaiting(ctx, replica.LockKey, me, func(h *replica.HeldError) {
+		return s.onBus.leases.AcquireWaiting(ctx, replica.LockKey, me, func(h *replica.HeldError) {
 			if notice != nil && !told {
 				notice(fmt.Sprintf("waiting for %s", h))
 				told = true
@@ -76,7 +76,7 @@ func (s *Session) takeBusLock(ctx context.Context, wait bool, notice func(string
 	if err != nil {
 		return err
 	}
-	s.busLock = lock
+	s.onBus.lock = lock
 	if err := s.own(ctx, me); err != nil {
 		s.releaseBusLock()
 		return err
@@ -86,13 +86,13 @@ func (s *Session) takeBusLock(ctx context.Context, wait bool, notice func(string
 
 // releaseBusLock lets the apply lock on the bus go, if this session holds it.
 func (s *Session) releaseBusLock() {
-	if s.busLock == nil {
+	if s.onBus.lock == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.busLock.Release(ctx)
-	s.busLock = nil
+	s.onBus.lock.Release(ctx)
+	s.onBus.lock = nil
 }
 
 // holder is this session as the holder of a lease.
@@ -115,7 +115,7 @@ func Holder(ctx context.Context, store *state.Store, role string) (replica.Holde
 
 // own makes this session the store's one writer on the bus (see above), under the lock.
 func (s *Session) own(ctx context.Context, me replica.Holder) error {
-	fence, err := retryCall(ctx, s.replica.Fenced)
+	fence, err := retryCall(ctx, s.onBus.kv.Fenced)
 	if err != nil {
 		return err
 	}
@@ -124,20 +124,20 @@ func (s *Session) own(ctx context.Context, me replica.Holder) error {
 	}
 	by := fence.By
 	if fence.OK && by.Copy == me.Copy {
-		s.replica.Adopt(fence)
-	} else if err := retry(ctx, func(ctx context.Context) error { return s.replica.Fence(ctx, me) }); err != nil {
+		s.onBus.kv.Adopt(fence)
+	} else if err := retry(ctx, func(ctx context.Context) error { return s.onBus.kv.Fence(ctx, me) }); err != nil {
 		// A fence whose answer was lost and is written again: the later one is the fence.
 		return err
 	}
 	if !fence.OK || by.Copy == me.Copy {
-		s.Store.SetReplica(s.replica)
-		if err := s.Store.CatchUp(ctx, s.replicaFresh); err != nil {
+		s.Store.SetReplica(s.onBus.kv)
+		if err := s.Store.CatchUp(ctx, s.onBus.fresh); err != nil {
 			return fmt.Errorf("keeping the store on the bus at %s: %w", s.Target.Address(), err)
 		}
-		s.replicaFresh = false
+		s.onBus.fresh = false
 		return nil
 	}
-	records, err := retryCall(ctx, s.replica.ReadAll)
+	records, err := retryCall(ctx, s.onBus.kv.ReadAll)
 	if err != nil {
 		return fmt.Errorf("reading the store kept on the bus at %s, which %s wrote last: %w", s.Target.Address(), by, err)
 	}
@@ -148,16 +148,16 @@ func (s *Session) own(ctx context.Context, me replica.Holder) error {
 	if changed {
 		s.logf("took the store's content from its copy on the bus, which %s wrote last", by)
 	}
-	s.Store.SetReplica(s.replica)
-	s.replicaFresh = false
+	s.Store.SetReplica(s.onBus.kv)
+	s.onBus.fresh = false
 	return nil
 }
 
 // owned returns nil while this session may change the bus: it holds the apply lock on the bus
 // (where it keeps the store there), and the caller's Options.Owned says it still may.
 func (s *Session) owned() error {
-	if s.busLock != nil {
-		if err := s.busLock.Held(context.Background()); err != nil {
+	if s.onBus.lock != nil {
+		if err := s.onBus.lock.Held(context.Background()); err != nil {
 			return err
 		}
 	}

@@ -96,18 +96,17 @@ func predialTo(ctx context.Context, stateDir, url string, list bool) *Predial {
 // (the cycle's, CycleOptions.Predial) and the reading of the bus under it, all while the
 // description loads. The bus is read only under the lock, as every apply reads it; a lock
 // another meshctl holds is left to the apply's own wait or refusal, with the connection alone
-// started. Both are nil where no bus is served from stateDir; the caller closes the one and
-// unlocks the other.
-func startApply(ctx context.Context, stateDir string, notice func(string)) (*Predial, *state.Lock) {
+// started. It is nil where no bus is served from stateDir, and l left as it was; the caller
+// closes the predial and releases l.
+func startApply(ctx context.Context, stateDir string, l *cycleLock, notice func(string)) *Predial {
 	url, _, served := bus.RunningEmbeddedProcess(stateDir)
 	if !served {
-		return nil, nil
+		return nil
 	}
-	lock, err := state.AcquireLock(ctx, stateDir, false, notice)
-	if err != nil {
-		return predialTo(ctx, stateDir, url, false), nil
+	if err := l.acquire(ctx, stateDir, false, notice); err != nil {
+		return predialTo(ctx, stateDir, url, false)
 	}
-	return predialTo(ctx, stateDir, url, true), lock
+	return predialTo(ctx, stateDir, url, true)
 }
 
 // listing returns the bus as the predial read it, when the session took its connection and

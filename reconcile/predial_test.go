@@ -110,14 +110,13 @@ func TestAnApplyListsEarlyOnlyUnderTheLock(t *testing.T) {
 	ctx := testContext(t)
 	f, _ := servedMesh(t)
 
-	pre, lock := startApply(ctx, f.stateDi, nil)
-	if pre == nil || lock == nil || !pre.list {
-		t.Fatalf("a free lock gave no early listing (predial %v, lock %v)", pre != nil, lock != nil)
+	var l cycleLock
+	pre := startApply(ctx, f.stateDi, &l, nil)
+	if pre == nil || l.lock == nil || !pre.list {
+		t.Fatalf("a free lock gave no early listing (predial %v, lock %v)", pre != nil, l.lock != nil)
 	}
 	pre.Close()
-	if err := lock.Unlock(); err != nil {
-		t.Fatal(err)
-	}
+	l.release()
 
 	cycles := &Cycles{StateDir: f.stateDi, Options: func() Options { return Options{Cost: 4, Logf: f.logf} }}
 	defer cycles.Close()
@@ -152,9 +151,10 @@ func TestAnApplyListsEarlyOnlyUnderTheLock(t *testing.T) {
 		t.Fatalf("the lock given to the apply was not let go: %v", err)
 	}
 	// Held by another: the connection alone.
-	pre, lock = startApply(ctx, f.stateDi, nil)
-	if lock != nil || pre == nil || pre.list {
-		t.Fatalf("with the lock held elsewhere: predial %v, lock %v", pre != nil, lock != nil)
+	var other cycleLock
+	pre = startApply(ctx, f.stateDi, &other, nil)
+	if other.lock != nil || pre == nil || pre.list {
+		t.Fatalf("with the lock held elsewhere: predial %v, lock %v", pre != nil, other.lock != nil)
 	}
 	pre.Close()
 	if err := again.Unlock(); err != nil {

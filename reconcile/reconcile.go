@@ -228,7 +228,7 @@ func (s *Session) lockAndPlan(ctx context.Context, l *cycleLock, m *model.Mesh, 
 		return nil, plan.Target{}, err
 	}
 	removeStaleChecks(s.Accounts.Path, s.logf)
-	err := s.rejoin(ctx, m)
+	err := s.rejoin(ctx, m, l)
 	if err == nil {
 		err = s.takeBusLock(ctx, o.WaitForLock, o.LockNotice)
 	}

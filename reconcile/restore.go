@@ -119,33 +119,35 @@ func readReplica(ctx context.Context, m *model.Mesh, password string) ([]state.R
 // A bucket that holds another store's copy is refused: the store managing the bus is the one
 // whose copy it keeps, and this one would overwrite it.
 func (s *Session) keepReplica(ctx context.Context) error {
-	if s.replicas == 0 || s.opts.ReadOnly {
+	if s.onBus.replicas == 0 || s.opts.ReadOnly {
 		return nil
 	}
 	js, err := jetstream.New(s.Conn.Conn)
 	if err != nil {
 		return err
 	}
-	kv, fresh, err := bindReplica(ctx, s.Store, js, s.replicas, s.Target)
+	kv, fresh, err := bindReplica(ctx, s.Store, js, s.onBus.replicas, s.Target)
 	if err != nil {
 		return err
 	}
 	// Right after a server starts, or a meta leader changes, JetStream answers nobody for a
 	// moment: asked again, as the plan's calls are on a cluster (retryCall).
-	leases, err := retryCallIf(ctx, func(ctx context.Context) (*replica.Leases, error) { return replica.OpenLeases(ctx, js, s.replicas) }, placing)
+	leases, err := retryCallIf(ctx, func(ctx context.Context) (*replica.Leases, error) {
+		return replica.OpenLeases(ctx, js, s.onBus.replicas)
+	}, placing)
 	if err != nil {
 		return fmt.Errorf("keeping the store on the bus at %s: %w", s.Target.Address(), err)
 	}
-	s.replica, s.leases, s.replicaFresh = kv, leases, fresh
+	s.onBus.kv, s.onBus.leases, s.onBus.fresh = kv, leases, fresh
 	return nil
 }
 
 // dropReplica stops the store writing to the copy this session kept through its connection,
 // which is closing: a later change is marked behind, and sent whole by the next to keep it.
 func (s *Session) dropReplica() {
-	if s.replica != nil {
-		s.Store.DropReplica(s.replica)
-		s.replica = nil
+	if s.onBus.kv != nil {
+		s.Store.DropReplica(s.onBus.kv)
+		s.onBus.kv = nil
 	}
 }
 
@@ -165,16 +167,16 @@ func keepOnBus(ctx context.Context, m *model.Mesh, store *state.Store, wait bool
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Store: store, Conn: conn, Target: t, replicas: max(m.Bus.Replicas, 1), logf: func(string, ...any) {},
+	s := &Session{Store: store, Conn: conn, Target: t, onBus: storeOnBus{replicas: max(m.Bus.Replicas, 1)}, logf: func(string, ...any) {},
 		opts: Options{Role: "credentials"}}
 	err = s.keepReplica(ctx)
 	if err == nil {
 		err = s.takeBusLock(ctx, wait, nil)
 	}
 	stop = func() {
-		if s.busLock != nil && !conn.IsConnected() {
-			releaseAfresh(m, store, s.busLock)
-			s.busLock = nil
+		if s.onBus.lock != nil && !conn.IsConnected() {
+			releaseAfresh(m, store, s.onBus.lock)
+			s.onBus.lock = nil
 		}
 		s.releaseBusLock()
 		s.dropReplica()

@@ -68,18 +68,11 @@ type Session struct {
 	password string
 	// manager is the line naming this session's store in every accounts file it writes.
 	manager string
-	// replicas is, on an external bus, the replicas of the bucket the store is kept in on the
-	// bus (restore.go); 0 where no copy is kept (the embedded bus, a read-only session).
-	replicas int
-	// replica is the copy the store writes to through this session's connection, nil if none;
-	// leases the bucket of the leases beside it, and busLock the apply lock on the bus while
-	// this session holds it (owner.go). replicaFresh says the copy holds no store yet.
-	replica      *replica.KV
-	leases       *replica.Leases
-	busLock      *replica.Lease
-	replicaFresh bool
-	logf         func(string, ...any)
-	opts         Options
+	// onBus is the store's copy on an external bus and the leases beside it (restore.go,
+	// owner.go); its zero value where no copy is kept (the embedded bus, a read-only session).
+	onBus storeOnBus
+	logf  func(string, ...any)
+	opts  Options
 	// release ends this session's lease on an embedded bus another process serves.
 	release func()
 	// stop ends the wait, in Close, for other processes to finish with the bus this one
@@ -87,10 +80,6 @@ type Session struct {
 	stop <-chan struct{}
 	// bus is the bus section of the description the session was connected for.
 	bus model.Bus
-	// locked is set while the cycle this session runs in holds the apply lock (cycle.go):
-	// a connect or reconnect inside it, which may install an accounts config, must not take
-	// the lock again.
-	locked bool
 	// installed is set once the session installed the rendered accounts config to let the
 	// controller in (bootstrap): a change no plan shows.
 	installed bool
@@ -100,6 +89,21 @@ type Session struct {
 // the controller could log in: the accounts config changed although a plan after it may be
 // empty.
 func (s *Session) InstalledAccounts() bool { return s.installed }
+
+// storeOnBus is what a session keeps of the store on an external bus: the copy the store writes
+// to through the session's connection, the bucket of leases beside it, and the apply lock on the
+// bus while the session holds it.
+type storeOnBus struct {
+	// replicas is the replicas of the bucket the store is kept in; 0 where no copy is kept.
+	replicas int
+	// kv is the copy, nil if none; fresh says it holds no store yet.
+	kv    *replica.KV
+	fresh bool
+	// leases is the bucket of the leases, and lock the apply lock on the bus while this
+	// session holds it (owner.go).
+	leases *replica.Leases
+	lock   *replica.Lease
+}
 
 // Close disconnects and, when this process runs the embedded bus, stops it (stopEmbedded). A
 // one-shot command first waits for any other meshctl process that holds a lease on the bus
@@ -145,12 +149,14 @@ func embeddedConsumers(e *bus.Embedded) int {
 // fresh bus, or a controller credential rotated — is bootstrapped: the rendered config
 // is installed first, since nothing else can be done on the bus without it.
 func Connect(ctx context.Context, m *model.Mesh, store *state.Store, o Options) (*Session, error) {
-	return connectSession(ctx, m, store, o, false)
+	var l cycleLock
+	defer l.release()
+	return connectSession(ctx, m, store, o, &l)
 }
 
-// connectSession is Connect, for a session that starts inside a cycle holding the apply lock
-// when locked is set.
-func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Options, locked bool) (*Session, error) {
+// connectSession is Connect with the apply lock l, the cycle's: a bootstrap takes it where l
+// does not hold it yet, and leaves it to l's owner to release.
+func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Options, l *cycleLock) (*Session, error) {
 	logf := o.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -159,14 +165,14 @@ func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Op
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done(), bus: m.Bus, locked: locked}
+	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done(), bus: m.Bus}
 	if s.manager, err = managerLine(ctx, store); err != nil {
 		return nil, err
 	}
 	if m.Bus.Embedded() {
-		err = s.connectEmbedded(ctx, m)
+		err = s.connectEmbedded(ctx, m, l)
 	} else {
-		err = s.connectExternal(ctx, m)
+		err = s.connectExternal(ctx, m, l)
 	}
 	if err == nil {
 		err = s.connect(ctx)
@@ -186,14 +192,14 @@ func (s *Session) Bus() model.Bus { return s.bus }
 // let it in. It is for a long-lived session (`meshctl watch`) whose connection was
 // refused because the controller's credential was rotated by another
 // meshctl: the bus itself is fine, and an embedded one keeps running for everyone else.
-func (s *Session) redial(ctx context.Context, m *model.Mesh) error {
+func (s *Session) redial(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	password, err := s.Store.ControllerPassword(ctx, s.opts.Cost)
 	if err != nil {
 		return err
 	}
 	s.password = password
 	s.Accounts = s.Accounts.writtenBy(s.manager, password)
-	if err := s.letControllerIn(ctx, m); err != nil {
+	if err := s.letControllerIn(ctx, m, l); err != nil {
 		return err
 	}
 	return s.connect(ctx)
@@ -204,7 +210,7 @@ func (s *Session) redial(ctx context.Context, m *model.Mesh) error {
 // effect a moment after the signal. It is decided by the file, not by whether a login
 // succeeds: a server whose accounts name no user at all requires no authentication and
 // lets anyone in — into an account without JetStream, not MESH.
-func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
+func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	canLogIn := s.controllerCanLogIn(s.Accounts.Path)
 	// A read-only session writes no first files: its dial says that no server answers.
 	if canLogIn && (s.opts.ReadOnly || !s.Accounts.awaitingFirstStart()) {
@@ -221,7 +227,7 @@ func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh) error {
 	} else {
 		s.logf("the accounts config at %s does not let the controller in; installing the rendered one first", s.Accounts.Path)
 	}
-	if err := s.bootstrap(ctx, m); err != nil {
+	if err := s.bootstrap(ctx, m, l); err != nil {
 		return err
 	}
 	return s.verifyLogin(ctx, false)
@@ -354,7 +360,7 @@ func admitsController(data []byte, password string) bool {
 // connectEmbedded uses the embedded bus another meshctl process serves from this state
 // directory, holding a lease on it so a one-shot server keeps it up while this session needs
 // it, or starts one in this process.
-func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh) error {
+func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	stateDir := s.Store.Dir()
 	// A bus whose process is stopping still holds the state directory until it has stopped —
 	// a minute for a large one — and a start must wait for that rather than fail.
@@ -371,7 +377,7 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh) error {
 				s.Accounts = Accounts{Path: filepath.Join(stateDir, "bus", "accounts.conf"),
 					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.writtenBy(s.manager, s.password)
 				s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
-				return s.letControllerIn(ctx, m)
+				return s.letControllerIn(ctx, m, l)
 			}
 			if !errors.Is(err, bus.ErrNotServed) {
 				return err
@@ -462,7 +468,7 @@ func (s *Session) waitForHolders() {
 // is still served: an `apply --wait` queued behind another process whose bus has since gone
 // (killed, or a `watch` stopped) reconnects — to whichever process serves it now, or to one
 // it starts itself.
-func (s *Session) rejoin(ctx context.Context, m *model.Mesh) error {
+func (s *Session) rejoin(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	if !m.Bus.Embedded() || s.Embedded != nil {
 		return nil
 	}
@@ -474,35 +480,33 @@ func (s *Session) rejoin(ctx context.Context, m *model.Mesh) error {
 		s.release()
 		s.release = nil
 	}
-	if err := s.connectEmbedded(ctx, m); err != nil {
+	if err := s.connectEmbedded(ctx, m, l); err != nil {
 		return err
 	}
 	return s.connect(ctx)
 }
 
-func (s *Session) connectExternal(ctx context.Context, m *model.Mesh) error {
+func (s *Session) connectExternal(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	var err error
 	if s.Accounts, s.Target, err = externalAccounts(m, s.Store.Dir()); err != nil {
 		return err
 	}
 	s.Accounts = s.Accounts.writtenBy(s.manager, s.password)
-	s.replicas = max(m.Bus.Replicas, 1)
+	s.onBus.replicas = max(m.Bus.Replicas, 1)
 	s.Accounts.Verify = s.verifyLogin
 	s.Accounts.Owned = s.owned
-	return s.letControllerIn(ctx, m)
+	return s.letControllerIn(ctx, m, l)
 }
 
 // bootstrap installs the rendered accounts config so the controller can log in at all.
-func (s *Session) bootstrap(ctx context.Context, m *model.Mesh) error {
+func (s *Session) bootstrap(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	// Under the apply lock, like every write of the accounts file: a write by another
 	// meshctl meanwhile would replace the generation this one proves, and each would take
-	// the other's file for a refusal.
-	if !s.locked {
-		lock, err := state.AcquireLock(ctx, s.Store.Dir(), true, nil)
-		if err != nil {
+	// the other's file for a refusal. The lock is the cycle's, held on for the rest of it.
+	if l.lock == nil {
+		if err := l.acquire(ctx, s.Store.Dir(), true, nil); err != nil {
 			return err
 		}
-		defer lock.Unlock()
 		if s.controllerLetIn() {
 			return nil // installed by the holder we waited for
 		}
