@@ -8,7 +8,6 @@ import (
 	"github.com/meshbus/meshctl/graph"
 	"github.com/meshbus/meshctl/internal/printable"
 	"github.com/meshbus/meshctl/model"
-	"github.com/meshbus/meshctl/render"
 )
 
 // foldAfter is how many rows a section shows before it folds them into a <details> block:
@@ -269,7 +268,7 @@ func (p *Plan) markdownHolders(b *strings.Builder) {
 	b.WriteString("#### Seat holders\n\n")
 	b.WriteString("A seat's work queue stays when its holder changes: queued work waits for the new holder.")
 	if acks {
-		fmt.Fprintf(b, " The holder before may acknowledge the work it took for one ack wait (%s) after the apply, and takes nothing new: the new holder does none of it again.", render.AckWait)
+		b.WriteString(" The holder before may acknowledge the work in its hands for its worker's ack wait after the apply (with pull consumers, plus the 30 s in which a pull request it sent before may still be answered), and nothing else of the seat: the new holder does none of that work again.")
 	}
 	b.WriteString("\n\n")
 	writeFolded(b, plural(uint64(len(p.Holders)), "seat"), strings.TrimRight(t.String(), "\n"), len(p.Holders))

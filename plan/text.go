@@ -250,8 +250,8 @@ func instanceOrNone(i *model.Instance) string {
 func (p *Plan) startingGrace(h HolderMove) string {
 	for _, g := range p.Graces {
 		if h.From != nil && g.Seat == h.Seat && g.Holder == *h.From && g.Until.IsZero() {
-			return fmt.Sprintf("; %s may acknowledge the work it took for one ack wait, %s, after this apply, and takes nothing new",
-				printable.Text(g.Holder.String()), render.AckWait)
+			return fmt.Sprintf("; %s may acknowledge the work in its hands for %s after this apply, and nothing else of the seat",
+				printable.Text(g.Holder.String()), g.For)
 		}
 	}
 	return ""

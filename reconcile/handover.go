@@ -18,7 +18,11 @@ func ackGraces(ctx context.Context, store *state.Store, m *model.Mesh, now time.
 	if err != nil {
 		return nil, err
 	}
-	changes, err := store.Handovers(ctx, now.Add(-render.AckWait))
+	var longest time.Duration // no handover older than the longest grace can hold one now
+	for _, seat := range m.Seats {
+		longest = max(longest, render.GraceOf(m, seat))
+	}
+	changes, err := store.Handovers(ctx, now.Add(-longest))
 	if err != nil {
 		return nil, err
 	}

@@ -38,8 +38,8 @@ var mailerAcks = "$JS.ACK." + render.SeatStreamName("mailer") + "." + render.Wor
 // acknowledged none, and ten more wait in the queue. The new holder takes the ten waiting at
 // once; the old one, still running, finishes its ten and acknowledges them, which the server
 // takes; and once the old holder's grace is over nothing is delivered again. Each of the
-// twenty is done exactly once, pulled or pushed. The grace is one ack wait: the plan then
-// takes the old holder's acknowledgements away and nothing else, the server refuses them
+// twenty is done exactly once, pulled or pushed. When the grace is over (render.GraceOf: the
+// ack wait, and with pull consumers the pull window), the plan takes the old holder's acknowledgements away and nothing else, the server refuses them
 // from then on, and the bus is converged.
 func TestAHandoverDoesEachPieceOfWorkOnce(t *testing.T) {
 	t.Parallel()
@@ -145,7 +145,7 @@ func graceEnds(ctx context.Context, t *testing.T, f *fixture, s *Session) *plan.
 	return p
 }
 
-// handoverContext bounds a test that waits out an ack wait of thirty seconds, on a busy machine.
+// handoverContext bounds a test that waits out a grace of up to a minute, on a busy machine.
 func handoverContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)

@@ -9,10 +9,27 @@ import (
 	"github.com/meshbus/meshctl/model"
 )
 
-// AckWait is how long the server waits for a delivery's acknowledgement before it delivers the
-// message again: every consumer the mesh derives has it, and it is how long a seat's former
-// holder may go on acknowledging the work it took (AckGrace).
-const AckWait = 30 * time.Second
+// PullWindow is how long a pull request a former holder sent before the handover may still be
+// answered: the server hands a waiting request messages until it expires, whatever the
+// requester's grants say since, and the client libraries ask for 30 seconds by default
+// (nats.go's Consume and Fetch, nats.js, nats-py). A push consumer has none: the reload that
+// takes the delivery grant away drops the subscription at once.
+const PullWindow = 30 * time.Second
+
+// GraceOf is how long a seat's former holder may go on acknowledging after a handover: the
+// longest its worker waits for an acknowledgement (its ack wait, or the longest step of its
+// backoff), and on a pull consumer the pull window before it, in which a request sent before
+// the handover may still be handed work.
+func GraceOf(m *model.Mesh, seat model.Seat) time.Duration {
+	wait := seat.Consumer.AckWait
+	for _, b := range seat.Consumer.Backoff {
+		wait = max(wait, b)
+	}
+	if m.Bus.Consumers != model.ConsumersPush {
+		wait += PullWindow
+	}
+	return wait
+}
 
 // AckGrace is a seat's former holder that may still acknowledge the work it took before the
 // seat was handed over, until Until, and nothing else of the seat: it may not bind the seat's
@@ -24,10 +41,12 @@ const AckWait = 30 * time.Second
 type AckGrace struct {
 	Seat   string         `json:"seat"`
 	Holder model.Instance `json:"holder"`
-	// Until is when the grace ends: one ack wait after the apply that handed the seat over was
+	// Until is when the grace ends: GraceOf after the apply that handed the seat over was
 	// recorded. It is zero in the plan that hands the seat over, whose grace starts once that
 	// apply is.
 	Until time.Time `json:"until,omitzero"`
+	// For is how long the grace lasts from that apply (GraceOf), as a Go duration ("1m0s").
+	For string `json:"for"`
 }
 
 // Handover is a change of a seat's holder that an apply brought the bus to: From held the seat
@@ -48,9 +67,9 @@ func AckGraces(m *model.Mesh, applied []model.Holding, handovers []Handover, now
 	if len(applied) == 0 && len(handovers) == 0 {
 		return nil
 	}
-	seats := make(map[string]bool, len(m.Seats))
+	seats := make(map[string]time.Duration, len(m.Seats)) // each seat's grace (GraceOf)
 	for _, s := range m.Seats {
-		seats[s.Name] = true
+		seats[s.Name] = GraceOf(m, s)
 	}
 	holder := make(map[string]model.Instance, len(m.Holding))
 	for _, h := range m.Holding {
@@ -58,7 +77,10 @@ func AckGraces(m *model.Mesh, applied []model.Holding, handovers []Handover, now
 	}
 	var modules map[string]*model.Module // made for the first former holder that needs it
 	former := func(seat string, inst model.Instance) bool {
-		if h, holds := holder[seat]; !seats[seat] || holds && h == inst {
+		if _, ok := seats[seat]; !ok {
+			return false
+		}
+		if h, holds := holder[seat]; holds && h == inst {
 			return false
 		}
 		if modules == nil {
@@ -73,17 +95,17 @@ func AckGraces(m *model.Mesh, applied []model.Holding, handovers []Handover, now
 	}
 	graces := map[key]AckGrace{}
 	for _, h := range handovers {
-		until := h.At.Add(AckWait)
+		until := h.At.Add(seats[h.Seat])
 		k := key{h.Seat, h.From}
 		if now.Before(until) && former(h.Seat, h.From) && until.After(graces[k].Until) {
-			graces[k] = AckGrace{Seat: h.Seat, Holder: h.From, Until: until}
+			graces[k] = AckGrace{Seat: h.Seat, Holder: h.From, Until: until, For: seats[h.Seat].String()}
 		}
 	}
 	for _, h := range applied {
 		if former(h.Seat, h.Holder) {
 			// Handed over by the apply to come: its grace, a newer one than any before, starts
 			// when that apply is recorded.
-			graces[key{h.Seat, h.Holder}] = AckGrace{Seat: h.Seat, Holder: h.Holder}
+			graces[key{h.Seat, h.Holder}] = AckGrace{Seat: h.Seat, Holder: h.Holder, For: seats[h.Seat].String()}
 		}
 	}
 	out := make([]AckGrace, 0, len(graces))

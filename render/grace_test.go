@@ -51,7 +51,9 @@ func TestAckGracesFollowTheHandovers(t *testing.T) {
 	courier, postman := model.Instance{Node: "alpha", Module: "courier"}, model.Instance{Node: "beta", Module: "postman"}
 	gone := model.Instance{Node: "alpha", Module: "gone"}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	now := at.Add(AckWait / 2)
+	// The description's worker keeps the server's ack wait, and its consumers are pull.
+	const grace = model.DefaultAckWait + PullWindow
+	now := at.Add(grace / 2)
 	applied := func(seat string, i model.Instance) []model.Holding { return []model.Holding{{Seat: seat, Holder: i}} }
 	handover := func(seat string, from model.Instance, at time.Time) Handover {
 		return Handover{Seat: seat, From: from, At: at}
@@ -66,25 +68,25 @@ func TestAckGracesFollowTheHandovers(t *testing.T) {
 	}{
 		{name: "nothing handed over", applied: applied("mailer", courier), now: now},
 		{name: "handed over by the apply to come", holder: "postman", applied: applied("mailer", courier), now: now,
-			want: []AckGrace{{Seat: "mailer", Holder: courier}}},
+			want: []AckGrace{{Seat: "mailer", Holder: courier, For: grace.String()}}},
 		{name: "handed over within the ack wait", holder: "postman", applied: applied("mailer", postman),
 			handovers: []Handover{handover("mailer", courier, at)}, now: now,
-			want: []AckGrace{{Seat: "mailer", Holder: courier, Until: at.Add(AckWait)}}},
+			want: []AckGrace{{Seat: "mailer", Holder: courier, Until: at.Add(grace), For: grace.String()}}},
 		{name: "the ack wait is over", holder: "postman", applied: applied("mailer", postman),
-			handovers: []Handover{handover("mailer", courier, at)}, now: at.Add(AckWait)},
+			handovers: []Handover{handover("mailer", courier, at)}, now: at.Add(grace)},
 		{name: "the latest of two handovers", holder: "postman", applied: applied("mailer", postman),
 			handovers: []Handover{handover("mailer", courier, at.Add(time.Second)), handover("mailer", courier, at)}, now: now,
-			want: []AckGrace{{Seat: "mailer", Holder: courier, Until: at.Add(time.Second + AckWait)}}},
+			want: []AckGrace{{Seat: "mailer", Holder: courier, Until: at.Add(time.Second + grace), For: grace.String()}}},
 		{name: "the former holder holds the seat again", applied: applied("mailer", postman),
 			handovers: []Handover{handover("mailer", courier, at)}, now: now,
-			want: []AckGrace{{Seat: "mailer", Holder: postman}}},
+			want: []AckGrace{{Seat: "mailer", Holder: postman, For: grace.String()}}},
 		{name: "the former holder is gone", holder: "postman", applied: applied("mailer", postman),
 			handovers: []Handover{handover("mailer", gone, at)}, now: now},
 		{name: "the seat is gone", applied: applied("parcels", courier),
 			handovers: []Handover{handover("parcels", postman, at)}, now: now},
 		{name: "sorted by seat", holder: "postman", applied: []model.Holding{{Seat: "mailer", Holder: courier}},
 			handovers: []Handover{handover("printer", postman, at)}, now: now,
-			want: []AckGrace{{Seat: "mailer", Holder: courier}, {Seat: "printer", Holder: postman, Until: at.Add(AckWait)}}},
+			want: []AckGrace{{Seat: "mailer", Holder: courier, For: grace.String()}, {Seat: "printer", Holder: postman, Until: at.Add(grace), For: grace.String()}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -93,6 +95,29 @@ func TestAckGracesFollowTheHandovers(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A grace lasts the worker's longest wait for an acknowledgement, and on a pull consumer the
+// window in which a request sent before the handover may still be answered.
+func TestAGraceCoversTheAckWaitAndThePullWindow(t *testing.T) {
+	t.Parallel()
+	seat := model.Seat{Name: "mailer", Consumer: model.ConsumerSettings{AckWait: 5 * time.Second}}
+	for _, c := range []struct {
+		consumers string
+		backoff   []time.Duration
+		want      time.Duration
+	}{
+		{consumers: "push", want: 5 * time.Second},
+		{consumers: "pull", want: 5*time.Second + PullWindow},
+		{consumers: "push", backoff: []time.Duration{5 * time.Second, time.Minute}, want: time.Minute},
+	} {
+		m := graceMesh(t, c.consumers, "")
+		s := seat
+		s.Consumer.Backoff = c.backoff
+		if got := GraceOf(m, s); got != c.want {
+			t.Errorf("%s, backoff %v: a grace of %s, want %s", c.consumers, c.backoff, got, c.want)
+		}
 	}
 }
 

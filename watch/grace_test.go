@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -50,7 +51,7 @@ func TestWatchEndsAFormerHoldersGraceOnTime(t *testing.T) {
 	}
 
 	from = h.mark()
-	ended := h.waitWithin(2*render.AckWait+waitLimit, from, "ending the grace", is(TriggerGrace, OutcomeOK))
+	ended := h.waitWithin(time.Until(handover.GraceEnds)+waitLimit, from, "ending the grace", is(TriggerGrace, OutcomeOK))
 	if u := userOf(ended.Plan, "alpha.courier"); !slices.Equal(u.PublishRemoved, []string{acks}) {
 		t.Errorf("the end of the grace takes away %v, want %s alone", u.PublishRemoved, acks)
 	}
