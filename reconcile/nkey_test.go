@@ -214,10 +214,11 @@ var hostProbes = []probe{
 // everything not granted is refused, on a live bus, for both kinds of user.
 func TestAnNkeyHostIsGrantedWhatAPasswordHostIs(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
 	for _, auth := range []string{model.AuthPassword, model.AuthNkey} {
 		t.Run(auth, func(t *testing.T) {
 			t.Parallel()
+			// Inside the subtest: a parent's deadline runs out while the subtests wait their turn.
+			ctx := testContext(t)
 			yaml := quickMesh
 			if auth == model.AuthNkey {
 				yaml = withNkeys(quickMesh)
