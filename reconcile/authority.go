@@ -30,8 +30,10 @@ import (
 // name. Whoever holds the controller's password computes the same passwords, proves a server
 // serves a rendering with one login, and has nothing to write to a converged bus.
 //
-// Files and records written before this still work: a record that describes the file on disk
-// proves it with the password it holds, whatever made it, and a file no record and no
+// What an earlier meshctl wrote, with passwords of its own, works too: a record that describes
+// the file on disk proves it with the password it holds, whatever made it; a system user's
+// hash that refuses the derived password is replaced once (state.SystemPassword), the server
+// reloaded as the user it still knows (systemReload); and a file neither a record nor a
 // derivation proves is written once more, as the plan shows.
 
 // generationPurpose is state.DerivedPassword's purpose for a generation principal.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
+	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 )
@@ -159,6 +160,11 @@ func TestWhatAnEarlierMeshctlWroteKeepsWorking(t *testing.T) {
 	}
 	if err := bus.PIDFileReloader(x.pidFile).Reload(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// A reload by signal is done a moment after the signal: seen once the file is served.
+	first, _ := loadGeneration(f.stateDi, "")
+	if err := prove(ctx, busclient.Target{URL: x.url, Fingerprint: x.fingerprint}, first, proofWait); err != nil {
+		t.Fatalf("the server does not serve the first file after its reload by hand: %v", err)
 	}
 	s := f.connect(ctx)
 	f.mustApply(ctx, s)

@@ -17,6 +17,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
@@ -225,6 +226,18 @@ func firstSystemApply(t *testing.T, srv *bustest.TestServer, dir, st string) {
 	}
 	if err := bus.PIDFileReloader(srv.PIDFile).Reload(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// A reload by signal is done a moment after the signal: once the controller logs in.
+	pw, err := os.ReadFile(filepath.Join(st, "controller.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if !backoff.Retry(ctx, backoff.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}, func() bool {
+		return controllerLogin(srv, strings.TrimSpace(string(pw))) == nil
+	}) {
+		t.Fatal("the controller cannot log in after the reload by hand")
 	}
 	if code, out, errOut := meshctl(t, "apply", "-f", dir, "--state", st); code != exitOK {
 		t.Fatalf("the apply after the reload by hand: exit %d\n%s%s", code, out, errOut)
