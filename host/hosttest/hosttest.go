@@ -89,7 +89,17 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 // with b.Cluster.Servers[i].Stop.
 func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	t.Helper()
-	b := newMesh(t, dir, func(m *model.Mesh) { m.Bus.Replicas = n })
+	b := newMesh(t, dir, func(m *model.Mesh) {
+		// The streams' settings were resolved from bus.replicas when the mesh loaded: every
+		// one follows, as a description saying bus.replicas would have made them.
+		m.Bus.Replicas = n
+		for _, s := range []*model.StreamSettings{&m.Bus.Streams.Control, &m.Bus.Streams.Events, &m.Bus.Streams.Nodes, &m.Bus.Streams.Seats} {
+			s.Replicas = n
+		}
+		for i := range m.Seats {
+			m.Seats[i].Stream.Replicas = n
+		}
+	})
 	b.Cluster = bustest.StartTestCluster(t, n)
 	// Streams of n replicas are placed only once every server is a current peer.
 	b.Cluster.WaitForEveryPeer()
