@@ -101,30 +101,7 @@ func (d *deadLetters) record(ctx context.Context, st *state.Store) {
 			d.total.WithLabelValues(c.Stream, c.Consumer).Add(float64(c.Count))
 		}
 	}
-	var next time.Time // the earliest the next write may start
-	for {
-		select {
-		case <-ctx.Done():
-		case <-d.pending:
-			if wait := time.Until(next); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-				case <-t.C:
-				}
-				t.Stop()
-			}
-		}
-		if ctx.Err() != nil {
-			// Bounded, so that a store another process holds does not hold up the stop.
-			last, cancel := context.WithTimeout(context.Background(), time.Second)
-			d.write(last, st)
-			cancel()
-			return
-		}
-		d.write(ctx, st)
-		next = time.Now().Add(recordPace)
-	}
+	paced(ctx, d.pending, func(ctx context.Context) { d.write(ctx, st) })
 }
 
 // write counts what was heard since the last write, and logs and counts in the metric each

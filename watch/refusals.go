@@ -197,11 +197,18 @@ func (r *refusals) wake() {
 // record writes the groups' refusals into the store, for `meshctl status`, at most once a
 // recordPace, until ctx ends; then it writes what is left.
 func (r *refusals) record(ctx context.Context, st *state.Store) {
+	paced(ctx, r.pending, func(ctx context.Context) { r.write(ctx, st) })
+}
+
+// paced calls write each time pending says there is something to write, at most once a
+// recordPace, until ctx ends; then once more, bounded, for what is left. It is the loop of
+// watch's recorders, which keep the store's writes off the goroutine that hears the bus.
+func paced(ctx context.Context, pending <-chan struct{}, write func(context.Context)) {
 	var next time.Time // the earliest the next write may start
 	for {
 		select {
 		case <-ctx.Done():
-		case <-r.pending:
+		case <-pending:
 			if wait := time.Until(next); wait > 0 {
 				t := time.NewTimer(wait)
 				select {
@@ -214,11 +221,11 @@ func (r *refusals) record(ctx context.Context, st *state.Store) {
 		if ctx.Err() != nil {
 			// Bounded, so that a store another process holds does not hold up the stop.
 			last, cancel := context.WithTimeout(context.Background(), time.Second)
-			r.write(last, st)
+			write(last)
 			cancel()
 			return
 		}
-		r.write(ctx, st)
+		write(ctx)
 		next = time.Now().Add(recordPace)
 	}
 }
