@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -78,7 +79,7 @@ func Restore(ctx context.Context, m *model.Mesh, dir, password string, wait bool
 
 // readReplica reads every record of the store kept on the bus m names, as the controller.
 func readReplica(ctx context.Context, m *model.Mesh, password string) ([]state.Record, error) {
-	_, t, err := externalAccounts(m, "")
+	_, t, err := accounts.External(m, "")
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +224,7 @@ func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*buscl
 	if err != nil {
 		return nil, busclient.Target{}, err
 	}
-	_, t, err := externalAccounts(m, store.Dir())
+	_, t, err := accounts.External(m, store.Dir())
 	if err != nil {
 		return nil, t, err
 	}
@@ -254,7 +255,7 @@ func bindReplica(ctx context.Context, store *state.Store, js jetstream.JetStream
 		}
 		if other != id {
 			return nil, false, fmt.Errorf("%w: the bus at %s keeps the copy of state store %s, and this store is %s; %s",
-				ErrNotManager, t.Address(), other, id, wayOut)
+				accounts.ErrNotManager, t.Address(), other, id, accounts.WayOut)
 		}
 	}
 	return kv, kept == nil, nil
