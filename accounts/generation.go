@@ -78,7 +78,7 @@ type generation struct {
 	File     string `json:"file"`
 	SHA256   string `json:"sha256"`
 	Password string `json:"password"`
-	// Controller is the controller's hash the file carries (login.go), "" when it carries none.
+	// Controller is the controller's hash the file carries (controller.go), "" when it carries none.
 	Controller string `json:"controller,omitempty"`
 	// Rendered is the SHA-256 of the rendering the file was stamped from — the file without
 	// its manager line and generation principal, what a plan compares — so that a plan of a

@@ -198,7 +198,7 @@ func MayRewrite(ctx context.Context, store *state.Store, a File, target plan.Tar
 		return fmt.Errorf("reading the accounts config in use: %w", err)
 	}
 	// The file meshctl last wrote, with the controller hash the store holds, is known to let
-	// the controller in without a parse of every user and a bcrypt (login.go).
+	// the controller in without a parse of every user and a bcrypt (controller.go).
 	admitted := password != "" && (KnownToAdmitController(store, a, a.Path, digest(data)) || AdmitsController(data, password))
 	if !admitted {
 		if err := fileUnmanaged(ctx, store, a, data); err != nil {

@@ -52,7 +52,7 @@ type File struct {
 	// Manager is the line naming the store that writes the file (manager.go), put at its top.
 	Manager string
 	// Owned, when set, is asked before the file is written: nil while the writer may still
-	// change the bus (owner.go).
+	// change the bus (the reconcile package's lease).
 	Owned func() error
 }
 

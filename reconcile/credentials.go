@@ -20,7 +20,7 @@ import (
 // its reload method, on an embedded bus another meshctl process serves by asking that
 // process over its control socket, and on an embedded bus that is not running by writing
 // the file it will load when it starts. Where a server runs, it succeeds only once the
-// server is seen serving the new file (generation.go). It returns what it did, for the
+// server is seen serving the new file (accounts/generation.go). It returns what it did, for the
 // operator.
 //
 // It takes the apply lock, waiting for an apply in progress: both write the accounts file,

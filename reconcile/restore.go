@@ -36,7 +36,7 @@ var ErrNothingToRestore = errors.New("the bus keeps no meshctl state store")
 // agent goes on taking its declarations, and the bus goes on naming it as its manager.
 //
 // The proof of which accounts file each server serves is not on the bus, and needs not be: its
-// generation principal's password follows from the controller's (authority.go). So the restored
+// generation principal's password follows from the controller's (accounts/authority.go). So the restored
 // store proves with one login per server that the bus serves its rendering, records it, and
 // writes and reloads nothing (SyncAccounts); only a file it cannot prove — stamped by an earlier
 // meshctl, edited by hand, not loaded — is written once more and seen served. A plan after a

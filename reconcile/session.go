@@ -325,7 +325,7 @@ func (s *Session) controllerLetIn() bool {
 }
 
 // controllerCanLogIn reports whether the accounts config at path lets the controller in
-// with its password: known without bcrypt when it is the file meshctl wrote (login.go), and
+// with its password: known without bcrypt when it is the file meshctl wrote (accounts/controller.go), and
 // then read only through its digest, not held whole.
 func (s *Session) controllerCanLogIn(path string) bool {
 	if sum, ok, err := accounts.FileDigest(path); err != nil || !ok {
