@@ -1,12 +1,34 @@
-// Package accounts is the accounts config meshctl manages for its mesh: today's file backend
-// and the operator-mode JWT account.
+// Package accounts is the accounts config meshctl manages for its mesh: the file backend and
+// the operator-mode JWT account.
+//
+// The file backend (File) is one accounts file per server, read and reloaded by that server.
+// Its write reads as one path (write.go): the rendering is stamped with a generation principal
+// (generation.go, its password derived from the controller's: authority.go) and the line
+// naming the store that wrote it (manager.go), checked with the server's own parser, written
+// atomically, reloaded, proven by a login as that principal — which only this file admits —
+// and verified; or the previous file and its generation go back, are reloaded and proven. A
+// cluster's servers are rolled through one at a time (File.Write), a refusal undoing the
+// servers changed before it. The same login is how a plan learns that a server serves the file
+// on disk (cluster.go), and the server's parser is how it reads the users served
+// (servedusers.go). The file backend owns, and must not give up:
+//
+//   - One manager per bus (manager.go): a store installs a file over one that lets a
+//     controller in only where that file names this store, and rewrites none that would lock
+//     out a host by a credential it neither minted nor revoked.
+//   - "Done" only when proven: no write is reported served before a login as its generation
+//     principal succeeds on that server, and no server is proven through another's connection.
+//   - No secret in a message, and no file open to every user: the file holds every principal's
+//     hash, and is written 0600 or as the file it replaces allows.
+//
+// What it does not own: the state store, the apply lock and the bus's JetStream API (the
+// reconcile package takes the lock, reads the store and calls File), and what a file holds
+// (render's rendering and plan's comparison).
 //
 // With `bus.auth: jwt` the servers run in operator mode and the mesh is one account of the
 // operator's. Its config is an account JWT that meshctl signs and pushes to the servers' NATS
 // resolver over a system-account connection: no file is written and no server reloads. Its
 // principals are users of that account, each holding a user JWT and its nkey seed (a creds
 // file). The JWT backend owns:
-//
 //   - The account JWT (Account.Encode): JetStream limits always set, `iat` strictly increasing
 //     over the JWT it replaces (a tie in whole seconds lets servers disagree on which one is
 //     newer), revocations carried over until the credentials they revoke have expired.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/plan"
@@ -153,7 +154,7 @@ func TestTheControlBoundIsAnUpdateInPlace(t *testing.T) {
 	if !found {
 		t.Fatalf("the plan does not bound CONTROL: %+v", p.Changes)
 	}
-	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
+	if _, err := reconcile.Apply(ctx, p, api, accounts.File{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
 		Target: busclient.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
 		t.Fatal(err)
 	}

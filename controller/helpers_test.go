@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	_ "modernc.org/sqlite"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
@@ -124,7 +125,7 @@ func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixt
 		t.Fatal(err)
 	}
 	p := plan.Compute(plan.TargetOf(desired, hashes), plan.Live{}, plan.Options{})
-	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
+	if _, err := reconcile.Apply(ctx, p, api, accounts.File{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
 		Target: busclient.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
 		t.Fatalf("creating the mesh: %v", err)
 	}

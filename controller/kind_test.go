@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -64,7 +65,7 @@ func (f *fixture) apply() {
 	if p.Blocked() {
 		f.t.Fatalf("the plan is blocked: %+v", p.Changes)
 	}
-	if _, err := reconcile.Apply(ctx, p, api, reconcile.Accounts{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
+	if _, err := reconcile.Apply(ctx, p, api, accounts.File{Path: f.bus.AccountsFile(), Reloader: f.bus.Reloader(),
 		Target: busclient.Target{URL: f.bus.URL()}, StateDir: f.store.Dir()}, nil); err != nil {
 		f.t.Fatalf("applying: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -42,8 +43,8 @@ type Progress func(done, total int, c plan.Change, err error)
 // What a plan counted in a stream is history by the time the stream goes: a deletion or a
 // replacement runs as drain.go decides, and a renamed seat's queue stops handing out work
 // before the accounts config is reloaded.
-func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress) (int, error) {
-	return apply(ctx, p, api, accounts, progress, nil, nil, nil)
+func Apply(ctx context.Context, p *plan.Plan, api API, conf accounts.File, progress Progress) (int, error) {
+	return apply(ctx, p, api, conf, progress, nil, nil, nil)
 }
 
 // apply is Apply, its calls let through by gate when one follows the connection: then a
@@ -54,7 +55,7 @@ func Apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 // halt, when not nil, is shown each change's error and returns non-nil for one that stops
 // the apply (a full disk): every change after it would fail the same way, so the calls not
 // yet sent are not, and the apply ends with that one error, not a line per change.
-func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progress Progress, gate *busGate, created *answers, halt func(error) error) (int, error) {
+func apply(ctx context.Context, p *plan.Plan, api API, conf accounts.File, progress Progress, gate *busGate, created *answers, halt func(error) error) (int, error) {
 	if p.Blocked() {
 		why := p.Summary().String()
 		if p.MassDeleteRefused() {
@@ -83,12 +84,12 @@ func apply(ctx context.Context, p *plan.Plan, api API, accounts Accounts, progre
 		}
 		err := runPhase(ctx, phase, func(ctx context.Context, c plan.Change) error {
 			if gate == nil {
-				err := applyOne(ctx, c, p, api, accounts, created)
+				err := applyOne(ctx, c, p, api, conf, created)
 				t.report(c, err)
 				return err
 			}
 			err := gate.call(ctx, c.Kind != plan.KindAccounts, func(ctx context.Context) error {
-				return applyOne(ctx, c, p, api, accounts, created)
+				return applyOne(ctx, c, p, api, conf, created)
 			})
 			if errors.Is(err, ErrBusLost) {
 				// One error for the apply, not one per call: stop sending the rest.
@@ -227,7 +228,7 @@ func runPhase(ctx context.Context, changes []plan.Change, do func(context.Contex
 	return errors.Join(errs...)
 }
 
-func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, accounts Accounts, created *answers) error {
+func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, conf accounts.File, created *answers) error {
 	var err error
 	switch c.Kind {
 	case plan.KindStream:
@@ -261,9 +262,9 @@ func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, account
 			err = api.DeleteConsumer(ctx, c.Stream, c.Name)
 		}
 	case plan.KindAccounts:
-		err = accounts.write(ctx, p.Accounts)
+		err = conf.Write(ctx, p.Accounts)
 	}
-	if err != nil && !errors.Is(err, ErrNotLive) {
+	if err != nil && !errors.Is(err, accounts.ErrNotLive) {
 		return fmt.Errorf("%s %s: %w", c.Action, c.ID(), err)
 	}
 	return err

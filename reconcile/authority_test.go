@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
@@ -25,7 +26,7 @@ func reloadedByHand(t *testing.T, ctx context.Context, c *bustest.TestCluster, f
 	t.Helper()
 	_, err := Connect(ctx, f.mesh(), f.store, Options{Cost: 4, Logf: f.logf})
 	f.ownSecrets()
-	if !errors.Is(err, ErrNotLive) {
+	if !errors.Is(err, accounts.ErrNotLive) {
 		t.Fatalf("the first connect did not ask for a reload by hand: %v", err)
 	}
 	signalled := configTimes(t, c)
@@ -155,15 +156,15 @@ func TestWhatAnEarlierMeshctlWroteKeepsWorking(t *testing.T) {
 	f := newFixture(t, regexp.MustCompile(`reload: \{ pid_file: [^}]*\}`).ReplaceAllString(x.mesh(x.fingerprint), "reload: system"))
 	_, err := Connect(ctx, f.mesh(), f.store, Options{Cost: 4, Logf: f.logf})
 	f.ownSecrets()
-	if !errors.Is(err, ErrNotLive) {
+	if !errors.Is(err, accounts.ErrNotLive) {
 		t.Fatalf("the first connect did not ask for a reload by hand: %v", err)
 	}
 	if err := bus.PIDFileReloader(x.pidFile).Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A reload by signal is done a moment after the signal: seen once the file is served.
-	first, _ := loadGeneration(f.stateDi, "")
-	if err := prove(ctx, busclient.Target{URL: x.url, Fingerprint: x.fingerprint}, first, proofWait); err != nil {
+	firstFile := accounts.File{Target: busclient.Target{URL: x.url, Fingerprint: x.fingerprint}, StateDir: f.stateDi}
+	if err := firstFile.ServesRecorded(ctx); err != nil {
 		t.Fatalf("the server does not serve the first file after its reload by hand: %v", err)
 	}
 	s := f.connect(ctx)
@@ -181,15 +182,14 @@ func TestWhatAnEarlierMeshctlWroteKeepsWorking(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := s.Accounts.writtenBy(s.Accounts.Manager, "")
-		if err := a.install(target.Rendering()); err != nil {
+		a := s.Accounts.WrittenBy(s.Accounts.Manager, "")
+		if err := a.Install(target.Rendering()); err != nil {
 			t.Fatal(err)
 		}
 		if err := bus.PIDFileReloader(x.pidFile).Reload(ctx); err != nil {
 			t.Fatal(err)
 		}
-		g, _ := loadGeneration(f.stateDi, "")
-		if err := prove(ctx, a.Target, g, proofWait); err != nil {
+		if err := a.ServesRecorded(ctx); err != nil {
 			t.Fatalf("the server does not serve the file an earlier meshctl would have written: %v", err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
@@ -189,7 +190,7 @@ func TestAMeshOnAThreeServerCluster(t *testing.T) {
 	}
 	audit := f.mint(ctx, "alpha.audit")["alpha.audit"]
 	_, _, err = f.apply(ctx, s, RunOptions{})
-	if !errors.Is(err, ErrRefused) {
+	if !errors.Is(err, accounts.ErrRefused) {
 		t.Fatalf("a server refusing its reload did not fail the apply as refused: %v", err)
 	}
 	eachServer(t, ctx, c.Servers, "alpha.audit", audit, false)
@@ -205,7 +206,7 @@ func TestAMeshOnAThreeServerCluster(t *testing.T) {
 	broken := f.connect(ctx)
 	_, _, err = f.apply(ctx, broken, RunOptions{})
 	broken.Close()
-	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "copying the accounts config") {
+	if !errors.Is(err, accounts.ErrRefused) || !strings.Contains(err.Error(), "copying the accounts config") {
 		t.Fatalf("a failed copy did not fail the apply as refused: %v", err)
 	}
 	eachServer(t, ctx, c.Servers, "alpha.audit", audit, false)
@@ -220,7 +221,7 @@ func TestAMeshOnAThreeServerCluster(t *testing.T) {
 	n1.Stop()
 	shop := f.mint(ctx, "alpha.shop")["alpha.shop"]
 	_, _, err = f.apply(ctx, s, RunOptions{})
-	if !errors.Is(err, ErrServerDown) || !strings.Contains(err.Error(), "server "+strings.TrimPrefix(n1.URL, "nats://")) {
+	if !errors.Is(err, accounts.ErrServerDown) || !strings.Contains(err.Error(), "server "+strings.TrimPrefix(n1.URL, "nats://")) {
 		t.Fatalf("an apply with a server down did not name it: %v", err)
 	}
 	eachServer(t, ctx, c.Servers[1:], "alpha.shop", shop, true)
@@ -257,16 +258,15 @@ func servesItsRecord(t *testing.T, ctx context.Context, c *bustest.TestCluster, 
 	t.Helper()
 	for _, srv := range c.Servers {
 		a := serverAccounts(s.Accounts, srv.URL)
-		g, _ := loadGeneration(a.StateDir, a.Server)
-		if err := proveOnce(ctx, a.Target, g); err != nil {
+		if err := a.ServesRecorded(ctx); err != nil {
 			t.Fatalf("server %s is not seen serving the file its record names after the roll back: %v", srv.Name, err)
 		}
 	}
 }
 
-// serverAccounts is the Accounts of the server at url.
-func serverAccounts(a Accounts, url string) Accounts {
-	for _, s := range a.servers() {
+// serverAccounts is the accounts file of the server at url.
+func serverAccounts(a accounts.File, url string) accounts.File {
+	for _, s := range a.Servers() {
 		if s.Target.URL == url {
 			return s
 		}
@@ -299,7 +299,7 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 		t.Fatalf("the apply returned before its first change: %v", err)
 	}
 	t.Logf("the apply with its meta leader %s killed took %s: %v", leader.Name, took.Round(time.Millisecond), err)
-	if err != nil && !errors.Is(err, ErrServerDown) {
+	if err != nil && !errors.Is(err, accounts.ErrServerDown) {
 		t.Fatalf("the apply failed on a leader change other than by naming the server down: %v", err)
 	}
 	c.Start(leader)
@@ -343,7 +343,7 @@ func TestAMetaLeaderKilledMidApply(t *testing.T) {
 	f.write(strings.Replace(clusterMesh(c), "emits: [order.placed]", "emits: [order.placed, order.paid]", 1))
 	var stopOnce sync.Once
 	_, _, err = f.apply(ctx, s, RunOptions{Progress: func(int, int, plan.Change, error) { stopOnce.Do(gone.Stop) }})
-	if !errors.Is(err, ErrServerDown) || !strings.Contains(err.Error(), strings.TrimPrefix(gone.URL, "nats://")) {
+	if !errors.Is(err, accounts.ErrServerDown) || !strings.Contains(err.Error(), strings.TrimPrefix(gone.URL, "nats://")) {
 		t.Fatalf("an apply whose server stopped did not name it down: %v", err)
 	}
 	if s.Conn.ConnectedUrl() == gone.URL || !s.Conn.IsConnected() {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
@@ -19,7 +20,7 @@ import (
 // its reload method, on an embedded bus another meshctl process serves by asking that
 // process over its control socket, and on an embedded bus that is not running by writing
 // the file it will load when it starts. Where a server runs, it succeeds only once the
-// server is seen serving the new file (generation.go). It returns what it did, for the
+// server is seen serving the new file (accounts/generation.go). It returns what it did, for the
 // operator.
 //
 // It takes the apply lock, waiting for an apply in progress: both write the accounts file,
@@ -45,7 +46,7 @@ func SyncAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (strin
 	if err != nil {
 		return "", err
 	}
-	if err := mayRewrite(ctx, store, a, target); err != nil {
+	if err := accounts.MayRewrite(ctx, store, a, target); err != nil {
 		return "", err
 	}
 	return writeRendering(ctx, a, target, what)
@@ -77,16 +78,16 @@ func lockAccounts(ctx context.Context, m *model.Mesh, store *state.Store) (unloc
 // accountsOfStore is the accounts of the bus m names as store writes them with the controller's
 // password controller (writtenBy) — on an embedded bus through the meshctl process serving it,
 // or for its next start — and what writing them does, for the operator.
-func accountsOfStore(ctx context.Context, m *model.Mesh, store *state.Store, controller string) (Accounts, string, error) {
-	line, err := managerLine(ctx, store)
+func accountsOfStore(ctx context.Context, m *model.Mesh, store *state.Store, controller string) (accounts.File, string, error) {
+	line, err := accounts.ManagerLine(ctx, store)
 	if err != nil {
-		return Accounts{}, "", err
+		return accounts.File{}, "", err
 	}
-	a, _, err := externalAccounts(m, store.Dir())
+	a, _, err := accounts.External(m, store.Dir())
 	if err != nil {
-		return Accounts{}, "", err
+		return accounts.File{}, "", err
 	}
-	a = a.writtenBy(line, controller)
+	a = a.WrittenBy(line, controller)
 	var what string
 	if !m.Bus.Embedded() {
 		what = "the accounts config at " + a.Path + " is rewritten and reloaded (" + a.Reloader.Describe() + "), and the server is seen serving it"
@@ -105,14 +106,14 @@ func accountsOfStore(ctx context.Context, m *model.Mesh, store *state.Store, con
 	return a, what, nil
 }
 
-// writeRendering writes target's rendering through a (Accounts.write) and returns what it did:
+// writeRendering writes target's rendering through a (accounts.File.Write) and returns what it did:
 // what, where a file was written.
-func writeRendering(ctx context.Context, a Accounts, target plan.Target, what string) (string, error) {
-	removeStaleChecks(a.Path, func(string, ...any) {})
+func writeRendering(ctx context.Context, a accounts.File, target plan.Target, what string) (string, error) {
+	accounts.RemoveStaleChecks(a.Path, func(string, ...any) {})
 	before := serverDigests(a)
-	err := a.write(ctx, target.Rendering())
+	err := a.Write(ctx, target.Rendering())
 	switch {
-	case errors.Is(err, errAtNextStart):
+	case errors.Is(err, accounts.ErrAtNextStart):
 		return "the embedded bus is not running; it loads the new accounts config when it next starts", nil
 	case err != nil:
 		return "", err
@@ -123,10 +124,10 @@ func writeRendering(ctx context.Context, a Accounts, target plan.Target, what st
 }
 
 // serverDigests is the digest of each server's file of a, by path ("" where there is none).
-func serverDigests(a Accounts) map[string]string {
+func serverDigests(a accounts.File) map[string]string {
 	out := map[string]string{}
-	for _, s := range a.servers() {
-		out[s.Path], _, _ = fileDigest(s.Path)
+	for _, s := range a.Servers() {
+		out[s.Path], _, _ = accounts.FileDigest(s.Path)
 	}
 	return out
 }
@@ -134,5 +135,23 @@ func serverDigests(a Accounts) map[string]string {
 // atNextStart reloads nothing: the file is read when the embedded bus next starts.
 type atNextStart struct{}
 
-func (atNextStart) Reload(context.Context) error { return errAtNextStart }
+func (atNextStart) Reload(context.Context) error { return accounts.ErrAtNextStart }
 func (atNextStart) Describe() string             { return "read when the embedded bus next starts" }
+
+// CheckManager returns accounts.ErrNotManager (wrapped) where store may not rewrite the accounts config
+// of the bus m names (accounts.MayRewrite): what `credentials` asks before it mints or revokes anything,
+// so that a store that does not manage the bus changes nothing, its own store included.
+func CheckManager(ctx context.Context, m *model.Mesh, store *state.Store) error {
+	if m.Bus.Embedded() {
+		return nil // the state directory's own bus
+	}
+	target, err := desired(ctx, store, m)
+	if err != nil {
+		return err
+	}
+	a, _, err := accounts.External(m, store.Dir())
+	if err != nil {
+		return err
+	}
+	return accounts.MayRewrite(ctx, store, a, target)
+}

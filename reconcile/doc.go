@@ -4,16 +4,14 @@
 // It owns the I/O of a reconcile and nothing of its logic: what to change is the plan
 // package's pure decision. It reads streams and consumers in pages, never one by one;
 // it applies a plan whole or not at all (a conflict or a refused change stops it before
-// any call), in the plan's order, sending whole configs; it writes the accounts config
-// atomically, checks it with the server's own parser first, reloads, verifies, and puts
-// the previous file back when the server refuses the new one. A converged bus costs the
+// any call), in the plan's order, sending whole configs, and the accounts config through the
+// accounts package, which checks, writes, reloads, proves and puts back. A converged bus costs the
 // read and nothing else: no mutating call, no write, no reload. An apply that changes
 // bus.auth, allowed by the operator, first revokes every credential of the old kind
 // (nkey.go), and what rewrites the accounts config without a plan never carries that change.
 //
-// It also owns the two answers to "whose bus is this" (manager.go): every accounts file it
-// writes names the store that wrote it, and a store that does not manage the bus installs
-// nothing over another's and replaces no working hash it neither minted nor revoked. And on
+// "Whose bus is this" is answered by the accounts package (every accounts file names the store
+// that wrote it); reconcile asks it before a store installs or rewrites anything. And on
 // an external bus it keeps the store's copy on the bus current through the session's
 // connection, and rebuilds a lost store from it (restore.go); what a record is and when one is
 // written are the state package's, how the bucket holds them the replica package's.

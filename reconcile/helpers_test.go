@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/model"
@@ -22,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// A refused reload is waited out before the previous file goes back; the tests that
 	// provoke one need not wait the product's ten seconds.
-	proofWait = 3 * time.Second
+	accounts.ProofWait = 3 * time.Second
 	code := m.Run()
 	testnats.RemoveBuiltServer()
 	os.Exit(code)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 )
@@ -34,7 +35,7 @@ func readLive(ctx context.Context, api API, accountsPath string, holding []model
 		return live, err
 	}
 	live.Accounts, live.AccountsKnown, err = readAccounts(accountsPath)
-	live.ReadUsers = readServedUsers
+	live.ReadUsers = accounts.ReadServedUsers
 	askBus(ctx, api, nil, &live)
 	return live, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/plan"
@@ -379,9 +380,9 @@ func TestAConfigTheServerRefusesLeavesTheOldOneLive(t *testing.T) {
 	}
 	// A config that passes the parser but locks the controller out: the verification after
 	// the reload fails, and the previous file goes back, seen served.
-	rendered, _ := unstamp(before)
-	err = s.Accounts.write(ctx, []byte(replaceControllerHash(string(rendered))))
-	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "the server is seen serving it") {
+	rendered, _ := accounts.Unstamp(before)
+	err = s.Accounts.Write(ctx, []byte(replaceControllerHash(string(rendered))))
+	if !errors.Is(err, accounts.ErrRefused) || !strings.Contains(err.Error(), "the server is seen serving it") {
 		t.Fatalf("a config that locks the controller out was not refused: %v", err)
 	}
 	after, _ := os.ReadFile(s.Accounts.Path)
@@ -391,7 +392,7 @@ func TestAConfigTheServerRefusesLeavesTheOldOneLive(t *testing.T) {
 	f.mustConverge(ctx, s)
 
 	// A config the parser refuses is never installed.
-	if err := s.Accounts.write(ctx, []byte("accounts { MESH { users = [ { user: ")); err == nil {
+	if err := s.Accounts.Write(ctx, []byte("accounts { MESH { users = [ { user: ")); err == nil {
 		t.Fatal("a config that does not parse was installed")
 	}
 	if after, _ := os.ReadFile(s.Accounts.Path); string(after) != string(before) {

@@ -2,9 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -39,8 +41,8 @@ func BenchmarkControllerCanLogIn(b *testing.B) {
 				b.Fatal(err)
 			}
 			path := filepath.Join(dir, "bus", "accounts.conf")
-			a := Accounts{Path: path, StateDir: dir}
-			if err := a.install(render.AccountsConfig(render.Derive(m).Principals, hashes)); err != nil {
+			a := accounts.File{Path: path, StateDir: dir}
+			if err := a.Install(render.AccountsConfig(render.Derive(m).Principals, hashes)); err != nil {
 				b.Fatal(err)
 			}
 			s := &Session{Store: st, password: pw}
@@ -53,9 +55,12 @@ func BenchmarkControllerCanLogIn(b *testing.B) {
 				}
 			})
 			b.Run("parsed", func(b *testing.B) {
-				gen, _ := loadGeneration(dir, "")
-				gen.Controller = ""
-				if err := saveGeneration(dir, "", gen); err != nil {
+				// Not the file meshctl wrote: decided from the file, by a parse and bcrypt.
+				conf, err := os.ReadFile(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(path, append([]byte("# edited by hand\n"), conf...), 0o600); err != nil {
 					b.Fatal(err)
 				}
 				b.ReportAllocs()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/plan"
@@ -57,20 +58,20 @@ func TestAFreshStoreInFrontOfAManagedBusChangesNothing(t *testing.T) {
 	fresh := newFixture(t, x.mesh(x.fingerprint))
 	// apply (and watch, which connects the same way)
 	_, err = Connect(ctx, fresh.mesh(), fresh.store, Options{Cost: bcrypt.MinCost, Logf: fresh.logf})
-	if !errors.Is(err, ErrNotManager) || !strings.Contains(err.Error(), firstID) {
+	if !errors.Is(err, accounts.ErrNotManager) || !strings.Contains(err.Error(), firstID) {
 		t.Fatalf("a fresh store's apply was not refused naming the manager %s: %v", firstID, err)
 	}
 	// diff
 	_, err = Connect(ctx, fresh.mesh(), fresh.store, Options{ReadOnly: true, Logf: fresh.logf})
-	if !errors.Is(err, ErrNotManager) {
+	if !errors.Is(err, accounts.ErrNotManager) {
 		t.Fatalf("a fresh store's diff was not refused as another's bus: %v", err)
 	}
 	// credentials issue: refused before anything is minted, and the write itself refused too
-	if err := CheckManager(ctx, fresh.mesh(), fresh.store); !errors.Is(err, ErrNotManager) {
+	if err := CheckManager(ctx, fresh.mesh(), fresh.store); !errors.Is(err, accounts.ErrNotManager) {
 		t.Fatalf("a fresh store may issue credentials on a bus another manages: %v", err)
 	}
 	fresh.mint(ctx, "alpha.shop")
-	if _, err := SyncAccounts(ctx, fresh.mesh(), fresh.store); !errors.Is(err, ErrNotManager) {
+	if _, err := SyncAccounts(ctx, fresh.mesh(), fresh.store); !errors.Is(err, accounts.ErrNotManager) {
 		t.Fatalf("a fresh store's credentials issue was not refused: %v", err)
 	}
 	fresh.logf("%v", err)
@@ -87,7 +88,7 @@ func TestAFreshStoreInFrontOfAManagedBusChangesNothing(t *testing.T) {
 	s = first.connect(ctx)
 	defer s.Close()
 	first.mustConverge(ctx, s)
-	if m, _, ok := cutManagerLine(served); !ok || m.Store != firstID {
+	if m, _, ok := accounts.CutManagerLine(served); !ok || m.Store != firstID {
 		t.Fatalf("the accounts config does not name its manager: %+v %v", m, ok)
 	}
 }

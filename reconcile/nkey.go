@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/state"
@@ -21,31 +22,13 @@ import (
 // kind, so that none comes back to life if bus.auth is changed back, and the store holds
 // only credentials the accounts config renders.
 
-// ErrAuthChange is returned (wrapped) where the accounts config would be rewritten without a
-// plan — `credentials issue`, `rotate`, `revoke` — while the description's bus.auth is not
-// the one the config in use was written for and hosts log in with credentials of the old
-// kind: rewriting it would change bus.auth behind the apply that must allow it.
-var ErrAuthChange = errors.New("the description changes bus.auth, which only an apply may do")
-
-// authUnchanged refuses a rewrite of the accounts config at path, in use as live, with target's
-// rendering, when that would lock hosts out for a change of bus.auth.
-func authUnchanged(path string, live []byte, target plan.Target) error {
-	n := plan.Reissues(live, readServedUsers, target)
-	if n == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %d host(s) log in with credentials of the kind the accounts config at %s was written for, "+
-		"which the description's bus.auth no longer uses; nothing was changed: run 'meshctl apply --allow-reissue' first "+
-		"(or restore bus.auth in the description)", ErrAuthChange, n, path)
-}
-
-// CheckAuth returns ErrAuthChange (wrapped) where a credential issued or revoked now would
-// change bus.auth behind the apply that must allow it (authUnchanged): what `credentials`
+// CheckAuth returns accounts.ErrAuthChange (wrapped) where a credential issued or revoked now would
+// change bus.auth behind the apply that must allow it (accounts.AuthUnchanged): what `credentials`
 // asks before it mints or revokes anything.
 func CheckAuth(ctx context.Context, m *model.Mesh, store *state.Store) error {
 	path := filepath.Join(store.Dir(), "bus", "accounts.conf")
 	if !m.Bus.Embedded() {
-		a, _, err := externalAccounts(m, store.Dir())
+		a, _, err := accounts.External(m, store.Dir())
 		if err != nil {
 			return err
 		}
@@ -62,8 +45,8 @@ func CheckAuth(ctx context.Context, m *model.Mesh, store *state.Store) error {
 	if err != nil {
 		return err
 	}
-	live, _ := unstamp(data)
-	return authUnchanged(path, live, target)
+	live, _ := accounts.Unstamp(data)
+	return accounts.AuthUnchanged(path, live, target)
 }
 
 // revokeReissued revokes, before an apply of p that changes the accounts config, every stored

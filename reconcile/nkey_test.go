@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
@@ -283,10 +284,10 @@ func TestChangingBusAuthIsRefusedUntilAllowed(t *testing.T) {
 	url := s.Target.URL
 
 	f.write(withNkeys(quickMesh))
-	if err := CheckAuth(ctx, f.mesh(), f.store); !errors.Is(err, ErrAuthChange) {
+	if err := CheckAuth(ctx, f.mesh(), f.store); !errors.Is(err, accounts.ErrAuthChange) {
 		t.Errorf("a credential could be issued beside the pending change of bus.auth: %v", err)
 	}
-	if _, err := SyncAccounts(ctx, f.mesh(), f.store); !errors.Is(err, ErrAuthChange) {
+	if _, err := SyncAccounts(ctx, f.mesh(), f.store); !errors.Is(err, accounts.ErrAuthChange) {
 		t.Errorf("rewriting the accounts config without a plan carried the change of bus.auth: %v", err)
 	}
 	if _, _, err := f.apply(ctx, s, RunOptions{}); !errors.Is(err, ErrBlocked) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
@@ -136,7 +137,7 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 // false where there is none): a config in use known to be its rendering is not read whole
 // (plan.Live.AccountsRendered), and otherwise the rendering is made while the bus is read.
 func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope *readScope, target func() (t plan.Target, ok bool)) (plan.Live, error) {
-	var accounts []byte
+	var conf []byte
 	var known, rendered bool
 	var notServed string
 	var aerr error
@@ -145,7 +146,7 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 		defer close(proved)
 		t, ok := target()
 		if ok && s.Accounts.Path != "" {
-			notServed, rendered, aerr = s.Accounts.servedAsRendered(ctx, t.RenderingDigest)
+			notServed, rendered, aerr = s.Accounts.ServedAsRendered(ctx, t.RenderingDigest)
 			if known = rendered; rendered {
 				return
 			}
@@ -155,9 +156,9 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 			// made here, while the bus is still being listed, rather than after.
 			t.Rendering()
 		}
-		accounts, known, aerr = readAccounts(s.Accounts.Path)
+		conf, known, aerr = readAccounts(s.Accounts.Path)
 		if aerr == nil && known {
-			accounts, notServed, aerr = s.Accounts.served(ctx, accounts)
+			conf, notServed, aerr = s.Accounts.Served(ctx, conf)
 		}
 	}()
 	live, prelisted, err := plan.Live{}, false, error(nil)
@@ -172,8 +173,8 @@ func (s *Session) readLive(ctx context.Context, holdings []model.Holding, scope 
 	if err != nil {
 		return live, err
 	}
-	live.Accounts, live.AccountsKnown, live.AccountsNotServed = accounts, known, notServed
-	live.ReadUsers = readServedUsers
+	live.Accounts, live.AccountsKnown, live.AccountsNotServed = conf, known, notServed
+	live.ReadUsers = accounts.ReadServedUsers
 	askBus(ctx, s.API, s.Embedded, &live)
 	live.AccountsRendered = rendered
 	return live, aerr
@@ -227,7 +228,7 @@ func (s *Session) lockAndPlan(ctx context.Context, l *cycleLock, m *model.Mesh, 
 	if err := l.take(ctx, s, o.WaitForLock, o.LockNotice); err != nil {
 		return nil, plan.Target{}, err
 	}
-	removeStaleChecks(s.Accounts.Path, s.logf)
+	accounts.RemoveStaleChecks(s.Accounts.Path, s.logf)
 	err := s.rejoin(ctx, m, l)
 	if err == nil {
 		err = s.takeBusLock(ctx, o.WaitForLock, o.LockNotice)
@@ -297,7 +298,7 @@ func historyOutcome(err error) string {
 		return "refused: " + err.Error()
 	case errors.Is(err, ErrConflict):
 		return "applied except what is in conflict: " + err.Error()
-	case errors.Is(err, ErrNotLive):
+	case errors.Is(err, accounts.ErrNotLive):
 		return "accounts config written, awaiting the operator's reload"
 	case err != nil:
 		return "failed: " + err.Error()

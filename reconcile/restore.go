@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -35,7 +36,7 @@ var ErrNothingToRestore = errors.New("the bus keeps no meshctl state store")
 // agent goes on taking its declarations, and the bus goes on naming it as its manager.
 //
 // The proof of which accounts file each server serves is not on the bus, and needs not be: its
-// generation principal's password follows from the controller's (authority.go). So the restored
+// generation principal's password follows from the controller's (accounts/authority.go). So the restored
 // store proves with one login per server that the bus serves its rendering, records it, and
 // writes and reloads nothing (SyncAccounts); only a file it cannot prove — stamped by an earlier
 // meshctl, edited by hand, not loaded — is written once more and seen served. A plan after a
@@ -78,7 +79,7 @@ func Restore(ctx context.Context, m *model.Mesh, dir, password string, wait bool
 
 // readReplica reads every record of the store kept on the bus m names, as the controller.
 func readReplica(ctx context.Context, m *model.Mesh, password string) ([]state.Record, error) {
-	_, t, err := externalAccounts(m, "")
+	_, t, err := accounts.External(m, "")
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +226,7 @@ func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*buscl
 	if err != nil {
 		return nil, busclient.Target{}, err
 	}
-	_, t, err := externalAccounts(m, store.Dir())
+	_, t, err := accounts.External(m, store.Dir())
 	if err != nil {
 		return nil, t, err
 	}
@@ -256,7 +257,7 @@ func bindReplica(ctx context.Context, store *state.Store, js jetstream.JetStream
 		}
 		if other != id {
 			return nil, false, fmt.Errorf("%w: the bus at %s keeps the copy of state store %s, and this store is %s; %s",
-				ErrNotManager, t.Address(), other, id, wayOut)
+				accounts.ErrNotManager, t.Address(), other, id, accounts.WayOut)
 		}
 	}
 	return kv, kept == nil, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
@@ -152,7 +153,7 @@ func TestAStoreOnAClusterRestoresAndAFreshOneIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	if sess, err := Connect(ctx, f.mesh(), fresh, Options{Cost: bcrypt.MinCost}); !errors.Is(err, ErrNotManager) {
+	if sess, err := Connect(ctx, f.mesh(), fresh, Options{Cost: bcrypt.MinCost}); !errors.Is(err, accounts.ErrNotManager) {
 		if sess != nil {
 			sess.Close()
 		}

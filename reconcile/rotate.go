@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/state"
 )
@@ -16,8 +17,8 @@ import (
 // as the system user the servers still know, the one of the previous password — and seen
 // served by a login as its generation principal, derived from the new password. A server that
 // does not take it has the previous config back, and the store the previous password: nothing
-// changed. Where the config is written but its reload is the operator's (ErrNotLive), or a
-// server of a cluster is down (ErrServerDown), the rotation stands and the error says so: the
+// changed. Where the config is written but its reload is the operator's (accounts.ErrNotLive), or a
+// server of a cluster is down (accounts.ErrServerDown), the rotation stands and the error says so: the
 // new password logs in once the server serves the new config. It returns what it did.
 //
 // It works whether or not STATE/controller.password held the controller's password: it is the
@@ -74,7 +75,7 @@ func rotateController(ctx context.Context, m *model.Mesh, store *state.Store, co
 	if err != nil {
 		return "", nil, err
 	}
-	if err := mayRewrite(ctx, store, a, target); err != nil {
+	if err := accounts.MayRewrite(ctx, store, a, target); err != nil {
 		return "", nil, err
 	}
 
@@ -100,9 +101,9 @@ func rotateController(ctx context.Context, m *model.Mesh, store *state.Store, co
 	if err != nil {
 		return "", nil, undo(err)
 	}
-	what, err = writeRendering(ctx, a.afterRotation(r.Previous), target, what)
+	what, err = writeRendering(ctx, a.AfterRotation(r.Previous), target, what)
 	switch {
-	case errors.Is(err, ErrNotLive), errors.Is(err, ErrServerDown):
+	case errors.Is(err, accounts.ErrNotLive), errors.Is(err, accounts.ErrServerDown):
 		// The new config is on disk (on some servers, live): the previous password goes on
 		// logging in only until each server loads it, and putting it back now would leave a
 		// file whose reload locks meshctl out.

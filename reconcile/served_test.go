@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/plan"
-	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -88,7 +88,7 @@ func TestAReloadTheServerRefusesIsNeverReportedAsDone(t *testing.T) {
 	f.write(withMail(x.mesh(x.fingerprint)))
 	if _, _, err := f.apply(ctx, s, RunOptions{}); err == nil {
 		t.Fatal("an apply whose reload the server refused reported success")
-	} else if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "seen serving it") {
+	} else if !errors.Is(err, accounts.ErrRefused) || !strings.Contains(err.Error(), "seen serving it") {
 		t.Errorf("the refusal does not say the previous config is back and served: %v", err)
 	}
 	if after, _ := os.ReadFile(x.accounts); string(after) != string(before) {
@@ -104,7 +104,7 @@ func TestAReloadTheServerRefusesIsNeverReportedAsDone(t *testing.T) {
 
 	// A credential issued now is not live, and must not be reported as working.
 	mail := f.mint(ctx, "alpha.mail")["alpha.mail"]
-	if what, err := SyncAccounts(ctx, f.mesh(), f.store); !errors.Is(err, ErrRefused) {
+	if what, err := SyncAccounts(ctx, f.mesh(), f.store); !errors.Is(err, accounts.ErrRefused) {
 		t.Errorf("credentials issue on a server that refuses reloads: %q, %v; want a refusal", what, err)
 	}
 	if err := login(ctx, target, "alpha.mail", mail); !errors.Is(err, nats.ErrAuthorization) {
@@ -116,7 +116,7 @@ func TestAReloadTheServerRefusesIsNeverReportedAsDone(t *testing.T) {
 	if _, err := f.store.Revoke(ctx, "alpha.shop"); err != nil {
 		t.Fatal(err)
 	}
-	if what, err := SyncAccounts(ctx, f.mesh(), f.store); !errors.Is(err, ErrRefused) {
+	if what, err := SyncAccounts(ctx, f.mesh(), f.store); !errors.Is(err, accounts.ErrRefused) {
 		t.Errorf("credentials revoke on a server that refuses reloads: %q, %v; want a refusal", what, err)
 	}
 	if err := login(ctx, target, "alpha.shop", shop); err != nil {
@@ -316,8 +316,8 @@ func TestAConfigWrittenButNotReloadedIsNotInSync(t *testing.T) {
 
 	f.write(withMail(strings.Replace(x.mesh(x.fingerprint), fmt.Sprintf("{ pid_file: %s }", x.pidFile), "none", 1)))
 	s := f.connect(ctx)
-	if _, _, err := f.apply(ctx, s, RunOptions{}); !errors.Is(err, ErrNotLive) {
-		t.Fatalf("an apply whose reload is the operator's: %v; want ErrNotLive", err)
+	if _, _, err := f.apply(ctx, s, RunOptions{}); !errors.Is(err, accounts.ErrNotLive) {
+		t.Fatalf("an apply whose reload is the operator's: %v; want accounts.ErrNotLive", err)
 	}
 	written, err := os.ReadFile(x.accounts)
 	if err != nil {
@@ -346,75 +346,11 @@ func TestAConfigWrittenButNotReloadedIsNotInSync(t *testing.T) {
 	if out, err := exec.Command(testnats.NATSServerBinary(t), "--signal", "reload="+strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
 		t.Fatalf("reloading the server: %v: %s", err, out)
 	}
-	g, _ := loadGeneration(f.stateDi, "")
-	if err := prove(ctx, s.Target, g, proofWait); err != nil {
+	if err := s.Accounts.ServesRecorded(ctx); err != nil {
 		t.Fatalf("after the operator's reload: %v", err)
 	}
 	f.mustConverge(ctx, f.connect(ctx))
 	if after, _ := os.ReadFile(x.accounts); string(after) != string(written) {
 		t.Error("a converged bus had its accounts config written again")
-	}
-}
-
-// A rendering stamped with a generation reads back as the rendering, parses with the
-// principal in it, denied everything. Its password follows from the controller's password, the
-// rendering and the server — the same for whoever holds the controller's password, in a file
-// salted anew each time — and without a controller's password it is new with each stamp.
-func TestAGenerationIsAddedAndTakenOutWhole(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, quickMesh)
-	data := render.AccountsConfig(render.Derive(f.mesh()).Principals, nil)
-	a := Accounts{Path: "accounts.conf"}.writtenBy("", "the controller's password")
-	one, g1, err := a.stamp(data, digest(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	two, g2, err := a.stamp(data, digest(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g1.Password != g2.Password || string(one) == string(two) {
-		t.Error("two stamps of one rendering by one controller do not share a password, or share a file")
-	}
-	if derived, ok := a.derivedGeneration(one, data); !ok || derived.Password != g1.Password || !derived.describes("accounts.conf", one) {
-		t.Error("the generation of a stamped file is not derived again from the file")
-	}
-	others := []Accounts{
-		{Path: "accounts.conf", Server: "n2", controller: "the controller's password"},
-		{Path: "accounts.conf", controller: "another controller's password"},
-		{Path: "accounts.conf"},
-		{Path: "accounts.conf"},
-	}
-	seen := map[string]bool{g1.Password: true}
-	for _, o := range others {
-		_, g, err := o.stamp(data, digest(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[g.Password] {
-			t.Errorf("another server, controller or stamp without one shares a generation password")
-		}
-		seen[g.Password] = true
-	}
-	if _, _, err := a.stamp(one, digest(one)); err == nil {
-		t.Error("a file already stamped was stamped again")
-	}
-	if back, ok := unstamp(one); !ok || string(back) != string(data) {
-		t.Fatalf("unstamp did not give back the rendering:\n%s", back)
-	}
-	if _, ok := unstamp(data); ok {
-		t.Error("a rendering without a generation was read as stamped")
-	}
-	users, err := parseUsers(one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := users[GenerationUser]
-	if u == nil || u.Permissions == nil || len(u.Permissions.Publish.Allow)+len(u.Permissions.Subscribe.Allow) != 0 ||
-		len(u.Permissions.Publish.Deny) != 1 || len(u.Permissions.Subscribe.Deny) != 1 {
-		t.Fatalf("the generation principal may do something: %+v", u)
-	}
-	if !g1.describes("accounts.conf", one) || g1.describes("accounts.conf", two) {
-		t.Error("a generation record does not tell its own file from another")
 	}
 }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/model"
@@ -59,7 +59,7 @@ type Session struct {
 	Store    *state.Store
 	Conn     *busclient.Conn
 	API      API
-	Accounts Accounts
+	Accounts accounts.File
 	Target   busclient.Target
 	// Embedded is the bus this process runs, nil when the bus is external or another
 	// meshctl process (a `meshctl watch`) serves it.
@@ -166,7 +166,7 @@ func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Op
 		return nil, err
 	}
 	s := &Session{Store: store, password: password, logf: logf, opts: o, stop: ctx.Done(), bus: m.Bus}
-	if s.manager, err = managerLine(ctx, store); err != nil {
+	if s.manager, err = accounts.ManagerLine(ctx, store); err != nil {
 		return nil, err
 	}
 	if m.Bus.Embedded() {
@@ -198,7 +198,7 @@ func (s *Session) redial(ctx context.Context, m *model.Mesh, l *cycleLock) error
 		return err
 	}
 	s.password = password
-	s.Accounts = s.Accounts.writtenBy(s.manager, password)
+	s.Accounts = s.Accounts.WrittenBy(s.manager, password)
 	if err := s.letControllerIn(ctx, m, l); err != nil {
 		return err
 	}
@@ -213,10 +213,10 @@ func (s *Session) redial(ctx context.Context, m *model.Mesh, l *cycleLock) error
 func (s *Session) letControllerIn(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	canLogIn := s.controllerCanLogIn(s.Accounts.Path)
 	// A read-only session writes no first files: its dial says that no server answers.
-	if canLogIn && (s.opts.ReadOnly || !s.Accounts.awaitingFirstStart()) {
+	if canLogIn && (s.opts.ReadOnly || !s.Accounts.AwaitingFirstStart()) {
 		return nil
 	}
-	if err := mayInstall(ctx, s.Store, s.Accounts, s.Target, s.password); err != nil {
+	if err := accounts.MayInstall(ctx, s.Store, s.Accounts, s.Target, s.password); err != nil {
 		return err
 	}
 	if s.opts.ReadOnly {
@@ -327,14 +327,14 @@ func systemCredential(ctx context.Context, store *state.Store, m *model.Mesh, co
 // bus is not waiting for its first start: with no server running and some without a file,
 // those could never start, and no connection would ever get as far as writing their files.
 func (s *Session) controllerLetIn() bool {
-	return s.controllerCanLogIn(s.Accounts.Path) && !s.Accounts.awaitingFirstStart()
+	return s.controllerCanLogIn(s.Accounts.Path) && !s.Accounts.AwaitingFirstStart()
 }
 
 // controllerCanLogIn reports whether the accounts config at path lets the controller in
-// with its password: known without bcrypt when it is the file meshctl wrote (login.go), and
+// with its password: known without bcrypt when it is the file meshctl wrote (accounts/controller.go), and
 // then read only through its digest, not held whole.
 func (s *Session) controllerCanLogIn(path string) bool {
-	if sum, ok, err := fileDigest(path); err != nil || !ok {
+	if sum, ok, err := accounts.FileDigest(path); err != nil || !ok {
 		return false
 	} else if s.knownDigestLetsControllerIn(path, sum) {
 		return true
@@ -343,18 +343,7 @@ func (s *Session) controllerCanLogIn(path string) bool {
 	if err != nil {
 		return false
 	}
-	return admitsController(data, s.password)
-}
-
-// admitsController reports whether the accounts config data lets the controller in with
-// password.
-func admitsController(data []byte, password string) bool {
-	users, err := parseUsers(data)
-	if err != nil {
-		return false
-	}
-	u, ok := users[render.ControllerUser]
-	return ok && bcrypt.CompareHashAndPassword([]byte(u.Password), []byte(password)) == nil
+	return accounts.AdmitsController(data, s.password)
 }
 
 // connectEmbedded uses the embedded bus another meshctl process serves from this state
@@ -374,8 +363,8 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, l *cycleLo
 				// server on the same store, and reload it through that process.
 				s.release = release
 				s.Target = busclient.Target{URL: url}
-				s.Accounts = Accounts{Path: filepath.Join(stateDir, "bus", "accounts.conf"),
-					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.writtenBy(s.manager, s.password)
+				s.Accounts = accounts.File{Path: filepath.Join(stateDir, "bus", "accounts.conf"),
+					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.WrittenBy(s.manager, s.password)
 				s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
 				return s.letControllerIn(ctx, m, l)
 			}
@@ -415,14 +404,14 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 		if _, statErr := os.Stat(accountsPath); statErr == nil {
 			s.logf("the controller cannot log in with %s; installing the rendered accounts config before starting the bus", accountsPath)
 		}
-		if err := (Accounts{Path: accountsPath, StateDir: stateDir}).writtenBy(s.manager, s.password).install(data); err != nil {
+		if err := (accounts.File{Path: accountsPath, StateDir: stateDir}).WrittenBy(s.manager, s.password).Install(data); err != nil {
 			return err
 		}
 		s.installed = true
 	}
 	started := time.Now()
 	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen, Logger: s.opts.BusLog,
-		Entries: accountsEntries})
+		Entries: accounts.Entries})
 	if err != nil {
 		return err
 	}
@@ -436,7 +425,7 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))
 	}
 	s.Target = busclient.Target{URL: e.URL()}
-	s.Accounts = Accounts{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.writtenBy(s.manager, s.password)
+	s.Accounts = accounts.File{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.WrittenBy(s.manager, s.password)
 	return nil
 }
 
@@ -488,10 +477,10 @@ func (s *Session) rejoin(ctx context.Context, m *model.Mesh, l *cycleLock) error
 
 func (s *Session) connectExternal(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	var err error
-	if s.Accounts, s.Target, err = externalAccounts(m, s.Store.Dir()); err != nil {
+	if s.Accounts, s.Target, err = accounts.External(m, s.Store.Dir()); err != nil {
 		return err
 	}
-	s.Accounts = s.Accounts.writtenBy(s.manager, s.password)
+	s.Accounts = s.Accounts.WrittenBy(s.manager, s.password)
 	s.onBus.replicas = max(m.Bus.Replicas, 1)
 	s.Accounts.Verify = s.verifyLogin
 	s.Accounts.Owned = s.owned
@@ -517,7 +506,7 @@ func (s *Session) bootstrap(ctx context.Context, m *model.Mesh, l *cycleLock) er
 	}
 	a := s.Accounts
 	a.Verify = nil // verifying is logging in, which the caller does next
-	if err := a.write(ctx, data); err != nil {
+	if err := a.Write(ctx, data); err != nil {
 		return fmt.Errorf("installing the first accounts config: %w", err)
 	}
 	s.installed = true

@@ -36,7 +36,7 @@ type Standby struct {
 var ErrNoStoreOnBus = errors.New("the bus keeps no store to stand by on")
 
 // StandBy joins the bus m names as the controller, with the password store holds, and binds the
-// store's copy there and the leases. A copy of another store is refused (ErrNotManager).
+// store's copy there and the leases. A copy of another store is refused (accounts.ErrNotManager).
 func StandBy(ctx context.Context, m *model.Mesh, store *state.Store) (*Standby, error) {
 	if m.Bus.Embedded() {
 		return nil, ErrNoStoreOnBus

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
@@ -36,7 +37,7 @@ func TestAClusterReloadedByRequest(t *testing.T) {
 	_, err := Connect(ctx, f.mesh(), f.store, Options{Cost: 4, Logf: f.logf})
 	f.ownSecrets()
 	t.Logf("the first connect: %v", err)
-	if !errors.Is(err, ErrNotLive) || !strings.Contains(err.Error(), "reload that server once by hand") {
+	if !errors.Is(err, accounts.ErrNotLive) || !strings.Contains(err.Error(), "reload that server once by hand") {
 		t.Fatalf("the first connect did not say the servers must be reloaded once by hand: %v", err)
 	}
 	for _, srv := range c.Servers {
@@ -113,7 +114,7 @@ func TestAClusterReloadedByRequest(t *testing.T) {
 	started := time.Now()
 	_, _, err = f.apply(ctx, s, RunOptions{})
 	t.Logf("the refused apply took %s: %v", time.Since(started).Round(time.Millisecond), err)
-	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "config reload not supported for ServerName") {
+	if !errors.Is(err, accounts.ErrRefused) || !strings.Contains(err.Error(), "config reload not supported for ServerName") {
 		t.Fatalf("a server refusing its reload did not fail the apply with the server's reason: %v", err)
 	}
 	eachServer(t, ctx, c.Servers, "alpha.audit", audit, false)

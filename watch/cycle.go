@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
@@ -161,7 +162,7 @@ func (l *loop) outcome(ctx context.Context, conn *connection, res reconcile.Cycl
 	case !res.Reconciled:
 		return OutcomeError, err
 	}
-	if err == nil || errors.Is(err, reconcile.ErrConflict) || errors.Is(err, reconcile.ErrNotLive) {
+	if err == nil || errors.Is(err, reconcile.ErrConflict) || errors.Is(err, accounts.ErrNotLive) {
 		l.listen(ctx, conn, true)
 	}
 	switch {
@@ -171,7 +172,7 @@ func (l *loop) outcome(ctx context.Context, conn *connection, res reconcile.Cycl
 		return OutcomeRefused, err
 	case errors.Is(err, reconcile.ErrConflict):
 		return OutcomeConflict, err
-	case errors.Is(err, reconcile.ErrNotLive):
+	case errors.Is(err, accounts.ErrNotLive):
 		// Written, and not served: the bus is not in sync while any server serves another
 		// config, whatever was applied beside it. The next cycle, a retry, reloads what
 		// meshctl can reload, and finds the operator's reload once it is done.

@@ -10,11 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/explain"
 	"github.com/meshbus/meshctl/model"
-	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -89,7 +89,7 @@ func newRefusals(log *slog.Logger, reg prometheus.Registerer) *refusals {
 // serverLog is the embedded bus's logger, reporting refusals to r. The generation principal's
 // refused logins are meshctl's own proof polling for a reload to take, not an error.
 func (r *refusals) serverLog() *bus.ServerLog {
-	return &bus.ServerLog{Log: r.log, OnRefusal: r.refused, OwnLogins: []string{reconcile.GenerationUser}}
+	return &bus.ServerLog{Log: r.log, OnRefusal: r.refused, OwnLogins: []string{accounts.GenerationUser}}
 }
 
 func direction(op string) string {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/testwait"
@@ -156,7 +157,7 @@ func TestDriftIsHealedOnResync(t *testing.T) {
 		return is(TriggerResync, OutcomeOK)(c) && planned(c, "update accounts config")
 	})
 	// Rewritten with a fresh generation principal, the users as rendered.
-	users := want[:bytes.Index(want, []byte(`{ user: "`+reconcile.GenerationUser))]
+	users := want[:bytes.Index(want, []byte(`{ user: "`+accounts.GenerationUser))]
 	if got, _ := os.ReadFile(path); bytes.Contains(got, []byte("# edited by hand")) || !bytes.HasPrefix(got, users) {
 		t.Errorf("the accounts file after the resync:\n%s\nwant the rendering:\n%s", got, want)
 	}

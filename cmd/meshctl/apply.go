@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -211,7 +212,7 @@ func reportApply(ctx context.Context, e *env, res reconcile.Result, err error, t
 			e.errorf("interrupted: %d of %d change(s) were made (listed above); the next apply continues from there", res.Applied, total)
 		}
 		return exitInterrupted
-	case errors.Is(err, reconcile.ErrNotLive):
+	case errors.Is(err, accounts.ErrNotLive):
 		fmt.Fprintf(e.stderr, "applied %d of %d change(s); the accounts config is written to %s but not live: reload the server, then run apply again to finish\n",
 			res.Applied, total, accountsPath)
 		return exitError

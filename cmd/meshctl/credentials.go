@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
@@ -373,7 +374,7 @@ func (c credentialChange) mintAndDeliver(ctx context.Context, req issueRequest) 
 	var reach busclient.Target
 	if !c.m.Bus.Embedded() {
 		var err error
-		if reach, err = reconcile.BusTarget(c.m); err != nil {
+		if reach, err = accounts.BusTarget(c.m); err != nil {
 			if file != nil {
 				file.abandon()
 			}
@@ -455,7 +456,7 @@ func (c credentialChange) revoke(ctx context.Context) int {
 // syncAccounts makes the accounts config that carries the change live, and says on stderr
 // what it did, or that the change verb made is in the store but not yet live: on no server,
 // or (partly) on some servers of a cluster and not the others.
-func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live bool, partly *reconcile.PartlyServed) {
+func (c credentialChange) syncAccounts(ctx context.Context, verb string) (live bool, partly *accounts.PartlyServed) {
 	what, err := reconcile.SyncAccounts(ctx, c.m, c.st)
 	if errors.As(err, &partly) {
 		c.e.errorf("the credential is %sd, but not every server serves the accounts config that carries it: %v", verb, err)

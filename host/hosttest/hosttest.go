@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
@@ -77,7 +78,7 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 	b.Bus = bustest.StartTestBus(t, render.AccountsConfig(b.Desired.Principals, b.hashes))
 	b.target = busclient.Target{URL: b.Bus.URL()}
 	t.Cleanup(b.closeHosts)
-	b.create(t, reconcile.Accounts{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
+	b.create(t, accounts.File{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
 		Target: b.target, StateDir: t.TempDir()})
 	return b
 }
@@ -105,11 +106,11 @@ func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	b.Cluster.WaitForEveryPeer()
 	conf := render.AccountsConfig(b.Desired.Principals, b.hashes)
 	var servers []busclient.Target
-	var each []reconcile.Accounts
+	var each []accounts.File
 	for _, srv := range b.Cluster.Servers {
 		st := busclient.Target{URL: srv.URL}
 		servers = append(servers, st)
-		each = append(each, reconcile.Accounts{Path: srv.AccountsFile, Reloader: bus.PIDFileReloader(srv.PIDFile),
+		each = append(each, accounts.File{Path: srv.AccountsFile, Reloader: bus.PIDFileReloader(srv.PIDFile),
 			Target: st, Server: srv.Name})
 	}
 	b.target = busclient.Cluster(servers)
@@ -145,7 +146,7 @@ func StartTLS(t testing.TB, dir string, tls bustest.ServerTLS, trust busclient.T
 	trust.URL, trust.Others = b.Server.URL, ""
 	b.target = trust
 	t.Cleanup(b.closeHosts)
-	accounts := reconcile.Accounts{Path: b.Server.AccountsFile, Reloader: bus.PIDFileReloader(b.Server.PIDFile),
+	conf := accounts.File{Path: b.Server.AccountsFile, Reloader: bus.PIDFileReloader(b.Server.PIDFile),
 		Target: b.target, StateDir: t.TempDir()}
 	// The mesh's users first, so that the controller can log in to create the rest.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -153,11 +154,11 @@ func StartTLS(t testing.TB, dir string, tls bustest.ServerTLS, trust busclient.T
 	if err := os.WriteFile(b.Server.AccountsFile, render.AccountsConfig(b.Desired.Principals, b.hashes), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := accounts.Reloader.Reload(ctx); err != nil {
+	if err := conf.Reloader.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b.waitLogin(ctx, t, b.target, render.ControllerUser)
-	b.create(t, accounts)
+	b.create(t, conf)
 	return b
 }
 
@@ -191,7 +192,7 @@ func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
 // refuse it while it enables JetStream for the account anew; the apply is then made again, as
 // the next `meshctl apply` would (testwait.Until): each of its calls is one that a second time
 // finds done. The embedded bus answers, or the test fails at once.
-func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts) {
+func (b *Mesh) create(t testing.TB, conf accounts.File) {
 	t.Helper()
 	api, err := reconcile.NewAPI(b.MustJoin(t, render.ControllerUser).Conn().Conn)
 	if err != nil {
@@ -201,7 +202,7 @@ func (b *Mesh) create(t testing.TB, accounts reconcile.Accounts) {
 	testwait.Until(t, "the controller creating the mesh", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 		defer cancel()
-		_, err := reconcile.Apply(ctx, p, api, accounts, nil)
+		_, err := reconcile.Apply(ctx, p, api, conf, nil)
 		if err != nil && b.Bus != nil {
 			t.Fatalf("the controller could not create the mesh: %v", err)
 		}

@@ -1,4 +1,4 @@
-package reconcile
+package accounts
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,9 +21,9 @@ import (
 	"github.com/meshbus/meshctl/state"
 )
 
-// Accounts is where the accounts config lives, how the server is told to re-read it, and how
+// File is where the accounts config lives, how the server is told to re-read it, and how
 // meshctl then sees that the server serves it.
-type Accounts struct {
+type File struct {
 	Path     string
 	Reloader bus.Reloader
 	// Target is the server that includes Path, where the generation principal logs in to
@@ -47,11 +48,11 @@ type Accounts struct {
 	Copy func(ctx context.Context, path string) error
 	// Others are the cluster's other servers, each with its own file, reload and record
 	// (cluster.go); a single server has none.
-	Others []Accounts
+	Others []File
 	// Manager is the line naming the store that writes the file (manager.go), put at its top.
 	Manager string
 	// Owned, when set, is asked before the file is written: nil while the writer may still
-	// change the bus (owner.go).
+	// change the bus (the reconcile package's lease).
 	Owned func() error
 }
 
@@ -64,9 +65,139 @@ var ErrNotLive = bus.ErrReloadByOperator
 // back and whether the server is seen serving it.
 var ErrRefused = errors.New("the server did not take the new accounts config")
 
-// errAtNextStart is atNextStart's answer: nothing serves the file yet, so there is nothing
+// ErrAtNextStart is atNextStart's answer: nothing serves the file yet, so there is nothing
 // to prove until the embedded bus starts and reads it.
-var errAtNextStart = errors.New("the embedded bus is not running; it reads the accounts config when it starts")
+var ErrAtNextStart = errors.New("the embedded bus is not running; it reads the accounts config when it starts")
+
+// A mesh on a cluster. Each server of a cluster reads and reloads its own accounts config —
+// nothing propagates one — so an accounts change rolls through the servers one at a time,
+// each written, checked, reloaded and proven by a login as the generation principal on that
+// server alone (its own Target, never the cluster's pool, which could answer from another).
+// A server that refuses its file stops the roll: it and every server changed before it go
+// back to the previous file, each proven again, so the cluster never serves two user sets
+// because one server would not take the new one. A server that is down is left as it is and
+// named: the others are brought up to date, and the next apply finds it behind and finishes
+// the job. A server before its first start — no file of its own yet, nothing listening at its
+// address — is not left alone: its config includes the file, so it could never start, and a
+// new cluster's first apply writes (and copies) every server's file for that start. The single
+// server of bus.url, and the embedded bus, are a cluster of one: the same code, one step.
+
+// ErrServerDown is returned (wrapped) when an accounts change reached every server of a
+// cluster but some that did not answer: those are named, with the servers seen serving the
+// new config (if any), and the next apply (or watch) brings the rest up to date when they
+// are back.
+var ErrServerDown = errors.New("some servers of the bus are down")
+
+// write rolls a new accounts config (a rendering) through the servers, one at a time (see
+// above). A server of a cluster already seen serving exactly this rendering is left alone,
+// so the apply after one that found a server down changes only that server.
+func (a File) Write(ctx context.Context, data []byte) error {
+	type changed struct {
+		s    File
+		undo func(context.Context, error) error
+	}
+	// Asked once, before the first server: a roll begun is finished or undone, never left
+	// half done by an owner that just lost its lease.
+	if a.Owned != nil {
+		if err := a.Owned(); err != nil {
+			return fmt.Errorf("the accounts config is left as it is: %w", err)
+		}
+	}
+	// Every server's file first: one open to every user is refused before any server is
+	// changed, rather than rolled back from the servers before it.
+	for _, s := range a.Servers() {
+		if _, err := atomicfile.CheckShared(s.Path); err != nil {
+			return fmt.Errorf("the accounts config of %s holds password hashes, and is left as it is: %w", s.name(), err)
+		}
+	}
+	var done []changed
+	var down, serving, behind, notLive, notLiveWhy []string
+	var firstStarts atFirstStart
+	for _, s := range a.Servers() {
+		if s.Server != "" {
+			serves, err := s.alreadyServes(ctx, data)
+			if err != nil && !s.beforeFirstStart() {
+				down = append(down, fmt.Sprintf("%s (%v)", s.name(), err))
+				behind = append(behind, s.name())
+				continue
+			}
+			if serves {
+				serving = append(serving, s.name())
+				continue
+			}
+		}
+		undo, err := s.writeServer(ctx, data)
+		var first atFirstStart
+		switch {
+		case err == nil:
+			serving = append(serving, s.name())
+		case errors.As(err, &first):
+			firstStarts = append(firstStarts, first...)
+			behind = append(behind, s.name())
+		case errors.Is(err, ErrNotLive):
+			notLive = append(notLive, s.name())
+			behind = append(behind, s.name())
+			// Said once for all the servers it holds for: why a reload is the operator's.
+			if why := strings.TrimPrefix(err.Error(), ErrNotLive.Error()+": "); why != ErrNotLive.Error() && !slices.Contains(notLiveWhy, why) {
+				notLiveWhy = append(notLiveWhy, why)
+			}
+		case errors.Is(err, ErrAtNextStart):
+			return err
+		default:
+			if len(a.Others) == 0 {
+				return err
+			}
+			errs := []error{fmt.Errorf("%s: %w", s.name(), err)}
+			// Newest first, the reverse of the roll: each goes back to what it served before.
+			for i := len(done) - 1; i >= 0; i-- {
+				c := done[i]
+				cause := fmt.Errorf("%s did not take the new config", s.name())
+				errs = append(errs, fmt.Errorf("%s, changed before it: %w", c.s.name(), c.undo(ctx, cause)))
+			}
+			if len(firstStarts) > 0 {
+				// Not rolled back: a server not running has nothing else to start on.
+				errs = append(errs, firstStarts)
+			}
+			return errors.Join(errs...)
+		}
+		if undo != nil {
+			done = append(done, changed{s, undo})
+		}
+	}
+	var errs []error
+	if len(firstStarts) > 0 {
+		errs = append(errs, firstStarts)
+	}
+	if len(down) > 0 {
+		// Only servers seen serving the new config are said to: when none is (every server
+		// down, or the rest only written), saying the others serve it would be false.
+		others := "no server is seen serving the new one"
+		switch len(serving) {
+		case 0:
+		case 1:
+			others = serving[0] + " serves the new one"
+		default:
+			others = strings.Join(serving, ", ") + " serve the new one"
+		}
+		errs = append(errs, fmt.Errorf("%w: %s did not answer, and its accounts config was not changed; %s, "+
+			"and the next apply brings the rest up to date once they are back", ErrServerDown, strings.Join(down, ", "), others))
+	}
+	if len(notLive) > 0 {
+		what := ""
+		if len(a.Others) > 0 {
+			what = " on " + strings.Join(notLive, ", ")
+		}
+		err := fmt.Errorf("%w%s", ErrNotLive, what)
+		if len(notLiveWhy) > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.Join(notLiveWhy, "; "))
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 && len(serving) > 0 {
+		return &PartlyServed{Serving: serving, Behind: behind, err: errors.Join(errs...)}
+	}
+	return errors.Join(errs...)
+}
 
 // write installs a new accounts config (a rendering): stamped with a fresh generation
 // principal, checked with the server's own parser, written atomically beside the old one,
@@ -79,7 +210,7 @@ var errAtNextStart = errors.New("the embedded bus is not running; it reads the a
 //
 // On success it returns how to put the previous file back (nil when there is nothing to put
 // back): a cluster's rolling change undoes the servers it changed when a later one refuses.
-func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx context.Context, cause error) error, err error) {
+func (a File) writeServer(ctx context.Context, data []byte) (undo func(ctx context.Context, cause error) error, err error) {
 	if a.StateDir == "" {
 		return nil, errors.New("writing the accounts config: no state directory to keep its generation in")
 	}
@@ -121,14 +252,14 @@ func (a Accounts) writeServer(ctx context.Context, data []byte) (undo func(ctx c
 		return a.restore(ctx, cause, previous, existed, prevGen, prevKnown)
 	}
 	err = a.reloadAndProve(ctx, gen, reload, prevKnown && a.controllerKept(ctx, previous, data, prevGen))
-	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
+	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, ErrAtNextStart) {
 		return undo, err
 	}
 	if errors.Is(err, bus.ErrNotServed) {
 		// The process serving the embedded bus stopped meanwhile: no server runs from this
 		// state directory, and the next to start reads this file, which its first plan then
 		// proves.
-		return nil, fmt.Errorf("%w (%w)", errAtNextStart, err)
+		return nil, fmt.Errorf("%w (%w)", ErrAtNextStart, err)
 	}
 	var notCopied copyError
 	if !existed && !errors.As(err, &notCopied) && !listening(a.Target) {
@@ -149,7 +280,7 @@ type atFirstStart []firstStart
 // firstStart is one server's file left for its first start, and how its reload failed
 // (nothing accepting a connection at its address, it is taken for not running).
 type firstStart struct {
-	server Accounts
+	server File
 	cause  error
 }
 
@@ -204,7 +335,7 @@ func sameRendering(g generation, previous, data []byte, dataDigest string) bool 
 	if g.Rendered != "" {
 		return g.Rendered == dataDigest
 	}
-	rendered, _ := unstamp(previous)
+	rendered, _ := Unstamp(previous)
 	return bytes.Equal(rendered, data)
 }
 
@@ -213,7 +344,7 @@ func sameRendering(g generation, previous, data []byte, dataDigest string) bool 
 // generation principal goes in ahead of the last lines, so a line the parser names is still the
 // rendering's. A reloader that checks with its server's own settings (the embedded bus in this
 // process) keeps the parse for the reload, so the change costs one parse of the whole config.
-func (a Accounts) check(stamped []byte, dir string) (reload func(ctx context.Context) error, err error) {
+func (a File) check(stamped []byte, dir string) (reload func(ctx context.Context) error, err error) {
 	if c, ok := a.Reloader.(bus.AccountsChecker); ok {
 		return c.CheckAccounts(stamped)
 	}
@@ -224,9 +355,9 @@ func (a Accounts) check(stamped []byte, dir string) (reload func(ctx context.Con
 }
 
 // reloadAgain reloads a file that is already on disk as meshctl wrote it, and proves it.
-func (a Accounts) reloadAgain(ctx context.Context, g generation) error {
+func (a File) reloadAgain(ctx context.Context, g generation) error {
 	err := a.reloadAndProve(ctx, g, a.Reloader.Reload, false)
-	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, errAtNextStart) {
+	if err == nil || errors.Is(err, ErrNotLive) || errors.Is(err, ErrAtNextStart) {
 		return err
 	}
 	return fmt.Errorf("%w: %w; the accounts config at %s is the one meshctl wrote, and the server still serves another: "+
@@ -235,14 +366,14 @@ func (a Accounts) reloadAgain(ctx context.Context, g generation) error {
 
 // reloadAndProve copies the file onto the server where it is not on the control host, reloads
 // the server with reload and waits until it is seen serving g's file. admitted is Verify's.
-func (a Accounts) reloadAndProve(ctx context.Context, g generation, reload func(ctx context.Context) error, admitted bool) error {
+func (a File) reloadAndProve(ctx context.Context, g generation, reload func(ctx context.Context) error, admitted bool) error {
 	if err := a.copyFile(ctx); err != nil {
 		return err
 	}
 	if err := reload(ctx); err != nil {
 		return err
 	}
-	if err := prove(ctx, a.Target, g, proofWait); err != nil {
+	if err := prove(ctx, a.Target, g, ProofWait); err != nil {
 		if errors.Is(err, errNotServed) {
 			return fmt.Errorf("%w of the reload (a reload the server refused says why in its log, "+
 				"e.g. \"config reload not supported for ServerName\")", err)
@@ -260,7 +391,7 @@ func (a Accounts) reloadAndProve(ctx context.Context, g generation, reload func(
 // generation prevGen: then what let the controller in before lets it in after. Only for a
 // single server — on a cluster the controller's connection may be to another server than
 // the one reloaded.
-func (a Accounts) controllerKept(ctx context.Context, previous, data []byte, prevGen generation) bool {
+func (a File) controllerKept(ctx context.Context, previous, data []byte, prevGen generation) bool {
 	if a.Server != "" {
 		return false
 	}
@@ -274,10 +405,10 @@ func (a Accounts) controllerKept(ctx context.Context, previous, data []byte, pre
 // restore puts the previous accounts config back after the server did not take the new one
 // (cause), reloads it, and returns an error saying exactly what is on disk and whether the
 // server is seen serving it.
-func (a Accounts) restore(ctx context.Context, cause error, previous []byte, existed bool, prevGen generation, prevKnown bool) error {
+func (a File) restore(ctx context.Context, cause error, previous []byte, existed bool, prevGen generation, prevKnown bool) error {
 	// The previous file goes back even when the apply was interrupted or ran out of time:
 	// a bus left on a file nobody vouches for is worse than a restore that takes a moment.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*proofWait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*ProofWait)
 	defer cancel()
 	var werr error
 	if existed {
@@ -310,7 +441,7 @@ func (a Accounts) restore(ctx context.Context, cause error, previous []byte, exi
 		return fmt.Errorf("%w: %w; the previous accounts config is back at %s and reloaded; it carries no generation "+
 			"of meshctl's, so that the server serves it is not proven", ErrRefused, cause, a.Path)
 	}
-	if perr := prove(ctx, a.Target, prevGen, proofWait); perr != nil {
+	if perr := prove(ctx, a.Target, prevGen, ProofWait); perr != nil {
 		reload := ""
 		if rerr != nil {
 			reload = fmt.Sprintf(" (reloading it failed too: %v)", rerr)
@@ -325,7 +456,7 @@ func (a Accounts) restore(ctx context.Context, cause error, previous []byte, exi
 }
 
 // copyFile puts the file at Path onto the server, when the server is not on the control host.
-func (a Accounts) copyFile(ctx context.Context) error {
+func (a File) copyFile(ctx context.Context) error {
 	if a.Copy == nil {
 		return nil
 	}
@@ -354,7 +485,7 @@ func restoreGeneration(stateDir, server string, prev generation, known bool) err
 // install writes a rendering, stamped, where no server reads it yet: the embedded bus's
 // first config, read when it starts. Starting proves nothing by itself; the first plan's
 // login as its generation principal does.
-func (a Accounts) install(data []byte) error {
+func (a File) Install(data []byte) error {
 	stamped, gen, err := a.stamp(data, digest(data))
 	if err != nil {
 		return fmt.Errorf("writing the first accounts config: %w", err)
@@ -375,8 +506,8 @@ func (a Accounts) install(data []byte) error {
 // generation principal, and with the reason the server is not known to serve it ("" when it
 // is seen serving exactly this file). It costs one login, as the generation principal,
 // whose hash is the cheapest bcrypt.
-func (a Accounts) servedServer(ctx context.Context, conf []byte) ([]byte, string, error) {
-	rendered, stamped := unstamp(conf)
+func (a File) servedServer(ctx context.Context, conf []byte) ([]byte, string, error) {
+	rendered, stamped := Unstamp(conf)
 	g, recorded, known := a.generationOf(conf, rendered, stamped)
 	switch {
 	case !known && stamped:
@@ -397,7 +528,7 @@ func (a Accounts) servedServer(ctx context.Context, conf []byte) ([]byte, string
 	return rendered, notServed, nil
 }
 
-// servedAsRendered is served for a plan whose target's rendering has the digest want gives,
+// ServedAsRendered is served for a plan whose target's rendering has the digest want gives,
 // reading the file only through its digest. When the file is the one meshctl last wrote (its
 // digest is the generation record's) and was stamped from that very rendering (the record's
 // Rendered), the plan needs nothing of it — it is the rendering — and only whether the server
@@ -405,7 +536,7 @@ func (a Accounts) servedServer(ctx context.Context, conf []byte) ([]byte, string
 // cluster, whose servers each serve a file of their own; no record of this file, or one kept
 // before records named their rendering; a file of another rendering. The caller then reads
 // the file whole. Only when the target is the rendering is want asked.
-func (a Accounts) servedAsRendered(ctx context.Context, want func() string) (notServed string, ok bool, err error) {
+func (a File) ServedAsRendered(ctx context.Context, want func() string) (notServed string, ok bool, err error) {
 	if len(a.Others) > 0 || want == nil {
 		return "", false, nil
 	}
@@ -413,7 +544,7 @@ func (a Accounts) servedAsRendered(ctx context.Context, want func() string) (not
 	if !known || g.Rendered == "" {
 		return "", false, nil
 	}
-	sum, exists, err := fileDigest(a.Path)
+	sum, exists, err := FileDigest(a.Path)
 	if err != nil || !exists || !g.describesDigest(a.Path, sum) || want() != g.Rendered {
 		return "", false, nil
 	}
@@ -423,7 +554,7 @@ func (a Accounts) servedAsRendered(ctx context.Context, want func() string) (not
 
 // serving proves, with one login as g's generation principal, that the server serves the file
 // g records; notServed says why it is not seen to ("" when it is).
-func (a Accounts) serving(ctx context.Context, g generation) (notServed string, err error) {
+func (a File) serving(ctx context.Context, g generation) (notServed string, err error) {
 	err = proveOnce(ctx, a.Target, g)
 	switch {
 	case err == nil:
@@ -436,10 +567,10 @@ func (a Accounts) serving(ctx context.Context, g generation) (notServed string, 
 	}
 }
 
-// removeStaleChecks removes what a killed run left beside the accounts file: the temporary
+// RemoveStaleChecks removes what a killed run left beside the accounts file: the temporary
 // directories of its config check, each a copy of every password hash. It runs under the
 // apply lock, and leaves alone a check a live process is still making.
-func removeStaleChecks(path string, logf func(string, ...any)) {
+func RemoveStaleChecks(path string, logf func(string, ...any)) {
 	removed, err := bus.RemoveStaleChecks(filepath.Dir(path))
 	for _, r := range removed {
 		logf("removed %s, a copy of the accounts config a killed meshctl left behind", r)

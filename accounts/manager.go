@@ -1,4 +1,4 @@
-package reconcile
+package accounts
 
 import (
 	"bytes"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/printable"
-	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -34,7 +33,7 @@ import (
 //
 //   - the file in use names no working controller (the operator's first file, an account with
 //     nobody in it), or
-//   - it names this store as its manager (managerLine: every file meshctl writes says which
+//   - it names this store as its manager (ManagerLine: every file meshctl writes says which
 //     store wrote it — the store's identity survives a copy of the state directory, a restore
 //     from backup), or, for a file written before files named their manager, this store's own
 //     record of exactly that file (generation.go).
@@ -66,9 +65,9 @@ func (m Manager) String() string {
 		printable.Quote(m.Store), printable.Quote(m.Dir), printable.Quote(m.Host), m.Written.UTC().Format(time.RFC3339))
 }
 
-// managerLine is the line that names store's state directory as the manager of the file it
+// ManagerLine is the line that names store's state directory as the manager of the file it
 // writes now.
-func managerLine(ctx context.Context, store *state.Store) (string, error) {
+func ManagerLine(ctx context.Context, store *state.Store) (string, error) {
 	id, err := store.ID(ctx)
 	if err != nil {
 		return "", err
@@ -85,8 +84,8 @@ func managerLine(ctx context.Context, store *state.Store) (string, error) {
 	return managerPrefix + string(data) + "\n", nil
 }
 
-// cutManagerLine reads conf's manager line, when its first line is one, and returns the rest.
-func cutManagerLine(conf []byte) (Manager, []byte, bool) {
+// CutManagerLine reads conf's manager line, when its first line is one, and returns the rest.
+func CutManagerLine(conf []byte) (Manager, []byte, bool) {
 	rest, ok := bytes.CutPrefix(conf, []byte(managerPrefix))
 	if !ok {
 		return Manager{}, conf, false
@@ -102,11 +101,11 @@ func cutManagerLine(conf []byte) (Manager, []byte, bool) {
 	return m, after, true
 }
 
-// writtenBy sets what every server's file of a is stamped with: the line naming the store that
+// WrittenBy sets what every server's file of a is stamped with: the line naming the store that
 // writes it, and the controller's password its generation principals are derived from.
-func (a Accounts) writtenBy(manager, controller string) Accounts {
+func (a File) WrittenBy(manager, controller string) File {
 	a.Manager, a.controller = manager, controller
-	others := make([]Accounts, len(a.Others))
+	others := make([]File, len(a.Others))
 	for i, o := range a.Others {
 		o.Manager, o.controller = manager, controller
 		others[i] = o
@@ -115,10 +114,10 @@ func (a Accounts) writtenBy(manager, controller string) Accounts {
 	return a
 }
 
-// mayInstall says whether store may install a rendering of its own in a's place, where the file
+// MayInstall says whether store may install a rendering of its own in a's place, where the file
 // in use does not let its controller in (see above); password is its controller's, tried on the
 // server when the file in use is not on this host.
-func mayInstall(ctx context.Context, store *state.Store, a Accounts, t busclient.Target, password string) error {
+func MayInstall(ctx context.Context, store *state.Store, a File, t busclient.Target, password string) error {
 	data, err := os.ReadFile(a.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return serverUnmanaged(ctx, a.Path, t, password)
@@ -129,8 +128,8 @@ func mayInstall(ctx context.Context, store *state.Store, a Accounts, t busclient
 	return fileUnmanaged(ctx, store, a, data)
 }
 
-// fileUnmanaged is mayInstall for the file in use, data.
-func fileUnmanaged(ctx context.Context, store *state.Store, a Accounts, data []byte) error {
+// fileUnmanaged is MayInstall for the file in use, data.
+func fileUnmanaged(ctx context.Context, store *state.Store, a File, data []byte) error {
 	users, err := parseUsers(data)
 	if err != nil {
 		// Not a file a meshctl wrote, nor one any server would serve: the rendering replaces it.
@@ -143,7 +142,7 @@ func fileUnmanaged(ctx context.Context, store *state.Store, a Accounts, data []b
 	if err != nil {
 		return err
 	}
-	m, _, named := cutManagerLine(data)
+	m, _, named := CutManagerLine(data)
 	switch {
 	case named && m.Store == id:
 		return nil // this store's own file: its controller's credential was rotated
@@ -152,18 +151,18 @@ func fileUnmanaged(ctx context.Context, store *state.Store, a Accounts, data []b
 			return nil // written by this store before files named their manager
 		}
 		return fmt.Errorf("%w: the accounts config at %s lets in a controller whose credential this store (%s) did not mint, "+
-			"and does not name the store that wrote it; %s", ErrNotManager, a.Path, store.Dir(), wayOut)
+			"and does not name the store that wrote it; %s", ErrNotManager, a.Path, store.Dir(), WayOut)
 	}
 	return fmt.Errorf("%w: the accounts config at %s was written by %s, not by this one (%s); %s",
-		ErrNotManager, a.Path, m, store.Dir(), wayOut)
+		ErrNotManager, a.Path, m, store.Dir(), WayOut)
 }
 
-// wayOut is what an operator does about ErrNotManager.
-const wayOut = "nothing was changed. Run meshctl with the managing state directory (--state), or from the control " +
+// WayOut is what an operator does about ErrNotManager.
+const WayOut = "nothing was changed. Run meshctl with the managing state directory (--state), or from the control " +
 	"host that holds it (a state directory restored from a backup of it is the same store); if that host is lost, " +
 	"rebuild its store in a new directory from the bus: 'meshctl state restore --controller-password-file FILE'"
 
-// serverUnmanaged is mayInstall where the file in use is not on this host: the server says
+// serverUnmanaged is MayInstall where the file in use is not on this host: the server says
 // whether it has a manager by refusing this store's controller.
 func serverUnmanaged(ctx context.Context, path string, t busclient.Target, password string) error {
 	if len(t.URL) == 0 {
@@ -178,18 +177,18 @@ func serverUnmanaged(ctx context.Context, path string, t busclient.Target, passw
 	}
 	if errors.Is(err, nats.ErrAuthorization) {
 		return fmt.Errorf("%w: there is no accounts config at %s on this host, and the server at %s refuses this store's "+
-			"controller: its users are another store's; %s", ErrNotManager, path, t.Address(), wayOut)
+			"controller: its users are another store's; %s", ErrNotManager, path, t.Address(), WayOut)
 	}
 	// A server not answering has nobody logged in to lock out: its first file is written
 	// here, for the operator to start it with (docs/external-server.md, "The first start").
 	return nil
 }
 
-// mayRewrite is mayInstall for what rewrites the accounts config without a plan (SyncAccounts,
+// MayRewrite is MayInstall for what rewrites the accounts config without a plan (SyncAccounts,
 // for `credentials`): the file in use must be this store's to replace, and target's rendering
 // in its place must lock out no host by a credential this store neither minted nor revoked
 // (plan.LockedOut), which a plan's guard would refuse.
-func mayRewrite(ctx context.Context, store *state.Store, a Accounts, target plan.Target) error {
+func MayRewrite(ctx context.Context, store *state.Store, a File, target plan.Target) error {
 	password, _ := store.StoredControllerPassword(ctx) // none yet: nothing on a server lets it in
 	data, err := os.ReadFile(a.Path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -199,35 +198,35 @@ func mayRewrite(ctx context.Context, store *state.Store, a Accounts, target plan
 		return fmt.Errorf("reading the accounts config in use: %w", err)
 	}
 	// The file meshctl last wrote, with the controller hash the store holds, is known to let
-	// the controller in without a parse of every user and a bcrypt (login.go).
-	admitted := password != "" && (knownDigestAdmits(store, a, a.Path, digest(data)) || admitsController(data, password))
+	// the controller in without a parse of every user and a bcrypt (controller.go).
+	admitted := password != "" && (KnownToAdmitController(store, a, a.Path, digest(data)) || AdmitsController(data, password))
 	if !admitted {
 		if err := fileUnmanaged(ctx, store, a, data); err != nil {
 			return err
 		}
 	}
-	live, _ := unstamp(data)
-	if names, n := plan.LockedOut(live, readServedUsers, target); n > 0 {
+	live, _ := Unstamp(data)
+	if names, n := plan.LockedOut(live, ReadServedUsers, target); n > 0 {
 		return fmt.Errorf("%w: rewriting the accounts config at %s would lock out %d user(s) that log in today (%s) "+
-			"with credentials this state store neither minted nor revoked; %s", ErrNotManager, a.Path, n, strings.Join(names, ", "), wayOut)
+			"with credentials this state store neither minted nor revoked; %s", ErrNotManager, a.Path, n, strings.Join(names, ", "), WayOut)
 	}
-	return authUnchanged(a.Path, live, target)
+	return AuthUnchanged(a.Path, live, target)
 }
 
-// CheckManager returns ErrNotManager (wrapped) where store may not rewrite the accounts config
-// of the bus m names (mayRewrite): what `credentials` asks before it mints or revokes anything,
-// so that a store that does not manage the bus changes nothing, its own store included.
-func CheckManager(ctx context.Context, m *model.Mesh, store *state.Store) error {
-	if m.Bus.Embedded() {
-		return nil // the state directory's own bus
+// ErrAuthChange is returned (wrapped) where the accounts config would be rewritten without a
+// plan — `credentials issue`, `rotate`, `revoke` — while the description's bus.auth is not
+// the one the config in use was written for and hosts log in with credentials of the old
+// kind: rewriting it would change bus.auth behind the apply that must allow it.
+var ErrAuthChange = errors.New("the description changes bus.auth, which only an apply may do")
+
+// AuthUnchanged refuses a rewrite of the accounts config at path, in use as live, with target's
+// rendering, when that would lock hosts out for a change of bus.auth.
+func AuthUnchanged(path string, live []byte, target plan.Target) error {
+	n := plan.Reissues(live, ReadServedUsers, target)
+	if n == 0 {
+		return nil
 	}
-	target, err := desired(ctx, store, m)
-	if err != nil {
-		return err
-	}
-	a, _, err := externalAccounts(m, store.Dir())
-	if err != nil {
-		return err
-	}
-	return mayRewrite(ctx, store, a, target)
+	return fmt.Errorf("%w: %d host(s) log in with credentials of the kind the accounts config at %s was written for, "+
+		"which the description's bus.auth no longer uses; nothing was changed: run 'meshctl apply --allow-reissue' first "+
+		"(or restore bus.auth in the description)", ErrAuthChange, n, path)
 }

@@ -1,4 +1,4 @@
-package reconcile
+package accounts
 
 import (
 	"bytes"
@@ -78,12 +78,12 @@ type generation struct {
 	File     string `json:"file"`
 	SHA256   string `json:"sha256"`
 	Password string `json:"password"`
-	// Controller is the controller's hash the file carries (login.go), "" when it carries none.
+	// Controller is the controller's hash the file carries (controller.go), "" when it carries none.
 	Controller string `json:"controller,omitempty"`
 	// Rendered is the SHA-256 of the rendering the file was stamped from — the file without
 	// its manager line and generation principal, what a plan compares — so that a plan of a
 	// converged bus compares digests, and holds neither the file nor the rendering
-	// (Accounts.servedAsRendered). "" in a record written before it was kept.
+	// (File.servedAsRendered). "" in a record written before it was kept.
 	Rendered string `json:"rendered,omitempty"`
 }
 
@@ -99,9 +99,9 @@ func (g generation) describesDigest(path, sum string) bool {
 
 func digest(conf []byte) string { return render.Digest(conf) }
 
-// fileDigest is the digest of the file at path, read through SHA-256 rather than whole; ok
+// FileDigest is the digest of the file at path, read through SHA-256 rather than whole; ok
 // is false when there is no such file.
-func fileDigest(path string) (sum string, ok bool, err error) {
+func FileDigest(path string) (sum string, ok bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, nil
@@ -208,14 +208,14 @@ func commonPrefix(a, b []byte) int {
 }
 
 // stamp returns a rendering with its generation principal added (its password derived from
-// a's controller, authority.go), and a's manager line (managerLine) ahead of it, and the record
+// a's controller, authority.go), and a's manager line (ManagerLine) ahead of it, and the record
 // of it for the file at a.Path. renderedDigest is the rendering's digest.
-func (a Accounts) stamp(rendered []byte, renderedDigest string) ([]byte, generation, error) {
+func (a File) stamp(rendered []byte, renderedDigest string) ([]byte, generation, error) {
 	l, err := generationBlock()
 	if err != nil {
 		return nil, generation{}, err
 	}
-	if _, stamped := unstamp(rendered); stamped || !bytes.HasSuffix(rendered, l.tail) {
+	if _, stamped := Unstamp(rendered); stamped || !bytes.HasSuffix(rendered, l.tail) {
 		return nil, generation{}, errors.New("the accounts config to write is not a rendering of meshctl's")
 	}
 	password, err := generationPassword(a.controller, renderedDigest, a.Server)
@@ -240,14 +240,14 @@ func (a Accounts) stamp(rendered []byte, renderedDigest string) ([]byte, generat
 		Rendered: renderedDigest}, nil
 }
 
-// maxStampedHash bounds what unstamp takes for the generation principal's hash: a bcrypt
+// maxStampedHash bounds what Unstamp takes for the generation principal's hash: a bcrypt
 // hash is 60 bytes.
 const maxStampedHash = 1024
 
-// unstamp returns conf without its generation principal and its manager line — the rendering
+// Unstamp returns conf without its generation principal and its manager line — the rendering
 // it was stamped from — and whether it carried a generation principal.
-func unstamp(conf []byte) ([]byte, bool) {
-	if _, rest, ok := cutManagerLine(conf); ok {
+func Unstamp(conf []byte) ([]byte, bool) {
+	if _, rest, ok := CutManagerLine(conf); ok {
 		conf = rest
 	}
 	l, err := generationBlock()
@@ -272,14 +272,14 @@ func unstamp(conf []byte) ([]byte, bool) {
 	return append(out, l.tail...), true
 }
 
-// accountsEntries splits an accounts file meshctl wrote into its users' entries, as render
+// Entries splits an accounts file meshctl wrote into its users' entries, as render
 // lays them out (render.SplitAccountsConfig), for the embedded bus's reload to parse only the
 // entries that changed (bus.EmbeddedOptions.Entries). The manager line, a comment that names
 // the time of each write, is left out of the text the entries stand in: it parses to nothing,
 // and the text around the entries is the same from one write to the next without it. The
 // generation principal is an entry like any other, new in each file.
-func accountsEntries(conf []byte) (bus.AccountsLayout, bool) {
-	if _, rest, ok := cutManagerLine(conf); ok {
+func Entries(conf []byte) (bus.AccountsLayout, bool) {
+	if _, rest, ok := CutManagerLine(conf); ok {
 		conf = rest
 	}
 	s, ok := render.SplitAccountsConfig(conf)
@@ -310,12 +310,12 @@ func proveOnce(ctx context.Context, t busclient.Target, g generation) error {
 	return nil
 }
 
-// proofWait is how long a reload is given to take before it counts as refused. A reload by
+// ProofWait is how long a reload is given to take before it counts as refused. A reload by
 // signal or command is asynchronous, and a server re-reading thousands of users takes well
 // under a second; one that has not taken the file after this long has refused it (its log
 // says why) or is not reloading at all. A variable only so that the tests of refusals need
 // not wait it out.
-var proofWait = 10 * time.Second
+var ProofWait = 10 * time.Second
 
 // prove waits, up to within, until the server is seen serving g's file.
 func prove(ctx context.Context, t busclient.Target, g generation, within time.Duration) error {
@@ -342,4 +342,11 @@ func prove(ctx context.Context, t busclient.Target, g generation, within time.Du
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// ServesRecorded waits, up to ProofWait, until the server is seen serving the file its
+// generation record names: after a write, the file written; after a roll back, the previous one.
+func (a File) ServesRecorded(ctx context.Context) error {
+	g, _ := loadGeneration(a.StateDir, a.Server)
+	return prove(ctx, a.Target, g, ProofWait)
 }

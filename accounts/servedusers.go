@@ -1,4 +1,4 @@
-package reconcile
+package accounts
 
 import (
 	"bytes"
@@ -15,9 +15,9 @@ import (
 // plan package does not link: the reading is here, where the config in use is read, and is
 // handed to the plan beside the bytes (plan.Live.ReadUsers).
 
-// readServedUsers reads an accounts config as the server would serve it, into the users a
+// ReadServedUsers reads an accounts config as the server would serve it, into the users a
 // plan compares (plan.UsersReader).
-func readServedUsers(conf []byte) (map[string]plan.ServedUser, error) {
+func ReadServedUsers(conf []byte) (map[string]plan.ServedUser, error) {
 	users, err := parseUsers(conf)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package reconcile
+package accounts
 
 import (
 	"bytes"
@@ -16,13 +16,13 @@ import (
 	"github.com/meshbus/meshctl/render"
 )
 
-// The plan reads the config in use through the server's parser (readServedUsers), the part of
+// The plan reads the config in use through the server's parser (ReadServedUsers), the part of
 // it that differs from the rendering only; these tests hold the two together.
 
 // planUsers is the accounts change of target's plan against the accounts config inUse, read by
 // the server's parser; ok is false when no accounts change is planned.
 func planUsers(target plan.Target, inUse []byte) (c plan.Change, ok bool) {
-	p := plan.Compute(target, plan.Live{Accounts: inUse, AccountsKnown: true, ReadUsers: readServedUsers}, plan.Options{})
+	p := plan.Compute(target, plan.Live{Accounts: inUse, AccountsKnown: true, ReadUsers: ReadServedUsers}, plan.Options{})
 	for _, c := range p.Changes {
 		if c.Kind == plan.KindAccounts {
 			return c, true

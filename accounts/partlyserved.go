@@ -1,4 +1,4 @@
-package reconcile
+package accounts
 
 // PartlyServed is an accounts change that some servers of a cluster serve and some do not
 // yet: a server down, or one whose reload is the operator's. It wraps the error that says

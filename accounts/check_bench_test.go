@@ -1,4 +1,4 @@
-package reconcile
+package accounts
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func BenchmarkReloadAccounts(b *testing.B) {
 			}
 			dir := b.TempDir()
 			conf := render.AccountsConfig(render.Derive(m).Principals, map[string]string{})
-			stamped, gen, err := Accounts{Path: filepath.Join(dir, "bus", "accounts.conf")}.stamp(conf, digest(conf))
+			stamped, gen, err := File{Path: filepath.Join(dir, "bus", "accounts.conf")}.stamp(conf, digest(conf))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package reconcile
+package accounts
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func generationPassword(controller, renderedDigest, server string) (string, erro
 // derivedGeneration is the generation a's controller would have stamped conf, the file at
 // a.Path, with: that of the rendering conf carries. ok is false where a knows no controller.
 // Only a login as it shows that conf carries it.
-func (a Accounts) derivedGeneration(conf, rendered []byte) (generation, bool) {
+func (a File) derivedGeneration(conf, rendered []byte) (generation, bool) {
 	if a.controller == "" {
 		return generation{}, false
 	}
@@ -71,7 +71,7 @@ func (a Accounts) derivedGeneration(conf, rendered []byte) (generation, bool) {
 // (recorded); otherwise, for a file meshctl stamped (stamped, rendered being conf unstamped),
 // the one a's controller would have stamped its rendering with. ok is false where neither is
 // known.
-func (a Accounts) generationOf(conf, rendered []byte, stamped bool) (g generation, recorded, ok bool) {
+func (a File) generationOf(conf, rendered []byte, stamped bool) (g generation, recorded, ok bool) {
 	if g, ok := loadGeneration(a.StateDir, a.Server); ok && g.describes(a.Path, conf) {
 		return g, true, true
 	}
@@ -87,11 +87,11 @@ func (a Accounts) generationOf(conf, rendered []byte, stamped bool) (g generatio
 // derived from its rendering where a login shows the server serves it. A file the login does
 // not prove — stamped by an earlier meshctl with a password of its own, edited by hand, or not
 // loaded — is not known: it is written anew rather than reloaded.
-func (a Accounts) previousGeneration(ctx context.Context, previous []byte, existed bool) (g generation, recorded, known bool) {
+func (a File) previousGeneration(ctx context.Context, previous []byte, existed bool) (g generation, recorded, known bool) {
 	if !existed {
 		return generation{}, false, false
 	}
-	rendered, stamped := unstamp(previous)
+	rendered, stamped := Unstamp(previous)
 	g, recorded, known = a.generationOf(previous, rendered, stamped)
 	if !known || recorded {
 		return g, recorded, known
@@ -106,7 +106,7 @@ func (a Accounts) previousGeneration(ctx context.Context, previous []byte, exist
 // with generation g (previousGeneration): recorded where this store had no record of it, the
 // server having been seen serving it; otherwise left alone where a login shows the server
 // serves it, and reloaded and proven where it does not.
-func (a Accounts) serveAgain(ctx context.Context, g generation, recorded bool) error {
+func (a File) serveAgain(ctx context.Context, g generation, recorded bool) error {
 	if !recorded {
 		return saveGeneration(a.StateDir, a.Server, g)
 	}
@@ -171,10 +171,10 @@ func (r systemReload) Reload(ctx context.Context) error {
 	return err
 }
 
-// afterRotation is a with every server reloaded by request told the controller's previous
+// AfterRotation is a with every server reloaded by request told the controller's previous
 // password, whose system user the servers still know until they load the rotated config.
-func (a Accounts) afterRotation(previous string) Accounts {
-	set := func(s Accounts) Accounts {
+func (a File) AfterRotation(previous string) File {
+	set := func(s File) File {
 		if r, ok := s.Reloader.(systemReload); ok {
 			r.previous = previous
 			s.Reloader = r
@@ -182,7 +182,7 @@ func (a Accounts) afterRotation(previous string) Accounts {
 		return s
 	}
 	a = set(a)
-	others := make([]Accounts, len(a.Others))
+	others := make([]File, len(a.Others))
 	for i, o := range a.Others {
 		others[i] = set(o)
 	}
