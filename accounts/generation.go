@@ -306,7 +306,13 @@ func proveOnce(ctx context.Context, t busclient.Target, g generation) error {
 		}
 		return err
 	}
+	// A server whose config names no user requires no authentication and lets any login in:
+	// a login there proves no file, least of all one a reload it refused would have made live.
+	open := !c.Conn.AuthRequired()
 	c.Close()
+	if open {
+		return errNotServed
+	}
 	return nil
 }
 
