@@ -423,8 +423,32 @@ func (b *NkeyBus) Membership() host.Membership {
 // answer.
 func (b *Mesh) WaitServing(ctx context.Context, t testing.TB) {
 	t.Helper()
-	controller := b.Dial(t, render.ControllerUser)
-	testwait.Until(t, "every stream and consumer of the mesh answering", func() error { return b.serving(ctx, controller.JetStream()) })
+	if b.Cluster == nil {
+		controller := b.Dial(t, render.ControllerUser)
+		testwait.Until(t, "every stream and consumer of the mesh answering", func() error { return b.serving(ctx, controller.JetStream()) })
+		return
+	}
+	// Through each running server on its own: a host may join any of them, and a server just
+	// reloaded, or one whose peer stopped, answers for the account's JetStream only once it has
+	// taken it up again.
+	for _, srv := range b.Cluster.Servers {
+		if !srv.Running() {
+			continue
+		}
+		one := b.target
+		one.URL, one.Others = srv.URL, ""
+		m := host.MembershipOf(one, render.ControllerUser, b.passwords[render.ControllerUser], false)
+		testwait.Until(t, "every stream and consumer of the mesh answering through "+srv.Name, func() error {
+			jctx, cancel := context.WithTimeout(ctx, testwait.Limit)
+			defer cancel()
+			h, err := host.Join(jctx, m)
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			return b.serving(ctx, h.JetStream())
+		})
+	}
 }
 
 func (b *Mesh) serving(ctx context.Context, js jetstream.JetStream) error {
