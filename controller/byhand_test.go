@@ -20,23 +20,18 @@ import (
 // cuts the login off (a reload the controller asked for a moment earlier can).
 func (f *fixture) stillJoins(m host.Membership) {
 	f.t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
+	testwait.Until(f.t, "joining as "+m.User, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		h, err := host.Join(ctx, m)
 		cancel()
-		if err == nil {
-			h.Close()
-			return
-		}
 		if errors.Is(err, nats.ErrAuthorization) {
 			f.t.Fatalf("the bus refuses %s's credential issued by hand: %v; the controller logged:\n%s", m.User, err, f.logs.String())
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("joining as %s: %v", m.User, err)
+		if err == nil {
+			h.Close()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // A module's credential issued by hand before its node enrolled keeps working after the node

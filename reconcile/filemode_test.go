@@ -17,7 +17,9 @@ import (
 
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testnats"
+	"github.com/meshbus/meshctl/internal/testwait"
 )
 
 // modeAndGroup is the mode and group of the file at path.
@@ -136,28 +138,24 @@ func TestAServerRunningAsItsOwnUserReadsEveryFile(t *testing.T) {
 	}
 	srv := exec.Command(bin, "-c", conf)
 	srv.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: uint32(gid)}}
-	var log strings.Builder
+	var log lockedbuf.Buffer // the server writes it as the test reads it
 	srv.Stderr = &log
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, perr := os.Stat(pid)
-		c, derr := net.DialTimeout("tcp", strings.TrimPrefix(url, "nats://"), time.Second)
-		if derr == nil {
-			c.Close()
+	testwait.Until(t, fmt.Sprintf("nats-server starting as user %d", nobody), func() error {
+		if _, err := os.Stat(pid); err != nil {
+			return err
 		}
-		if perr == nil && derr == nil {
-			break
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "nats://"), time.Second)
+		if err != nil {
+			return fmt.Errorf("%w; its log:\n%s", err, log.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server did not start as user %d:\n%s", nobody, log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		c.Close()
+		return nil
+	})
 
 	f := newFixture(t, fmt.Sprintf(`bus:
   url: %s
