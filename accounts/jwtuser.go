@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/meshbus/meshctl/render"
 )
 
 // ErrUnknownUserSigner is a key that may not sign the account's users: neither the account's
@@ -22,6 +24,41 @@ type Grants struct {
 	Publish        []string
 	Subscribe      []string
 	AllowResponses bool
+}
+
+// GrantsOf is what p, a principal of the mesh, may do as a user of its account: its grants
+// as the accounts file writes them, a subscribe grant with a queue as "<subject> <queue>",
+// which a user JWT reads the same way.
+func GrantsOf(p render.Principal) Grants {
+	g := Grants{AllowResponses: p.AllowResponses}
+	for _, gr := range p.Publish {
+		g.Publish = append(g.Publish, gr.String())
+	}
+	for _, gr := range p.Subscribe {
+		g.Subscribe = append(g.Subscribe, gr.String())
+	}
+	return g
+}
+
+// check refuses a grant that is not a subject (a subscribe grant may name a queue after one
+// space): the JWT would carry it and the servers would read it some other way.
+func (g Grants) check() error {
+	for _, s := range slices.Concat(g.Publish, g.Subscribe) {
+		if s == "" || strings.ContainsAny(s, "\t\r\n") {
+			return fmt.Errorf("%q is not a subject", s)
+		}
+	}
+	for _, s := range g.Publish {
+		if strings.Contains(s, " ") {
+			return fmt.Errorf("%q is not a subject", s)
+		}
+	}
+	for _, s := range g.Subscribe {
+		if subject, queue, found := strings.Cut(s, " "); subject == "" || found && (queue == "" || strings.Contains(queue, " ")) {
+			return fmt.Errorf("%q is not a subject, or a subject and a queue", s)
+		}
+	}
+	return nil
 }
 
 // Creds is a user's credential: its public key, its user JWT and the creds file that holds
@@ -50,10 +87,8 @@ func (a Account) MintUser(signer nkeys.KeyPair, name string, g Grants) (Creds, e
 	if issuer != a.PublicKey && !slices.Contains(a.SigningKeys, issuer) {
 		return Creds{}, fmt.Errorf("minting user %s of account %s with key %s: %w", name, a.PublicKey, issuer, ErrUnknownUserSigner)
 	}
-	for _, s := range slices.Concat(g.Publish, g.Subscribe) {
-		if s == "" || strings.ContainsAny(s, " \t\r\n") {
-			return Creds{}, fmt.Errorf("minting user %s: %q is not a subject", name, s)
-		}
+	if err := g.check(); err != nil {
+		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
 	}
 	user, err := nkeys.CreateUser()
 	if err != nil {
