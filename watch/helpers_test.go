@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
@@ -267,12 +267,7 @@ var signalTurn sync.Mutex
 // back on the same address.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return testnats.FreePort(t)
 }
 
 // testLogger writes watch's log into the test's, shown when the test fails or with -v.

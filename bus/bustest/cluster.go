@@ -66,7 +66,7 @@ func NewTestCluster(tb testnats.TB, n int) *TestCluster {
 	tb.Helper()
 	c := &TestCluster{tb: tb, bin: testnats.NATSServerBinary(tb)}
 	dir := tb.TempDir()
-	ports := freePorts(tb, 3*n)
+	ports := testnats.FreePorts(tb, 3*n)
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
@@ -113,23 +113,6 @@ func (c *TestCluster) StartAll() {
 		srv.waitReady(c.tb)
 	}
 	c.WaitForMetaLeader()
-}
-
-func freePorts(tb testnats.TB, n int) []int {
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatalf("%v", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }
 
 func (srv *TestClusterServer) start(bin string) error {

@@ -49,12 +49,7 @@ func StartTestServer(tb testnats.TB, dir string) *TestServer {
 // StartTestServerTLS is StartTestServer serving the certificates tls names.
 func StartTestServerTLS(tb testnats.TB, dir string, tls ServerTLS) *TestServer {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := testnats.FreePort(tb)
 	x := &TestServer{Dir: dir, URL: fmt.Sprintf("tls://127.0.0.1:%d", port),
 		AccountsFile: filepath.Join(dir, "mesh-accounts.conf"), PIDFile: filepath.Join(dir, "nats.pid"),
 		bin: testnats.NATSServerBinary(tb), conf: filepath.Join(dir, "server.conf"), addr: fmt.Sprintf("127.0.0.1:%d", port)}

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // `make demo PORT=…` puts the quickstart's embedded bus on that port, as `make demo-node`
@@ -34,12 +35,7 @@ func TestMakeDemoListensOnPORT(t *testing.T) {
 		return string(out), err
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	port := strconv.Itoa(testnats.FreePort(t))
 	stateDir := filepath.Join(t.TempDir(), "state")
 	if out, err := make("demo", "PORT="+port, "STATE="+stateDir); err != nil {
 		t.Fatalf("make demo PORT=%s: %v\n%s", port, err, out)

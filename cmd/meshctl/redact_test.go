@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/meshbus/meshctl/internal/testnats"
 )
 
 // No command prints a password written into an address, whichever form defeats a pattern:
@@ -54,11 +56,5 @@ func TestNoCommandPrintsAPasswordWrittenIntoAnAddress(t *testing.T) {
 // freePort is a port nothing listens on, for a description that names one.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
+	return strconv.Itoa(testnats.FreePort(t))
 }

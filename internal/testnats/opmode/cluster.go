@@ -75,7 +75,7 @@ func StartCluster(tb testnats.TB, opts ClusterOptions) *Cluster {
 	c := &Cluster{Operator: NewOperator(tb, name), tb: tb, bin: testnats.NATSServerBinary(tb)}
 	preload := c.Operator.preload(tb)
 	dir := tb.TempDir()
-	ports := freePorts(tb, 3*n)
+	ports := testnats.FreePorts(tb, 3*n)
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
@@ -332,22 +332,4 @@ func (srv *Server) monitorGet(path string, v any) error {
 	}
 	defer resp.Body.Close()
 	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-func freePorts(tb testnats.TB, n int) []int {
-	tb.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatalf("%v", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }
