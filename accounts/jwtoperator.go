@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
+	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -317,3 +318,31 @@ func writeNew(path string, data []byte) error {
 	return nil
 }
 
+// OperatorMode is what o's servers are configured with to run in operator mode: o's JWT, its
+// system account, and the system account's and the mesh account's JWTs preloaded. The embedded
+// bus takes it as it is (bus.EmbeddedOptions.Operator); ServerConfig writes it out for an
+// operator's own servers.
+func (o Operator) OperatorMode() bus.OperatorMode {
+	return bus.OperatorMode{OperatorJWT: o.JWT, SystemAccount: o.SystemAccount, Preload: []string{o.SystemAccountJWT, o.AccountJWT}}
+}
+
+// ServerConfig is the static config an operator gives each of its servers so that they trust
+// o and hold the mesh's account: `operator`, `system_account`, `resolver { type: full, dir:
+// <resolverDir>, allow_delete: false, interval: <interval> }` and `resolver_preload` with the
+// system account's and the mesh account's JWTs. It holds no seed. Once a server runs on it,
+// every change to the mesh's account is a push over the system account: the text never
+// changes, and no server reloads.
+func (o Operator) ServerConfig(resolverDir, interval string) (string, error) {
+	statements, err := o.OperatorMode().Statements(resolverDir, interval)
+	if err != nil {
+		return "", fmt.Errorf("the servers' config for %s: %w", o, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Operator mode: the servers trust operator %s (%s) and keep account JWTs in\n", o.Name, o.PublicKey)
+	fmt.Fprintf(&b, "# their NATS resolver. The mesh's account %s (%s) is preloaded; meshctl pushes\n", o.Account.Name, o.Account.PublicKey)
+	b.WriteString("# every change to it over the system account, so this text never changes.\n")
+	for _, s := range statements {
+		b.WriteString(s + "\n")
+	}
+	return b.String(), nil
+}

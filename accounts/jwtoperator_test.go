@@ -2,6 +2,7 @@ package accounts
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -9,10 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshbus/meshctl/internal/testnats/opmode"
 	"github.com/meshbus/meshctl/render"
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 )
 
@@ -239,5 +243,87 @@ func TestMakeOperatorRefusesANameOutsideTheStore(t *testing.T) {
 		if entries, err := os.ReadDir(root); err != nil || len(entries) != 0 {
 			t.Errorf("MakeOperator(%q, %q) wrote %v (%v)", c.name, c.account, entries, err)
 		}
+	}
+}
+
+// TestServerConfigIsWhatTheServersRunOn starts three nats-server processes on the config
+// ServerConfig writes for a fresh operator and nothing else of operator mode: each starts, the
+// system user from the Operator's creds logs in and every server answers it, every server
+// applies the mesh account's preloaded JWT, and a user of the mesh's account keeps a
+// replicated stream across the cluster, with no push made.
+func TestServerConfigIsWhatTheServersRunOn(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	o := makeOperator(t, home, "FRESH")
+	sysCreds := filepath.Join(home, "sys.creds")
+	if err := os.WriteFile(sysCreds, o.SystemCreds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var written []string
+	c := opmode.StartClusterTrusting(t, opmode.ClusterOptions{}, func(resolverDir, interval string) string {
+		text, err := o.ServerConfig(resolverDir, interval)
+		if err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, text)
+		return text
+	}, sysCreds)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	for _, text := range written {
+		for _, want := range []string{"operator: \"" + o.JWT + "\"", "system_account: \"" + o.SystemAccount + "\"", "type: full", "allow_delete: false",
+			"interval: \"2s\"", o.SystemAccount + ": \"" + o.SystemAccountJWT + "\"", o.Account.PublicKey + ": \"" + o.AccountJWT + "\""} {
+			if !strings.Contains(text, want) {
+				t.Errorf("the servers' config lacks %.60s…:\n%s", want, text)
+			}
+		}
+		for _, kp := range []nkeys.KeyPair{o.Signer, o.UserSigner} {
+			if seed, err := kp.Seed(); err != nil || strings.Contains(text, string(seed)) {
+				t.Errorf("the servers' config holds a seed (%v)", err)
+			}
+		}
+		if sysSeed, err := jwt.ParseDecoratedNKey(o.SystemCreds); err != nil {
+			t.Fatal(err)
+		} else if seed, err := sysSeed.Seed(); err != nil || strings.Contains(text, string(seed)) {
+			t.Errorf("the servers' config holds the system user's seed (%v)", err)
+		}
+	}
+
+	r := Resolver{Conn: c.ConnectSystem(), Servers: c.Names(), Wait: 60 * time.Second}
+	creds, err := o.Account.MintUser(o.UserSigner, "worker", Grants{Publish: []string{"$JS.API.>", "work.>"}, Subscribe: []string{"_INBOX.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &liveMesh{c: c}
+	var conns []*nats.Conn
+	for _, srv := range c.Servers {
+		conns = append(conns, m.connect(t, srv, creds))
+	}
+	st, err := r.Status(ctx, o.AccountJWT)
+	if err != nil || !allCurrent(st) {
+		t.Fatalf("the mesh account's preloaded JWT on each server: %+v (%v); want every server current", st, err)
+	}
+	js, err := jetstream.New(conns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WORK", Subjects: []string{"work.>"}, Replicas: 3}); err != nil {
+		t.Fatalf("the mesh account's user creating a stream of three replicas: %v", err)
+	}
+	for i, nc := range conns {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "work.x", []byte("job")); err != nil {
+			t.Fatalf("publishing through %s: %v", c.Servers[i].Name, err)
+		}
+	}
+	stream, err := js.Stream(ctx, "WORK")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != uint64(len(conns)) {
+		t.Fatalf("stream WORK: %+v (%v); want %d messages", info, err, len(conns))
 	}
 }
