@@ -100,6 +100,10 @@ func TestMakeOperatorWritesTheStoreTheNatsCLIReads(t *testing.T) {
 	if _, err := jwt.ParseDecoratedUserNKey(o.SystemCreds); err != nil {
 		t.Errorf("the system user's creds hold no seed: %v", err)
 	}
+	// A store kept in git never commits a seed or a creds file.
+	if ignore, err := os.ReadFile(filepath.Join(root, "keys", ".gitignore")); err != nil || !bytes.Contains(ignore, []byte("**/*.nk")) || !bytes.Contains(ignore, []byte("**/*.creds")) {
+		t.Errorf("keys/.gitignore: %q (%v); want seeds and creds ignored", ignore, err)
+	}
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
