@@ -34,7 +34,7 @@ const (
 // in the layout nsc and the nats CLI's `nats auth` keep (root is the directory that holds
 // stores/ and keys/), so both tools, and meshctl, read it:
 //
-//   - the operator name: an identity key and one signing key, its JWT naming the system
+//   - the operator, named name: an identity key and one signing key, its JWT naming the system
 //     account (stores/<name>/<name>.jwt);
 //   - the system account SYSTEM and its user sys, whose creds are
 //     keys/creds/<name>/SYSTEM/sys.creds;
