@@ -37,6 +37,9 @@
 //   - The resolver (Resolver): a push answered by every server named, each server's JWT of the
 //     account read back (a 200 is not proof that a server applies the JWT), and the proof that
 //     a revoked user is connected nowhere.
+//   - A fresh operator (MakeOperator): for a deployment with none, an operator, its system
+//     account and the mesh's account written in nsc's store layout, never over a store that
+//     holds one; and the static config its servers are given (Operator.ServerConfig).
 //
 // What it must not do: read, sign or push any account but the mesh's own, echo the JWT of
 // another account, or put a seed into an error, a log line or a printed value (Creds prints

@@ -22,8 +22,12 @@ type Operator struct {
 	Signer nkeys.KeyPair
 	// SystemAccount is the public key (A…) of the operator's system account, and SystemCreds
 	// a creds file of one of its users: the connection that pushes and reads back.
-	SystemAccount string
-	SystemCreds   []byte
+	// SystemAccountJWT is the system account's JWT, which a server must be given before it
+	// starts (resolver_preload): the system account carries every push, so no push can bring
+	// it.
+	SystemAccount    string
+	SystemCreds      []byte
+	SystemAccountJWT string
 	// Account is the mesh's account, AccountJWT the JWT of it the store holds (what an admin
 	// made, before meshctl's first push), and UserSigner the account's key or one of its
 	// signing keys: what signs the account's users.

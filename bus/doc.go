@@ -10,7 +10,11 @@
 //     discoverable by a second meshctl process so one state directory never gets two servers.
 //     That process reloads it, and holds it up while it needs it, through the control socket
 //     the serving process answers on (ControlReloader, Hold): a signal would kill a serving
-//     process that does not expect one.
+//     process that does not expect one. In operator mode (EmbeddedOptions.Operator) it has no
+//     accounts file: it trusts an operator and keeps account JWTs in a NATS resolver under
+//     StateDir/bus/jwt, which take every change as a push over the system account.
+//   - The statements that put a server in operator mode (OperatorMode.Statements), written
+//     once for the embedded bus and for an operator's own servers alike.
 //   - Checking and applying an accounts config (CheckConfig, CheckAccounts, Reloader): the
 //     server's own parser judges a rendered file before it replaces the live one, and a Reloader
 //     makes it live on whichever server runs it.

@@ -32,6 +32,7 @@ const (
 	serverConfName   = "server.conf"
 	accountsConfName = "accounts.conf"
 	jetStreamDirName = "jetstream"
+	resolverDirName  = "jwt"
 	busRecordName    = "bus.json"
 	lockName         = "lock"
 )
@@ -67,7 +68,17 @@ type EmbeddedOptions struct {
 	// the config lays it out; ok is false for a config it does not know. A reload then parses
 	// only the entries that changed (entries.go).
 	Entries func(accounts []byte) (layout AccountsLayout, ok bool)
+	// Operator, when set, starts the bus in operator mode: the server trusts the operator,
+	// keeps account JWTs in a NATS resolver under StateDir/bus/jwt, preloaded with
+	// Operator.Preload, and takes every account change as a JWT pushed over the system
+	// account. It then has no accounts file: InitialAccounts must be nil, accounts.conf is
+	// neither written nor read, and Reload and CheckAccounts refuse (ErrOperatorMode).
+	Operator *OperatorMode
 }
+
+// embeddedResolverInterval is how often the embedded bus's resolver asks a peer for the JWTs it
+// lacks. It has none, so this only sets the server's own pace; pushes apply at once.
+const embeddedResolverInterval = "2m"
 
 // Embedded is a running in-process bus.
 type Embedded struct {
@@ -89,6 +100,8 @@ type Embedded struct {
 	// halfWritten are the consumers a killed server left half-written, removed at start.
 	halfWritten []string
 	control     *control // the control socket other meshctl processes reach this bus through
+	// operatorMode: the bus runs in operator mode and has no accounts file.
+	operatorMode bool
 }
 
 // RemovedHalfWritten names ("STREAM/CONSUMER") the consumers a killed server had left
@@ -118,6 +131,11 @@ accounts {
 // system account is configured: the server creates its default $SYS with no users, which
 // reload and JetStream need nothing more from.
 //
+// In operator mode (Operator set) server.conf holds the operator-mode statements instead of
+// the include (OperatorMode.Statements, the resolver's directory StateDir/bus/jwt), and no
+// accounts.conf is written: the accounts are the JWTs the resolver holds, pushed over the
+// operator's system account.
+//
 // It then records the bus in StateDir/bus/bus.json for RunningEmbedded and serves the control
 // socket StateDir/bus/control.sock, through which other meshctl processes reload the bus and
 // hold it up (control.go), until Shutdown. It returns
@@ -129,6 +147,9 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
 	}
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return nil, errors.New("starting the embedded bus: TLS needs both a certificate and a key file")
+	}
+	if o.Operator != nil && o.InitialAccounts != nil {
+		return nil, errors.New("starting the embedded bus: in operator mode its accounts are JWTs, not an accounts file")
 	}
 	stateDir, err := filepath.Abs(o.StateDir)
 	if err != nil {
@@ -176,21 +197,23 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		return nil, fmt.Errorf("starting the embedded bus: %w", err)
 	}
 	confPath := filepath.Join(dir, serverConfName)
-	conf := serverConfig{settings: settings, path: confPath, noLog: o.Logger == nil}
+	conf := serverConfig{settings: settings, path: confPath, noLog: o.Logger == nil, operatorMode: o.Operator != nil}
 	if err := atomicfile.Write(confPath, []byte(conf.file())); err != nil {
 		return nil, fmt.Errorf("starting the embedded bus: %w", err)
 	}
 	accPath := filepath.Join(dir, accountsConfName)
-	accounts, err := os.ReadFile(accPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		accounts = o.InitialAccounts
-		if accounts == nil {
-			accounts = []byte(defaultAccounts)
+	var accounts []byte
+	if !conf.operatorMode {
+		if accounts, err = os.ReadFile(accPath); errors.Is(err, fs.ErrNotExist) {
+			accounts = o.InitialAccounts
+			if accounts == nil {
+				accounts = []byte(defaultAccounts)
+			}
+			err = atomicfile.Write(accPath, accounts)
 		}
-		err = atomicfile.Write(accPath, accounts)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("starting the embedded bus: %w", err)
+		if err != nil {
+			return nil, fmt.Errorf("starting the embedded bus: %w", err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("starting the embedded bus: %w", err)
@@ -202,7 +225,11 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 
 	opts, served, err := conf.parse(accounts, o.Entries, nil)
 	if err != nil {
-		return nil, fmt.Errorf("starting the embedded bus: reading %s and its include %s: %w", confPath, accPath, err)
+		read := confPath + " and its include " + accPath
+		if conf.operatorMode {
+			read = confPath
+		}
+		return nil, fmt.Errorf("starting the embedded bus: reading %s: %w", read, err)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -229,7 +256,7 @@ func startLocked(ctx context.Context, o EmbeddedOptions, dir string) (*Embedded,
 		return nil, fmt.Errorf("starting the embedded bus on %s: not ready for connections after 10s", listenOf(o))
 	}
 	e := &Embedded{srv: srv, dir: dir, url: srv.ClientURL(), conf: conf, halfWritten: halfWritten, stopped: make(chan struct{}),
-		authenticates: len(opts.Users) > 0, entries: o.Entries}
+		authenticates: len(opts.Users) > 0, entries: o.Entries, operatorMode: conf.operatorMode}
 	e.served.Store(served)
 	rec, err := json.Marshal(busRecord{URL: e.url, PID: os.Getpid(), Started: time.Now().UTC()})
 	if err == nil {
@@ -251,7 +278,8 @@ func listenOf(o EmbeddedOptions) string {
 }
 
 // serverSettings are server.conf's own settings, each one statement on one line: server_name,
-// listen, the jetstream block and the tls block when configured. Port 0 is written as -1:
+// listen, the jetstream block and the tls block when configured; in operator mode, then, the
+// operator-mode statements, whose blocks take several lines. Port 0 is written as -1:
 // nats-server reads a configured port 0 as "the default, 4222" (setBaselineOptions) and only -1
 // as "any free port".
 func serverSettings(o EmbeddedOptions, dir string) ([]string, error) {
@@ -288,6 +316,13 @@ func serverSettings(o EmbeddedOptions, dir string) ([]string, error) {
 		}
 		settings = append(settings, fmt.Sprintf("tls { cert_file: %s; key_file: %s }", confQuote(cert), confQuote(key)))
 	}
+	if o.Operator != nil {
+		statements, err := o.Operator.Statements(filepath.Join(dir, resolverDirName), embeddedResolverInterval)
+		if err != nil {
+			return nil, err
+		}
+		settings = append(settings, statements...)
+	}
 	return settings, nil
 }
 
@@ -313,23 +348,34 @@ type serverConfig struct {
 	settings []string // one statement each, in server.conf's order
 	path     string   // server.conf, the server's config file
 	noLog    bool     // no logger was given: the server logs nothing
+	// operatorMode: the settings put the server in operator mode, and there is no accounts
+	// config to include.
+	operatorMode bool
 }
 
 // file is server.conf's text: the settings, one a line, and the include of accounts.conf.
 func (c serverConfig) file() string {
 	var b strings.Builder
 	b.WriteString("# Written by meshctl each time it starts the embedded bus; edits here are overwritten.\n")
-	b.WriteString("# The users live in accounts.conf, which apply replaces and the bus reloads.\n")
+	if c.operatorMode {
+		b.WriteString("# Operator mode: the accounts are JWTs in the resolver's directory, pushed over the\n")
+		b.WriteString("# system account; nothing here changes when they do.\n")
+	} else {
+		b.WriteString("# The users live in accounts.conf, which apply replaces and the bus reloads.\n")
+	}
 	for _, s := range c.settings {
 		b.WriteString(s + "\n")
 	}
-	fmt.Fprintf(&b, "include %s\n", confQuote(accountsConfName))
+	if !c.operatorMode {
+		fmt.Fprintf(&b, "include %s\n", confQuote(accountsConfName))
+	}
 	return b.String()
 }
 
 // options parses the settings and accounts, the text of accounts.conf, as the server reads
 // server.conf and its include. The settings go on the accounts' first line, ahead of it, so a
-// line the parser names is the line of the accounts text. The text must be self-contained
+// line the parser names is the line of the accounts text (in operator mode, whose statements
+// take several lines, there is no accounts text). The text must be self-contained
 // (render's is): an include in it would resolve against the working directory, not the bus
 // directory.
 func (c serverConfig) options(accounts []byte) (*server.Options, error) {
@@ -376,6 +422,9 @@ func (e *Embedded) Server() *server.Server { return e.srv }
 // cannot parse, or one changing what it cannot reload — leaves it on the config it had, and is the
 // error.
 func (e *Embedded) Reload() error {
+	if e.operatorMode {
+		return fmt.Errorf("reloading the embedded bus: %w", ErrOperatorMode)
+	}
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
 	return e.reloadFile(nil)
@@ -458,6 +507,9 @@ type CheckedAccounts struct {
 // parse is kept: once accounts.conf holds exactly these bytes, the returned value's Reload
 // makes the change live without parsing it again, so a change costs the server one parse.
 func (e *Embedded) CheckAccounts(accounts []byte) (*CheckedAccounts, error) {
+	if e.operatorMode {
+		return nil, fmt.Errorf("checking an accounts config for the embedded bus: %w", ErrOperatorMode)
+	}
 	opts, served, err := e.conf.parse(accounts, e.entries, e.served.Load())
 	if err != nil {
 		return nil, refusedByParser(err)

@@ -33,11 +33,14 @@ type ClusterOptions struct {
 // server trusts Operator, keeps account JWTs in its own resolver directory, and answers on a
 // monitoring port. Stopped by the test's cleanup.
 type Cluster struct {
+	// Operator is the operator the cluster trusts, made by StartCluster; nil for a cluster
+	// StartClusterTrusting started.
 	Operator *Operator
 	Servers  []*Server
 
-	tb  testnats.TB
-	bin string
+	tb          testnats.TB
+	bin         string
+	systemCreds string
 }
 
 // Server is one server of a Cluster, which Stop and Start take down and bring back on the
@@ -60,6 +63,35 @@ type Server struct {
 // then does a push over the system account reach them all.
 func StartCluster(tb testnats.TB, opts ClusterOptions) *Cluster {
 	tb.Helper()
+	name := opts.OperatorName
+	if name == "" {
+		name = "MESHTEST"
+	}
+	o := NewOperator(tb, name)
+	preload := o.preload(tb)
+	c := StartClusterTrusting(tb, opts, func(resolverDir, interval string) string {
+		return fmt.Sprintf(`operator: %q
+system_account: %s
+resolver {
+  type: full
+  dir: %q
+  allow_delete: false
+  interval: %q
+}
+%s`, o.JWTFile, o.SystemAccount, resolverDir, interval, preload)
+	}, o.SystemUserCreds)
+	c.Operator = o
+	return c
+}
+
+// StartClusterTrusting starts a cluster whose servers are put in operator mode by trust:
+// given a server's own resolver directory and the resolver's interval, the statements that make
+// it trust an operator (operator, system_account, resolver, resolver_preload), as an operator
+// gives its servers. systemCreds is a creds file of a user of that operator's system account,
+// which the test connects as. It waits as StartCluster does. opts.OperatorName is not used:
+// the operator is trust's, and Cluster.Operator is nil.
+func StartClusterTrusting(tb testnats.TB, opts ClusterOptions, trust func(resolverDir, interval string) string, systemCreds string) *Cluster {
+	tb.Helper()
 	n := opts.Servers
 	if n == 0 {
 		n = 3
@@ -68,12 +100,7 @@ func StartCluster(tb testnats.TB, opts ClusterOptions) *Cluster {
 	if interval == "" {
 		interval = "2s"
 	}
-	name := opts.OperatorName
-	if name == "" {
-		name = "MESHTEST"
-	}
-	c := &Cluster{Operator: NewOperator(tb, name), tb: tb, bin: testnats.NATSServerBinary(tb)}
-	preload := c.Operator.preload(tb)
+	c := &Cluster{tb: tb, bin: testnats.NATSServerBinary(tb), systemCreds: systemCreds}
 	dir := tb.TempDir()
 	ports := testnats.FreePorts(tb, 3*n)
 	var routes []string
@@ -97,18 +124,11 @@ func StartCluster(tb testnats.TB, opts ClusterOptions) *Cluster {
 listen: "127.0.0.1:%d"
 http: "127.0.0.1:%d"
 log_file: %q
-operator: %q
-system_account: %s
-resolver {
-  type: full
-  dir: %q
-  allow_delete: false
-  interval: %q
-}
-%sjetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
+%s
+jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
 cluster { name: opmode-test, listen: "127.0.0.1:%d", routes: [%s] }
-`, srv.Name, ports[i], ports[2*n+i], srv.LogFile, c.Operator.JWTFile, c.Operator.SystemAccount, srv.ResolverDir, interval,
-			preload, filepath.Join(sdir, "js"), ports[n+i], strings.Join(routes, ", "))
+`, srv.Name, ports[i], ports[2*n+i], srv.LogFile, trust(srv.ResolverDir, interval),
+			filepath.Join(sdir, "js"), ports[n+i], strings.Join(routes, ", "))
 		if err := os.WriteFile(srv.ConfigFile, []byte(conf), 0o600); err != nil {
 			tb.Fatalf("%v", err)
 		}
@@ -154,7 +174,7 @@ func (c *Cluster) Names() []string {
 // ConnectSystem connects to the first running server as the system account's user.
 func (c *Cluster) ConnectSystem() *nats.Conn {
 	c.tb.Helper()
-	return c.connect(c.Operator.SystemUserCreds)
+	return c.connect(c.systemCreds)
 }
 
 // ConnectOther connects to srv as OTHER's user.
@@ -204,7 +224,7 @@ func (c *Cluster) Start(srv *Server) {
 // is answered by every running server: the routes carry system-account traffic both ways.
 func (c *Cluster) waitJoined() {
 	c.tb.Helper()
-	nc := c.connect(c.Operator.SystemUserCreds)
+	nc := c.connect(c.systemCreds)
 	defer nc.Close()
 	want := map[string]bool{}
 	for _, srv := range c.Servers {

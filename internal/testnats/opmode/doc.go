@@ -13,7 +13,9 @@
 //     with a user and a user of the system account, each with its creds file.
 //   - StartCluster: servers in operator mode on random ports in the test's directory, each
 //     with a monitoring port, preloaded with the system account and OTHER, that a test can
-//     stop and start again.
+//     stop and start again; StartClusterTrusting, the same servers trusting an operator the
+//     test made itself, configured by the statements it gives.
+//   - RunCLI: the nats CLI on an nsc store in a directory of the test's own.
 //
 // It is test support and imports nothing of meshctl but internal/testnats, so the package it
 // tests can use it. It must not reach a server it did not start, and it never pushes or

@@ -32,8 +32,7 @@ type Operator struct {
 	SystemUserCreds string
 	OtherUserCreds  string
 
-	bin string
-	env []string
+	home string
 }
 
 // NewOperator makes an operator named name in a directory of the test's own, the way an admin
@@ -42,16 +41,11 @@ type Operator struct {
 func NewOperator(tb testnats.TB, name string) *Operator {
 	tb.Helper()
 	home := tb.TempDir()
-	// The nats CLI keeps its store under $XDG_DATA_HOME/nats/nsc and its selected operator
-	// under $XDG_CONFIG_HOME/nats/cli: both point into the test's directory, never the
-	// user's.
 	o := &Operator{
-		Name: name,
-		bin:  NatsCLIBinary(tb),
-		env: append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+filepath.Join(home, "data"),
-			"XDG_CONFIG_HOME="+filepath.Join(home, "config")),
-		StoreDir:        filepath.Join(home, "data", "nats", "nsc", "stores", name),
-		KeysDir:         filepath.Join(home, "data", "nats", "nsc", "keys"),
+		Name:            name,
+		home:            home,
+		StoreDir:        filepath.Join(StoreRoot(home), "stores", name),
+		KeysDir:         filepath.Join(StoreRoot(home), "keys"),
 		SystemUserCreds: filepath.Join(home, "sys.creds"),
 		OtherUserCreds:  filepath.Join(home, "other.creds"),
 	}
@@ -77,8 +71,23 @@ func NewOperator(tb testnats.TB, name string) *Operator {
 // Run runs the nats CLI on the operator's store and returns its output.
 func (o *Operator) Run(tb testnats.TB, args ...string) []byte {
 	tb.Helper()
-	cmd := exec.Command(o.bin, args...)
-	cmd.Env = o.env
+	return RunCLI(tb, o.home, args...)
+}
+
+// StoreRoot is where the nats CLI run by RunCLI on home keeps its nsc store: the directory
+// holding stores/ and keys/.
+func StoreRoot(home string) string { return filepath.Join(home, "data", "nats", "nsc") }
+
+// RunCLI runs the nats CLI with home as its home, so that it reads and writes the nsc store at
+// StoreRoot(home), and returns its output; it fails the test when the CLI fails.
+func RunCLI(tb testnats.TB, home string, args ...string) []byte {
+	tb.Helper()
+	cmd := exec.Command(NatsCLIBinary(tb), args...)
+	// The nats CLI keeps its store under $XDG_DATA_HOME/nats/nsc and its selected operator
+	// under $XDG_CONFIG_HOME/nats/cli: both point into the test's directory, never the
+	// user's.
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+filepath.Join(home, "data"),
+		"XDG_CONFIG_HOME="+filepath.Join(home, "config"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		tb.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
