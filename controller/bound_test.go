@@ -12,6 +12,7 @@ import (
 	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/internal/testwait"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
@@ -111,7 +112,7 @@ func TestTheControlBoundIsAnUpdateInPlace(t *testing.T) {
 	f := startStopped(t, twoNodes)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	api, err := reconcile.NewAPI(f.ctrl.probe(t, f.bus.URL()).Conn)
+	api, err := jsapi.New(f.ctrl.probe(t, f.bus.URL()).Conn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testwait"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -120,7 +121,7 @@ func startStopped(t *testing.T, description string, opts ...func(*Config)) *fixt
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	api, err := reconcile.NewAPI(conn.Conn)
+	api, err := jsapi.New(conn.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}

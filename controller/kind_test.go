@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
 	"github.com/meshbus/meshctl/render"
@@ -49,7 +50,7 @@ func (f *fixture) apply() {
 		f.t.Fatal(err)
 	}
 	defer conn.Close()
-	api, err := reconcile.NewAPI(conn.Conn)
+	api, err := jsapi.New(conn.Conn)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/host/hosttest"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -60,7 +61,7 @@ func jobs() []job {
 
 	// The controller.
 	add(ctl, "read the streams and consumers it created, and plan nothing", func(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
-		api, err := reconcile.NewAPI(as.Conn().Conn)
+		api, err := jsapi.New(as.Conn().Conn)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/accounts"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -43,7 +44,7 @@ type Progress func(done, total int, c plan.Change, err error)
 // What a plan counted in a stream is history by the time the stream goes: a deletion or a
 // replacement runs as drain.go decides, and a renamed seat's queue stops handing out work
 // before the accounts config is reloaded.
-func Apply(ctx context.Context, p *plan.Plan, api API, conf accounts.File, progress Progress) (int, error) {
+func Apply(ctx context.Context, p *plan.Plan, api jsapi.API, conf accounts.File, progress Progress) (int, error) {
 	return apply(ctx, p, api, conf, progress, nil, nil, nil)
 }
 
@@ -55,7 +56,7 @@ func Apply(ctx context.Context, p *plan.Plan, api API, conf accounts.File, progr
 // halt, when not nil, is shown each change's error and returns non-nil for one that stops
 // the apply (a full disk): every change after it would fail the same way, so the calls not
 // yet sent are not, and the apply ends with that one error, not a line per change.
-func apply(ctx context.Context, p *plan.Plan, api API, conf accounts.File, progress Progress, gate *busGate, created *answers, halt func(error) error) (int, error) {
+func apply(ctx context.Context, p *plan.Plan, api jsapi.API, conf accounts.File, progress Progress, gate *busGate, created *answers, halt func(error) error) (int, error) {
 	if p.Blocked() {
 		why := p.Summary().String()
 		if p.MassDeleteRefused() {
@@ -228,7 +229,7 @@ func runPhase(ctx context.Context, changes []plan.Change, do func(context.Contex
 	return errors.Join(errs...)
 }
 
-func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, conf accounts.File, created *answers) error {
+func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api jsapi.API, conf accounts.File, created *answers) error {
 	var err error
 	switch c.Kind {
 	case plan.KindStream:
@@ -237,7 +238,7 @@ func applyOne(ctx context.Context, c plan.Change, p *plan.Plan, api API, conf ac
 			err = api.CreateStream(ctx, *c.After.(*jetstream.StreamConfig))
 		case plan.Update:
 			if !p.AllowDataLoss {
-				err = stillKept(ctx, api, *c.After.(*jetstream.StreamConfig))
+				err = jsapi.StillKept(ctx, api, *c.After.(*jetstream.StreamConfig))
 			}
 			if err == nil {
 				err = api.UpdateStream(ctx, *c.After.(*jetstream.StreamConfig))

@@ -7,13 +7,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshbus/meshctl/jsapi"
 )
 
 // Counting wraps an API and counts its calls, reads and writes apart: a converged apply
 // must make no mutating call at all, and a small change only the calls it needs.
 // StreamMutations and ConsumerMutations split Mutations by the object they change.
 type Counting struct {
-	API
+	jsapi.API
 	Reads, Mutations                   atomic.Int64
 	StreamMutations, ConsumerMutations atomic.Int64
 }
@@ -41,7 +43,7 @@ func (c *Counting) ListConsumers(ctx context.Context, s string) ([]*jetstream.Co
 // ConsumerPages is counted as the one read ListConsumers is.
 func (c *Counting) ConsumerPages(ctx context.Context, s string, each func(total int, infos []*jetstream.ConsumerInfo)) error {
 	c.Reads.Add(1)
-	return eachConsumerPage(ctx, c.API, s, each)
+	return jsapi.EachConsumerPage(ctx, c.API, s, each)
 }
 
 func (c *Counting) ConsumerNames(ctx context.Context, s string) ([]string, error) {

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/state"
 )
@@ -15,7 +16,7 @@ import (
 // interrupting is an API whose first read of the streams runs interrupt first: the reconcile
 // is under way, its session connected, when it happens.
 type interrupting struct {
-	API
+	jsapi.API
 	interrupt func()
 	done      atomic.Bool
 }

@@ -2,9 +2,9 @@
 // records what was done.
 //
 // It owns the I/O of a reconcile and nothing of its logic: what to change is the plan
-// package's pure decision. It reads streams and consumers in pages, never one by one;
-// it applies a plan whole or not at all (a conflict or a refused change stops it before
-// any call), in the plan's order, sending whole configs, and the accounts config through the
+// package's pure decision, and the JetStream calls themselves are package jsapi's. It reads
+// streams and consumers in pages, never one by one; it applies a plan whole or not at all (a
+// conflict or a refused change stops it before any call), in the plan's order, sending whole configs, and the accounts config through the
 // accounts package, which checks, writes, reloads, proves and puts back. A converged bus costs the
 // read and nothing else: no mutating call, no write, no reload. An apply that changes
 // bus.auth, allowed by the operator, first revokes every credential of the old kind

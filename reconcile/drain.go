@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -103,7 +104,7 @@ func sequenceFor(c plan.Change, allowLoss bool) drainSequence {
 // nothing or safely elsewhere. What each step relies on the server to do, and why sourcing the
 // old queue into the new one would lose messages, is docs/nats-behaviour.md, "Taking a stream
 // out of service".
-func drain(ctx context.Context, api API, c plan.Change, allowLoss bool) error {
+func drain(ctx context.Context, api jsapi.API, c plan.Change, allowLoss bool) error {
 	d := &drainer{api: api, c: c}
 	for _, step := range sequenceFor(c, allowLoss).Steps {
 		if err := d.do(ctx, step); err != nil {
@@ -118,7 +119,7 @@ func drain(ctx context.Context, api API, c plan.Change, allowLoss bool) error {
 // before their stream is deleted (a refused reload must not leave a seat's holder without
 // work), and does nothing to a consumer gone with its stream. A pause also ends by itself,
 // pauseFor after it began, should meshctl stop before either.
-func quiesce(ctx context.Context, api API, changes []plan.Change, allowLoss bool) (resume func(), err error) {
+func quiesce(ctx context.Context, api jsapi.API, changes []plan.Change, allowLoss bool) (resume func(), err error) {
 	var ds []*drainer
 	resume = func() {
 		for _, d := range ds {
@@ -150,7 +151,7 @@ const awaitPoll = 20 * time.Millisecond
 
 // drainer carries out one stream's steps, remembering what it found and did.
 type drainer struct {
-	api API
+	api jsapi.API
 	c   plan.Change
 	// found is the stream's config as found, before its subjects were moved away; created
 	// names its messages' copies.
@@ -295,7 +296,7 @@ func (d *drainer) move(ctx context.Context, deleteEach bool) error {
 	name, m := d.c.Name, d.c.Move
 	for seq := uint64(0); ; {
 		msg, err := d.api.NextMsg(ctx, name, seq)
-		if errors.Is(err, ErrNoMessage) {
+		if errors.Is(err, jsapi.ErrNoMessage) {
 			return nil
 		}
 		if err != nil {

@@ -24,7 +24,7 @@ func filterMesh(n int) string {
 // A consumer's filters change from any count to any other in one apply, each apply on a
 // bus started afresh as a one-shot `meshctl apply` starts the embedded one: nats-server
 // answers the first update of a consumer it restored with the config it restored (see
-// jsAPI.upsertConsumer), and nats.go took that answer for a server without multiple filters.
+// jsapi's upsertConsumer), and nats.go took that answer for a server without multiple filters.
 func TestAConsumersFiltersChangeInEveryDirectionInOneApply(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -119,7 +120,7 @@ func TestALoweredLimitIsRefusedThenAllowedAndTheCountIsTheServers(t *testing.T) 
 	var sum uint64
 	for seq := uint64(0); ; {
 		m, err := s.API.NextStored(ctx, "EVENTS", seq)
-		if errors.Is(err, ErrNoMessage) {
+		if errors.Is(err, jsapi.ErrNoMessage) {
 			break
 		}
 		if err != nil {
@@ -267,7 +268,7 @@ func TestALoweredLimitIsCheckedAgainAsItRuns(t *testing.T) {
 	if !planned {
 		t.Fatal("the plan did not update EVENTS to 8KiB with nothing at stake")
 	}
-	if !errors.Is(err, ErrWouldDiscard) {
+	if !errors.Is(err, jsapi.ErrWouldDiscard) {
 		t.Fatalf("the update of a stream that grew past its new limit meanwhile: %v; want it not sent", err)
 	}
 	if got := streamState(ctx, t, f.js(s), "EVENTS"); got.Msgs != 34 {

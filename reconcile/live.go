@@ -8,10 +8,13 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/accounts"
+	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 )
@@ -23,13 +26,13 @@ const listConcurrency = 16
 // ReadLive reads what is on the bus: every stream, in pages, and the consumers of every
 // stream meshctl owns (a foreign stream is left alone, consumers and all), plus the accounts config at
 // accountsPath and the last applied holders.
-func ReadLive(ctx context.Context, api API, accountsPath string, holding []model.Holding) (plan.Live, error) {
+func ReadLive(ctx context.Context, api jsapi.API, accountsPath string, holding []model.Holding) (plan.Live, error) {
 	return readLive(ctx, api, accountsPath, holding, nil)
 }
 
 // readLive is ReadLive, reading the consumers only of what scope names (all of them when it
 // is nil).
-func readLive(ctx context.Context, api API, accountsPath string, holding []model.Holding, scope *readScope) (plan.Live, error) {
+func readLive(ctx context.Context, api jsapi.API, accountsPath string, holding []model.Holding, scope *readScope) (plan.Live, error) {
 	live, err := readBus(ctx, api, holding, scope)
 	if err != nil {
 		return live, err
@@ -54,7 +57,7 @@ type readScope struct {
 }
 
 // readBus is readLive without the accounts config: the streams and consumers.
-func readBus(ctx context.Context, api API, holding []model.Holding, scope *readScope) (plan.Live, error) {
+func readBus(ctx context.Context, api jsapi.API, holding []model.Holding, scope *readScope) (plan.Live, error) {
 	live := plan.Live{Holding: holding}
 	streams, err := api.ListStreams(ctx)
 	if err != nil {
@@ -125,10 +128,10 @@ func readBus(ctx context.Context, api API, holding []model.Holding, scope *readS
 
 // liveConsumers reads the consumers of stream as readConsumers does, as the plan compares
 // them, appended to into. The whole list is kept a page at a time as the API hands it over
-// (consumerPages), its infos let go page by page; and sized once, from the length the server
-// gives where into has no room for it: EVENTS of a large mesh has a consumer per module
+// (jsapi.ConsumerPager), its infos let go page by page; and sized once, from the length the
+// server gives where into has no room for it: EVENTS of a large mesh has a consumer per module
 // instance, and a list grown by appending copies itself over and over.
-func liveConsumers(ctx context.Context, api API, stream string, names []string, answered map[string]*jetstream.ConsumerInfo, into []plan.LiveConsumer) ([]plan.LiveConsumer, error) {
+func liveConsumers(ctx context.Context, api jsapi.API, stream string, names []string, answered map[string]*jetstream.ConsumerInfo, into []plan.LiveConsumer) ([]plan.LiveConsumer, error) {
 	out := into
 	keep := func(total int, infos []*jetstream.ConsumerInfo) {
 		if len(out) == 0 && cap(out) < total {
@@ -140,7 +143,7 @@ func liveConsumers(ctx context.Context, api API, stream string, names []string, 
 		}
 	}
 	if names == nil && answered == nil {
-		if err := eachConsumerPage(ctx, api, stream, keep); err != nil {
+		if err := jsapi.EachConsumerPage(ctx, api, stream, keep); err != nil {
 			return nil, err
 		}
 		return out, nil
@@ -156,7 +159,7 @@ func liveConsumers(ctx context.Context, api API, stream string, names []string, 
 // readConsumers reads the consumers of stream named, each on its own (a consumer that is gone
 // is left out), or the stream's whole list when names is nil. With answered, it reads the
 // stream's consumer names and returns the answer of each one named: the others are left out.
-func readConsumers(ctx context.Context, api API, stream string, names []string, answered map[string]*jetstream.ConsumerInfo) ([]*jetstream.ConsumerInfo, error) {
+func readConsumers(ctx context.Context, api jsapi.API, stream string, names []string, answered map[string]*jetstream.ConsumerInfo) ([]*jetstream.ConsumerInfo, error) {
 	if answered != nil {
 		served, err := api.ConsumerNames(ctx, stream)
 		if err != nil {
@@ -201,4 +204,21 @@ func readAccounts(path string) ([]byte, bool, error) {
 	default:
 		return nil, false, fmt.Errorf("reading the accounts config in use: %w", err)
 	}
+}
+
+// askBus gives live what a plan asks the bus beyond its listing, and only when it asks: how
+// many messages a stream's lowered limits discard, and how much the bus's JetStream has. A plan
+// that lowers no limit and creates or changes no stream asks neither, so a converged plan costs
+// nothing more. embedded is the bus this process runs, nil for any other.
+func askBus(ctx context.Context, api jsapi.API, embedded *bus.Embedded, live *plan.Live) {
+	read := live.Streams
+	live.CountDiscards = func(stream string, l plan.Limits) (uint64, bool, error) {
+		for i := range read {
+			if read[i].Config.Name == stream {
+				return jsapi.CountDiscards(ctx, api, &read[i], l, time.Now())
+			}
+		}
+		return 0, true, nil
+	}
+	live.ReadCapacity = func() (plan.Capacity, error) { return jsapi.Capacity(ctx, api, embedded) }
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/replica"
 	"github.com/meshbus/meshctl/state"
 )
@@ -59,7 +57,7 @@ func (s *Session) takeBusLock(ctx context.Context, wait bool, notice func(string
 	told := false
 	// Asked again while the bus is between leaders, as every call on a cluster is: a take
 	// whose answer was lost finds its own holding, and keeps it (replica's Acquire).
-	lock, err := retryCall(ctx, func(actx context.Context) (*replica.Lease, error) {
+	lock, err := jsapi.RetryCall(ctx, func(actx context.Context) (*replica.Lease, error) {
 		if !wait {
 			return s.onBus.leases.Acquire(actx, replica.LockKey, me)
 		}
@@ -115,7 +113,7 @@ func Holder(ctx context.Context, store *state.Store, role string) (replica.Holde
 
 // own makes this session the store's one writer on the bus (see above), under the lock.
 func (s *Session) own(ctx context.Context, me replica.Holder) error {
-	fence, err := retryCall(ctx, s.onBus.kv.Fenced)
+	fence, err := jsapi.RetryCall(ctx, s.onBus.kv.Fenced)
 	if err != nil {
 		return err
 	}
@@ -125,7 +123,7 @@ func (s *Session) own(ctx context.Context, me replica.Holder) error {
 	by := fence.By
 	if fence.OK && by.Copy == me.Copy {
 		s.onBus.kv.Adopt(fence)
-	} else if err := retry(ctx, func(ctx context.Context) error { return s.onBus.kv.Fence(ctx, me) }); err != nil {
+	} else if err := jsapi.Retry(ctx, func(ctx context.Context) error { return s.onBus.kv.Fence(ctx, me) }); err != nil {
 		// A fence whose answer was lost and is written again: the later one is the fence.
 		return err
 	}
@@ -137,7 +135,7 @@ func (s *Session) own(ctx context.Context, me replica.Holder) error {
 		s.onBus.fresh = false
 		return nil
 	}
-	records, err := retryCall(ctx, s.onBus.kv.ReadAll)
+	records, err := jsapi.RetryCall(ctx, s.onBus.kv.ReadAll)
 	if err != nil {
 		return fmt.Errorf("reading the store kept on the bus at %s, which %s wrote last: %w", s.Target.Address(), by, err)
 	}
@@ -165,86 +163,4 @@ func (s *Session) owned() error {
 		return s.opts.Owned()
 	}
 	return nil
-}
-
-// ownedAPI is an API whose every mutating call first asks owned.
-type ownedAPI struct {
-	API
-	owned func() error
-}
-
-// guarded is api, each mutating call asking owned first; api itself where owned is nil.
-func guarded(api API, owned func() error) API {
-	if owned == nil {
-		return api
-	}
-	return ownedAPI{API: api, owned: owned}
-}
-
-// ConsumerPages passes the paged list of the API it guards on: a read asks nothing.
-func (a ownedAPI) ConsumerPages(ctx context.Context, stream string, each func(total int, infos []*jetstream.ConsumerInfo)) error {
-	return eachConsumerPage(ctx, a.API, stream, each)
-}
-
-func (a ownedAPI) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
-	if err := a.owned(); err != nil {
-		return err
-	}
-	return a.API.CreateStream(ctx, cfg)
-}
-
-func (a ownedAPI) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
-	if err := a.owned(); err != nil {
-		return err
-	}
-	return a.API.UpdateStream(ctx, cfg)
-}
-
-func (a ownedAPI) DeleteStream(ctx context.Context, name string) error {
-	if err := a.owned(); err != nil {
-		return err
-	}
-	return a.API.DeleteStream(ctx, name)
-}
-
-func (a ownedAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error) {
-	if err := a.owned(); err != nil {
-		return nil, err
-	}
-	return a.API.CreateConsumer(ctx, stream, cfg)
-}
-
-func (a ownedAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
-	if err := a.owned(); err != nil {
-		return err
-	}
-	return a.API.UpdateConsumer(ctx, stream, cfg)
-}
-
-func (a ownedAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
-	if err := a.owned(); err != nil {
-		return err
-	}
-	return a.API.DeleteConsumer(ctx, stream, name)
-}
-
-func (a ownedAPI) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
-	if err := a.owned(); err != nil {
-		return err
-	}
-	return a.API.DeleteMsg(ctx, stream, seq)
-}
-
-func (a ownedAPI) Publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
-	if err := a.owned(); err != nil {
-		return nil, err
-	}
-	return a.API.Publish(ctx, msg)
-}
-
-func (a ownedAPI) PauseConsumer(ctx context.Context, stream, consumer string, until time.Time) error {
-	if err := a.owned(); err != nil {
-		return err
-	}
-	return a.API.PauseConsumer(ctx, stream, consumer, until)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -81,7 +82,7 @@ func predialTo(ctx context.Context, stateDir, url string, list bool) *Predial {
 		if p.err != nil || !list {
 			return
 		}
-		api, err := NewAPI(p.conn.Conn)
+		api, err := jsapi.New(p.conn.Conn)
 		if err != nil {
 			p.listErr = err
 			return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
@@ -132,10 +133,10 @@ func (s *Session) keepReplica(ctx context.Context) error {
 		return err
 	}
 	// Right after a server starts, or a meta leader changes, JetStream answers nobody for a
-	// moment: asked again, as the plan's calls are on a cluster (retryCall).
-	leases, err := retryCallIf(ctx, func(ctx context.Context) (*replica.Leases, error) {
+	// moment: asked again, as the plan's calls are on a cluster (jsapi.RetryCall).
+	leases, err := jsapi.RetryCallIf(ctx, func(ctx context.Context) (*replica.Leases, error) {
 		return replica.OpenLeases(ctx, js, s.onBus.replicas)
-	}, placing)
+	}, jsapi.Placing)
 	if err != nil {
 		return fmt.Errorf("keeping the store on the bus at %s: %w", s.Target.Address(), err)
 	}
@@ -238,7 +239,7 @@ func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*buscl
 // there is none, and refuses one that keeps another store's copy. fresh says the bucket holds
 // no copy of any store yet: the whole store is owed to it.
 func bindReplica(ctx context.Context, store *state.Store, js jetstream.JetStream, replicas int, t busclient.Target) (kv *replica.KV, fresh bool, err error) {
-	kv, err = retryCallIf(ctx, func(ctx context.Context) (*replica.KV, error) { return replica.Open(ctx, js, replicas) }, placing)
+	kv, err = jsapi.RetryCallIf(ctx, func(ctx context.Context) (*replica.KV, error) { return replica.Open(ctx, js, replicas) }, jsapi.Placing)
 	if err != nil {
 		return nil, false, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)
 	}
@@ -246,7 +247,7 @@ func bindReplica(ctx context.Context, store *state.Store, js jetstream.JetStream
 	if err != nil {
 		return nil, false, err
 	}
-	kept, err := retryCall(ctx, func(ctx context.Context) ([]byte, error) { return kv.Get(ctx, state.IdentityKey) })
+	kept, err := jsapi.RetryCall(ctx, func(ctx context.Context) ([]byte, error) { return kv.Get(ctx, state.IdentityKey) })
 	if err != nil {
 		return nil, false, fmt.Errorf("keeping the store on the bus at %s: %w", t.Address(), err)
 	}

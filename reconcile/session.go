@@ -16,6 +16,7 @@ import (
 	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
@@ -58,7 +59,7 @@ type Options struct {
 type Session struct {
 	Store    *state.Store
 	Conn     *busclient.Conn
-	API      API
+	API      jsapi.API
 	Accounts accounts.File
 	Target   busclient.Target
 	// Embedded is the bus this process runs, nil when the bus is external or another
@@ -242,7 +243,7 @@ func (s *Session) connect(ctx context.Context) error {
 			return err
 		}
 	}
-	api, err := NewAPI(conn.Conn)
+	api, err := jsapi.New(conn.Conn)
 	if err != nil {
 		conn.Close()
 		return err
@@ -251,7 +252,7 @@ func (s *Session) connect(ctx context.Context) error {
 	if s.Conn != nil {
 		s.Conn.Close()
 	}
-	s.Conn, s.API = conn, guarded(retrying(api, s.Target), s.owned)
+	s.Conn, s.API = conn, jsapi.Guarded(jsapi.Retrying(api, s.Target), s.owned)
 	return s.keepReplica(ctx)
 }
 

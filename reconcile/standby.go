@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/replica"
@@ -61,7 +62,7 @@ func (s *Standby) bind(ctx context.Context, replicas int) error {
 	if s.kv, _, err = bindReplica(ctx, s.store, s.js, replicas, s.target); err != nil {
 		return err
 	}
-	s.leases, err = retryCallIf(ctx, func(ctx context.Context) (*replica.Leases, error) { return replica.OpenLeases(ctx, s.js, replicas) }, placing)
+	s.leases, err = jsapi.RetryCallIf(ctx, func(ctx context.Context) (*replica.Leases, error) { return replica.OpenLeases(ctx, s.js, replicas) }, jsapi.Placing)
 	return err
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/plan"
 )
 
@@ -18,7 +19,7 @@ import (
 // right after the server acknowledged its creation, as one created while the server was
 // killed was: the next times times (a negative times: every time).
 type losingAPI struct {
-	API
+	jsapi.API
 	lose  string
 	times atomic.Int64
 }
@@ -34,7 +35,7 @@ func (a *losingAPI) CreateConsumer(ctx context.Context, stream string, cfg jetst
 
 // listCounting counts the consumer lists asked for, and the name lists.
 type listCounting struct {
-	API
+	jsapi.API
 	n, names atomic.Int64
 }
 
@@ -51,7 +52,7 @@ func (a *listCounting) ConsumerNames(ctx context.Context, stream string) ([]stri
 // misanswering is the real API of a real server, except that its answer to the creation of
 // the consumer named differs from what the server created: another description.
 type misanswering struct {
-	API
+	jsapi.API
 	named string
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/testwait"
+	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/reconcile"
@@ -194,7 +195,7 @@ func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
 // finds done. The embedded bus answers, or the test fails at once.
 func (b *Mesh) create(t testing.TB, conf accounts.File) {
 	t.Helper()
-	api, err := reconcile.NewAPI(b.MustJoin(t, render.ControllerUser).Conn().Conn)
+	api, err := jsapi.New(b.MustJoin(t, render.ControllerUser).Conn().Conn)
 	if err != nil {
 		t.Fatal(err)
 	}

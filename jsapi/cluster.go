@@ -1,4 +1,4 @@
-package reconcile
+package jsapi
 
 import (
 	"context"
@@ -31,8 +31,8 @@ const (
 // clusterAPI is an API retrying transient cluster errors.
 type clusterAPI struct{ API }
 
-// retrying wraps api for a bus of several servers; one server has no leader to lose.
-func retrying(api API, t busclient.Target) API {
+// Retrying wraps api for a bus of several servers; one server has no leader to lose.
+func Retrying(api API, t busclient.Target) API {
 	if t.Others == "" {
 		return api
 	}
@@ -53,20 +53,25 @@ func transient(err error) bool {
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
-func retryCall[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	return retryCallIf(ctx, f, transient)
+// RetryCall calls f until it succeeds or fails in a way no leader change explains, each
+// attempt bounded by metaAttemptWait, for at most metaRetryWait: a call on a cluster, and a
+// read of the store's bucket there, outlives an election.
+func RetryCall[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	return RetryCallIf(ctx, f, transient)
 }
 
-// placing reports whether err is transient, or the server finding no peer to place a new
+// Placing reports whether err is transient, or the server finding no peer to place a new
 // replicated stream on while one of them is offline (err 10005): a cluster just started, or a
 // server just back, until the meta leader counts it current again. Only for the store's own
 // buckets, made once per connection: a plan's create is not held up by a server that is down.
-func placing(err error) bool {
+func Placing(err error) bool {
 	var apiErr *jetstream.APIError
 	return transient(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == 10005
 }
 
-func retryCallIf[T any](ctx context.Context, f func(context.Context) (T, error), retryable func(error) bool) (T, error) {
+// RetryCallIf is RetryCall, retrying the errors retryable says (Placing, for a bucket made
+// while a server may be down).
+func RetryCallIf[T any](ctx context.Context, f func(context.Context) (T, error), retryable func(error) bool) (T, error) {
 	deadline := time.Now().Add(metaRetryWait)
 	for {
 		actx, cancel := context.WithTimeout(ctx, metaAttemptWait)
@@ -83,57 +88,58 @@ func retryCallIf[T any](ctx context.Context, f func(context.Context) (T, error),
 	}
 }
 
-func retry(ctx context.Context, f func(context.Context) error) error {
-	_, err := retryCall(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+// Retry is RetryCall for a call that returns only an error.
+func Retry(ctx context.Context, f func(context.Context) error) error {
+	_, err := RetryCall(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
 	return err
 }
 
 func (a clusterAPI) ListStreams(ctx context.Context) ([]*jetstream.StreamInfo, error) {
-	return retryCall(ctx, a.API.ListStreams)
+	return RetryCall(ctx, a.API.ListStreams)
 }
 
 func (a clusterAPI) ListConsumers(ctx context.Context, stream string) ([]*jetstream.ConsumerInfo, error) {
-	return retryCall(ctx, func(ctx context.Context) ([]*jetstream.ConsumerInfo, error) { return a.API.ListConsumers(ctx, stream) })
+	return RetryCall(ctx, func(ctx context.Context) ([]*jetstream.ConsumerInfo, error) { return a.API.ListConsumers(ctx, stream) })
 }
 
 func (a clusterAPI) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
-	return retry(ctx, func(ctx context.Context) error { return a.API.CreateStream(ctx, cfg) })
+	return Retry(ctx, func(ctx context.Context) error { return a.API.CreateStream(ctx, cfg) })
 }
 
 func (a clusterAPI) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) error {
-	return retry(ctx, func(ctx context.Context) error { return a.API.UpdateStream(ctx, cfg) })
+	return Retry(ctx, func(ctx context.Context) error { return a.API.UpdateStream(ctx, cfg) })
 }
 
 func (a clusterAPI) DeleteStream(ctx context.Context, name string) error {
-	return retry(ctx, func(ctx context.Context) error { return a.API.DeleteStream(ctx, name) })
+	return Retry(ctx, func(ctx context.Context) error { return a.API.DeleteStream(ctx, name) })
 }
 
 func (a clusterAPI) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (*jetstream.ConsumerInfo, error) {
-	return retryCall(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	return RetryCall(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
 		return a.API.CreateConsumer(ctx, stream, cfg)
 	})
 }
 
 func (a clusterAPI) ConsumerNames(ctx context.Context, stream string) ([]string, error) {
-	return retryCall(ctx, func(ctx context.Context) ([]string, error) { return a.API.ConsumerNames(ctx, stream) })
+	return RetryCall(ctx, func(ctx context.Context) ([]string, error) { return a.API.ConsumerNames(ctx, stream) })
 }
 
 func (a clusterAPI) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
-	return retry(ctx, func(ctx context.Context) error { return a.API.UpdateConsumer(ctx, stream, cfg) })
+	return Retry(ctx, func(ctx context.Context) error { return a.API.UpdateConsumer(ctx, stream, cfg) })
 }
 
 func (a clusterAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
-	return retry(ctx, func(ctx context.Context) error { return a.API.DeleteConsumer(ctx, stream, name) })
+	return Retry(ctx, func(ctx context.Context) error { return a.API.DeleteConsumer(ctx, stream, name) })
 }
 
 // ConsumerInfo is retried too: a verification reads a consumer from its leader.
 func (a clusterAPI) ConsumerInfo(ctx context.Context, stream, name string) (*jetstream.ConsumerInfo, error) {
-	return retryCall(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	return RetryCall(ctx, func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
 		return a.API.ConsumerInfo(ctx, stream, name)
 	})
 }
 
 // StreamInfo is retried too: the data-loss guard reads a stream's state from its leader.
 func (a clusterAPI) StreamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
-	return retryCall(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) { return a.API.StreamInfo(ctx, stream) })
+	return RetryCall(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) { return a.API.StreamInfo(ctx, stream) })
 }

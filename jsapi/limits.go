@@ -1,4 +1,4 @@
-package reconcile
+package jsapi
 
 import (
 	"context"
@@ -11,23 +11,6 @@ import (
 	"github.com/meshbus/meshctl/bus"
 	"github.com/meshbus/meshctl/plan"
 )
-
-// askBus gives live what a plan asks the bus beyond its listing, and only when it asks: how
-// many messages a stream's lowered limits discard, and how much the bus's JetStream has. A plan
-// that lowers no limit and creates or changes no stream asks neither, so a converged plan costs
-// nothing more. embedded is the bus this process runs, nil for any other.
-func askBus(ctx context.Context, api API, embedded *bus.Embedded, live *plan.Live) {
-	read := live.Streams
-	live.CountDiscards = func(stream string, l plan.Limits) (uint64, bool, error) {
-		for i := range read {
-			if read[i].Config.Name == stream {
-				return countDiscards(ctx, api, &read[i], l, time.Now())
-			}
-		}
-		return 0, true, nil
-	}
-	live.ReadCapacity = func() (plan.Capacity, error) { return capacity(ctx, api, embedded) }
-}
 
 // Stored is a message as its stream accounts for it: its sequence, when it was stored, and the
 // lengths of its subject, header and data, which make the bytes its store counts (Size).
@@ -57,10 +40,10 @@ func (m Stored) Size(storage jetstream.StorageType) uint64 {
 // reading gigabytes at every plan.
 const countBound = 10_000
 
-// countDiscards counts the messages of s that limits discard at once, now: its oldest, one by
+// CountDiscards counts the messages of s that limits discard at once, now: its oldest, one by
 // one, while the stream holds more messages or bytes than the limits allow or the message is
 // older than max_age, as the server drops them. exact is false when it stopped at countBound.
-func countDiscards(ctx context.Context, api API, s *plan.LiveStream, l plan.Limits, now time.Time) (uint64, bool, error) {
+func CountDiscards(ctx context.Context, api API, s *plan.LiveStream, l plan.Limits, now time.Time) (uint64, bool, error) {
 	msgs, bytes := s.Messages, s.Bytes
 	var cutoff time.Time
 	if l.MaxAge > 0 {
@@ -93,11 +76,11 @@ func countDiscards(ctx context.Context, api API, s *plan.LiveStream, l plan.Limi
 	}
 }
 
-// capacity is what the bus says its JetStream has for the mesh's streams: the account's
+// Capacity is what the bus says its JetStream has for the mesh's streams: the account's
 // limits where it has them (an account's count every replica), and otherwise, on the bus this
 // process runs, the server's own store (75% of its disk's free space when it started, unless
 // configured). An account without limits on a server run elsewhere says nothing: -1.
-func capacity(ctx context.Context, api API, embedded *bus.Embedded) (plan.Capacity, error) {
+func Capacity(ctx context.Context, api API, embedded *bus.Embedded) (plan.Capacity, error) {
 	c := plan.Capacity{File: -1, Memory: -1}
 	info, err := api.AccountInfo(ctx)
 	if err != nil {
@@ -123,11 +106,11 @@ func capacity(ctx context.Context, api API, embedded *bus.Embedded) (plan.Capaci
 // not count: the stream took more since, and the operator has not allowed data loss.
 var ErrWouldDiscard = errors.New("the update would discard messages")
 
-// stillKept checks, as a stream's update runs without leave to lose data, that the stream
+// StillKept checks, as a stream's update runs without leave to lose data, that the stream
 // holds nothing its new limits discard: the plan counted nothing beyond them, but messages
 // kept arriving while it was applied. As a replacement is checked again before it runs
-// (drain.go), an update that would now discard is not sent.
-func stillKept(ctx context.Context, api API, want jetstream.StreamConfig) error {
+// (reconcile's drain.go), an update that would now discard is not sent.
+func StillKept(ctx context.Context, api API, want jetstream.StreamConfig) error {
 	info, err := api.StreamInfo(ctx, want.Name)
 	if err != nil {
 		return err
@@ -137,7 +120,7 @@ func stillKept(ctx context.Context, api API, want jetstream.StreamConfig) error 
 	if !l.Any() {
 		return nil
 	}
-	n, _, err := countDiscards(ctx, api, &have, l, time.Now())
+	n, _, err := CountDiscards(ctx, api, &have, l, time.Now())
 	if err != nil || n == 0 {
 		return err
 	}

@@ -1,4 +1,4 @@
-package reconcile
+package jsapi
 
 import (
 	"context"
@@ -34,8 +34,8 @@ type API interface {
 	DrainAPI
 }
 
-// NewAPI is the API over a connection (the controller's: it alone may reach $JS.API).
-func NewAPI(nc *nats.Conn) (API, error) {
+// New is the API over a connection (the controller's: it alone may reach $JS.API).
+func New(nc *nats.Conn) (API, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -84,22 +84,22 @@ func (a *jsAPI) ListConsumers(ctx context.Context, stream string) ([]*jetstream.
 	return out, nil
 }
 
-// consumerPages is an API that hands a stream's consumer list over a page at a time, as it
+// ConsumerPager is an API that hands a stream's consumer list over a page at a time, as it
 // reads it: the plan's reading of the bus keeps each consumer as the plan compares it and lets
-// the page go (liveConsumers), where a list held whole is, for EVENTS of a 20,000-instance
+// the page go (reconcile's liveConsumers), where a list held whole is, for EVENTS of a 20,000-instance
 // mesh, 20,000 infos as the server sent them — most of what a converged plan held. An API
 // that does not pass it on (a test's wrapper, a cluster's retries, which retry the whole
 // list) is read by ListConsumers.
-type consumerPages interface {
+type ConsumerPager interface {
 	// ConsumerPages hands each page of the stream's consumer list to each, in the list's
 	// order and one at a time, with the list's length as the server last said it.
 	ConsumerPages(ctx context.Context, stream string, each func(total int, infos []*jetstream.ConsumerInfo)) error
 }
 
-// eachConsumerPage hands the consumer list of stream to each a page at a time where api
-// can (consumerPages), and whole otherwise.
-func eachConsumerPage(ctx context.Context, api API, stream string, each func(total int, infos []*jetstream.ConsumerInfo)) error {
-	if p, ok := api.(consumerPages); ok {
+// EachConsumerPage hands the consumer list of stream to each a page at a time where api
+// can (ConsumerPager), and whole otherwise.
+func EachConsumerPage(ctx context.Context, api API, stream string, each func(total int, infos []*jetstream.ConsumerInfo)) error {
+	if p, ok := api.(ConsumerPager); ok {
 		return p.ConsumerPages(ctx, stream, each)
 	}
 	infos, err := api.ListConsumers(ctx, stream)
@@ -386,7 +386,7 @@ func (a *jsAPI) DeleteConsumer(ctx context.Context, stream, name string) error {
 
 // DrainAPI is what taking a stream out of service needs beyond the reconcile's own calls:
 // reading a stream's state and messages at execution time, moving a message elsewhere, and
-// pausing the consumers that hand its messages out (drain.go).
+// pausing the consumers that hand its messages out (reconcile's drain.go).
 type DrainAPI interface {
 	// StreamInfo is a stream's config and state, read now; jetstream.ErrStreamNotFound when
 	// it is gone.
