@@ -277,7 +277,9 @@ func TestAHostJoinedFromAFileTakesItsNewCredentialAtTheNextReconnect(t *testing.
 	// The old credential is revoked before the new one is written: the host is disconnected,
 	// and its reconnects are refused until the file holds the new one.
 	// Twice on each server: nats.go gives up at the second refusal by one server.
-	a.Push(t, old.UserKey)
+	if err := a.Push(ctx, old.UserKey); err != nil {
+		t.Fatal(err)
+	}
 	for n := range 2 * len(a.Cluster.Servers) {
 		select {
 		case <-refused:

@@ -2,6 +2,7 @@ package hosttest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -55,31 +56,33 @@ func StartJWTAccount(t testing.TB, n int) *JWTAccount {
 		operatorKey: c.Operator.SigningKey(t),
 		accountKey:  accountKey,
 	}
-	a.Push(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := a.Push(ctx); err != nil {
+		t.Fatal(err)
+	}
 	return a
 }
 
 // Push signs the account's successor of the JWT last pushed, revoking the users of revoke
-// (public keys) as of now, and pushes it, ending the test unless every server stored it. A
+// (public keys) as of now, and pushes it; its error says which server did not store it. A
 // push with nothing revoked is what every change of a jwt mesh does to its connected hosts.
-func (a *JWTAccount) Push(t testing.TB, revoke ...string) {
-	t.Helper()
+func (a *JWTAccount) Push(ctx context.Context, revoke ...string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	token, err := a.Account.Encode(a.operatorKey, a.token, time.Now(), revoke...)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	res, err := a.Resolver.Push(ctx, token)
 	if err == nil {
 		err = res.Err()
 	}
 	if err != nil {
-		t.Fatalf("pushing the mesh's account JWT: %v", err)
+		return fmt.Errorf("pushing the mesh's account JWT: %w", err)
 	}
 	a.token = token
+	return nil
 }
 
 // Mint is a fresh credential of the account's user name, granted exactly g.
