@@ -291,6 +291,21 @@ func (b *Mesh) Membership(user string) host.Membership {
 	return host.MembershipOf(b.target, user, b.passwords[user], false)
 }
 
+// Reissue gives user of StartJWT's mesh a new credential, a new key with the same grants, and
+// returns the public key of the one it replaces, for the test to revoke (JWT.Push). From then
+// on Membership is the new one's. Not while another goroutine joins.
+func (b *Mesh) Reissue(t testing.TB, user string) string {
+	t.Helper()
+	p, ok := b.Desired.Principal(user)
+	if !ok || b.JWT == nil {
+		t.Fatalf("%s is not a principal of a jwt mesh", user)
+	}
+	old := b.creds[user].UserKey
+	c := b.JWT.Mint(t, user, accounts.GrantsOf(p))
+	b.creds[user], b.seeds[user] = c, SeedOf(t, c)
+	return old
+}
+
 // AccountsFile is the accounts file Start's bus serves, or "" where the mesh's users are not
 // in a file this test can read.
 func (b *Mesh) AccountsFile() string {
