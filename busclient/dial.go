@@ -306,11 +306,8 @@ func (c Credential) jwtLogin() (nats.Option, error) {
 		defer kp.Wipe()
 		return kp.Sign(nonce)
 	}
-	// Read once now, so that a credential that cannot be presented is the error of Dial, not
-	// of a connection that fails later for reasons nobody sees.
-	if _, err := userJWT(); err != nil {
-		return nil, err
-	}
+	// nats.UserJWT calls userJWT once as the options are applied: a credential that cannot be
+	// presented is Dial's error, before anything is dialled.
 	return nats.UserJWT(userJWT, sign), nil
 }
 
