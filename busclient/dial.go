@@ -53,11 +53,21 @@ type Target struct {
 
 // Credential is a principal's user and its secret on the bus: a password, or for an nkey
 // principal (bus.auth: nkey) the nkey user seed it signs the server's challenge with. One of
-// the two, never both.
+// the two, never both. An operator-mode principal (bus.auth: jwt) has a seed and the user JWT
+// of its key.
 type Credential struct {
 	User     string
 	Password string
 	Seed     string
+	// JWT, with Seed, is an operator-mode user's credential: the user JWT the server checks
+	// against the account that signed it, presented with the seed's signature of the server's
+	// nonce.
+	JWT string
+	// Refresh, when set, is asked for the user JWT and seed at every connection, the first and
+	// each reconnect, in place of JWT and Seed. A JWT is read by the server only at connect,
+	// so a credential replaced where it is kept (a membership file rewritten) is taken at the
+	// next reconnect, as nats.go takes a creds file's.
+	Refresh func() (jwt, seed string, err error)
 }
 
 // String names the user and never the secret, so a Credential printed with %v or %+v by
@@ -228,9 +238,12 @@ func UserKey(seed string) (nkeys.KeyPair, error) {
 	return kp, nil
 }
 
-// login is the option that presents cred to the server: the user and password, or the
-// seed's public key and its signature of the server's nonce.
+// login is the option that presents cred to the server: the user and password, the seed's
+// public key and its signature of the server's nonce, or the user JWT and that signature.
 func (c Credential) login() (nats.Option, error) {
+	if c.JWT != "" || c.Refresh != nil {
+		return c.jwtLogin()
+	}
 	if c.Seed == "" {
 		return nats.UserInfo(c.User, c.Password), nil
 	}
@@ -245,6 +258,59 @@ func (c Credential) login() (nats.Option, error) {
 	return nats.Nkey(pub, kp.Sign), nil
 }
 
+// jwtLogin presents the user JWT, and signs the server's nonce with the seed read with it: the
+// JWT and the seed of one reading go together, even when the credential is replaced between
+// the two callbacks of one connection.
+func (c Credential) jwtLogin() (nats.Option, error) {
+	if c.Password != "" {
+		return nil, errors.New("the credential has both a password and a user JWT; a principal has one")
+	}
+	read := c.Refresh
+	if read == nil {
+		if c.Seed == "" {
+			return nil, errors.New("the credential has a user JWT and no seed to sign with")
+		}
+		token, seed := c.JWT, c.Seed
+		read = func() (string, string, error) { return token, seed, nil }
+	}
+	var (
+		mu   sync.Mutex
+		seed string
+	)
+	userJWT := func() (string, error) {
+		token, s, err := read()
+		if err != nil {
+			return "", err
+		}
+		if token == "" {
+			return "", errors.New("the credential has no user JWT")
+		}
+		kp, err := UserKey(s)
+		if err != nil {
+			return "", err
+		}
+		kp.Wipe()
+		mu.Lock()
+		seed = s
+		mu.Unlock()
+		return token, nil
+	}
+	sign := func(nonce []byte) ([]byte, error) {
+		mu.Lock()
+		s := seed
+		mu.Unlock()
+		kp, err := UserKey(s)
+		if err != nil {
+			return nil, err
+		}
+		defer kp.Wipe()
+		return kp.Sign(nonce)
+	}
+	// nats.UserJWT calls userJWT once as the options are applied: a credential that cannot be
+	// presented is Dial's error, before anything is dialled.
+	return nats.UserJWT(userJWT, sign), nil
+}
+
 // defaultConnectTimeout bounds one connection attempt when ctx has no sooner deadline: a
 // reconciler that waits nats.go's default on an unreachable bus looks hung.
 const defaultConnectTimeout = 5 * time.Second
@@ -253,7 +319,7 @@ const defaultConnectTimeout = 5 * time.Second
 //
 // It always sets, after any opts so they cannot be lost by accident: the inbox prefix
 // "_INBOX.<user>" (every principal is granted only its own inbox; the default random prefix is
-// refused), the credential (user and password, or the nkey of the user's seed), and
+// refused), the credential (user and password, the nkey of the user's seed, or its user JWT), and
 // an async error handler that records permission violations (chaining any handler given in opts). It also sets a connection name, a connect
 // timeout of 5s or ctx's deadline if sooner, PermissionErrOnSubscribe, and TLS as t says:
 // verified by t.Fingerprint's pins, t.CA's authorities or both, presenting t.CertFile's

@@ -148,3 +148,34 @@ func TestATargetThatCannotBeVerifiedIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A user JWT that cannot be presented is refused before anything is dialled, and the refusal
+// quotes no secret: one with a password, one without a seed, one with a seed that is not a
+// user's, and a Refresh that cannot read the credential.
+func TestAUserJWTThatCannotBePresentedIsRefused(t *testing.T) {
+	t.Parallel()
+	const password, seed = "hunter2-secret", "SUnot-a-seed-hunter2"
+	target := Target{URL: "nats://127.0.0.1:1"}
+	unreadable := errors.New("the membership file is gone")
+	for _, tc := range []struct {
+		name string
+		c    Credential
+		want error
+	}{
+		{"a JWT with a password", Credential{User: "u", JWT: "x.y.z", Password: password}, nil},
+		{"a JWT without its seed", Credential{User: "u", JWT: "x.y.z"}, nil},
+		{"a seed that is not a user's", Credential{User: "u", JWT: "x.y.z", Seed: seed}, ErrNotUserSeed},
+		{"a Refresh that fails", Credential{User: "u", Refresh: func() (string, string, error) { return "", "", unreadable }}, unreadable},
+	} {
+		_, err := Dial(context.Background(), target, tc.c)
+		if err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s: dialled the server: %v", tc.name, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), password) || strings.Contains(err.Error(), "hunter2")) {
+			t.Errorf("%s: the error quotes a secret: %v", tc.name, err)
+		}
+	}
+}

@@ -5,14 +5,15 @@
 // What it owns:
 //
 //   - Dialling (Dial, DialAlone, Target, Credential). Every principal dials the same way: its
-//     user and password (or nkey seed, UserKey) beside the address, never inside it, an inbox
-//     prefix of its own (the only inbox it is granted), and TLS as the mesh says: the bus's
-//     certificate pinned by fingerprint (Fingerprint, FingerprintMismatchError), one or
-//     several; verified by a CA and the server's name (Target.CA), so a renewed certificate
-//     is accepted unchanged; or by the system's roots; and the client's own certificate where
-//     the server asks for one (Target.CertFile). A connection error names the address alone:
-//     errors are written on the assumption they are logged, and a URL with a password in it
-//     is a password in a log.
+//     user and password (or nkey seed, UserKey; in operator mode with its user JWT, which
+//     Credential.Refresh may read anew at each connection) beside the address, never inside
+//     it, an inbox prefix of its own (the only inbox it is granted), and TLS as the mesh
+//     says: the bus's certificate pinned by fingerprint (Fingerprint,
+//     FingerprintMismatchError), one or several; verified by a CA and the server's name
+//     (Target.CA), so a renewed certificate is accepted unchanged; or by the system's roots;
+//     and the client's own certificate where the server asks for one (Target.CertFile). A
+//     connection error names the address alone: errors are written on the assumption they
+//     are logged, and a URL with a password in it is a password in a log.
 //   - A cluster as one Target (Cluster): a connection starts at whichever server answers and
 //     moves to another when its server goes away; DialAlone reaches one server and no other.
 //   - Reporting refusals (Conn.Violations, Conn.WaitViolation). A missing grant surfaces on the

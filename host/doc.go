@@ -9,7 +9,8 @@
 //   - The membership (Membership, ReadMembership, ReadMembershipFile): the one JSON line
 //     `meshctl credentials issue` prints — address, how to recognise the bus (its pinned
 //     fingerprints, or the PEM of the CA that signs its certificates), user and one secret (a
-//     password, or an nkey user seed for `bus.auth: nkey`) as separate fields, for a cluster
+//     password, or an nkey user seed for `bus.auth: nkey`, with its user JWT for `bus.auth:
+//     jwt`) as separate fields, for a cluster
 //     every server's URL, and where the server asks for one the host's client certificate
 //     and key files; never a URL with a secret in it. The agent and the example host read
 //     their files through it. Its shape (Membership, an alias) is package wire's, since the
@@ -17,7 +18,10 @@
 //   - Joining (Join): busclient.Dial with those fields joined once, through whichever of the
 //     servers answers, the certificate verified by its pins or its CA (so a certificate the
 //     CA renews needs no new membership) and the inbox prefix `_INBOX.<user>`, the only
-//     inbox the user is granted.
+//     inbox the user is granted. A host that joins from its membership file (JoinFile) in
+//     operator mode reads the file again at every reconnect, so a credential the agent
+//     rewrote for changed permissions is taken at the reconnect its old one's revocation
+//     forces, with no restart.
 //   - Binding the consumer a principal is meant to use, by the mesh's naming rules
 //     (Declarations, Events, Work, ControllerInbox, ControllerEvents), as push consumers taken
 //     in their deliver group where they have one. Never js.Stream(): asking about a stream needs
@@ -39,5 +43,5 @@
 // What it must not do: decide what a principal may do (render does), create or change streams
 // and consumers (the controller does, through reconcile), or put a password anywhere but the
 // connection's CONNECT (a seed goes nowhere: CONNECT carries its signature of the server's
-// nonce): errors name the address alone.
+// nonce, and a user JWT is sent only with it): errors name the address alone.
 package host

@@ -27,23 +27,59 @@ type Host struct {
 	checking sync.Mutex
 }
 
-// Join connects to the bus as the membership's principal. It dials with busclient.Dial: the address,
-// user and secret (a password, or an nkey seed that signs the server's challenge) as separate
-// fields joined once, the certificate pinned by the membership's
-// fingerprint when it has one, and the inbox prefix `_INBOX.<user>` — the only inbox the user is
-// granted, so that every reply, JetStream's included, lands where it may be heard. opts are
-// passed on (a reconnect policy, a name); Dial sets the credential, the inbox prefix and the
-// error handler after them, so they cannot be lost.
+// Join connects to the bus as the membership's principal. It dials with busclient.Dial: the
+// address, user and secret (a password, an nkey seed that signs the server's challenge, or that
+// and its user JWT in operator mode) as separate fields joined once, the certificate pinned by
+// the membership's fingerprint when it has one, and the inbox prefix `_INBOX.<user>` — the only
+// inbox the user is granted, so that every reply, JetStream's included, lands where it may be
+// heard. opts are passed on (a reconnect policy, a name); Dial sets the credential, the inbox
+// prefix and the error handler after them, so they cannot be lost.
 //
 // An address without a scheme is taken as nats://. Errors name the address and user, never the
 // password or seed.
 func Join(ctx context.Context, m Membership, opts ...nats.Option) (*Host, error) {
+	return join(ctx, m, busclient.Credential{User: m.User, Password: m.Password, Seed: m.Seed, JWT: m.JWT}, opts...)
+}
+
+// JoinFile joins as the membership in the file at path (ReadMembershipFile) says. An
+// operator-mode membership (a user JWT and its seed) is read from the file again at every
+// reconnect, as nats.go reads a creds file: the servers read a user's permissions only at
+// connect, so a new credential for changed permissions is taken by reconnecting, which the
+// revocation of the old one forces. The agent writes a module instance's new membership over
+// its file, and the host takes it with no restart. Until the file holds a credential the
+// servers take, the host keeps trying, at the reconnect policy opts set, rather than giving
+// up after two refusals as nats.go otherwise does. The address and servers are read once.
+func JoinFile(ctx context.Context, path string, opts ...nats.Option) (*Host, error) {
+	m, err := ReadMembershipFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if m.JWT == "" {
+		return Join(ctx, m, opts...)
+	}
+	cred := busclient.Credential{User: m.User, Refresh: func() (string, string, error) {
+		now, err := ReadMembershipFile(path)
+		if err != nil {
+			return "", "", err
+		}
+		if now.User != m.User {
+			return "", "", fmt.Errorf("%s now holds %s's membership, not %s's", path, now.User, m.User)
+		}
+		if now.JWT == "" {
+			return "", "", fmt.Errorf("%s now holds no user JWT: the bus's auth changed, so restart the host", path)
+		}
+		return now.JWT, now.Seed, nil
+	}}
+	return join(ctx, m, cred, append([]nats.Option{nats.IgnoreAuthErrorAbort()}, opts...)...)
+}
+
+func join(ctx context.Context, m Membership, cred busclient.Credential, opts ...nats.Option) (*Host, error) {
 	t := targetOf(m)
 	h := &Host{user: m.User, address: t.Address(), closed: make(chan struct{})}
 	// After the caller's options, so it chains their closed handler rather than losing it;
 	// busclient.Dial chains this one in turn.
 	opts = append(opts[:len(opts):len(opts)], h.onClosed)
-	conn, err := busclient.Dial(ctx, t, busclient.Credential{User: m.User, Password: m.Password, Seed: m.Seed}, opts...)
+	conn, err := busclient.Dial(ctx, t, cred, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("joining the bus: %w", err)
 	}

@@ -67,7 +67,7 @@ func jobs() []job {
 		}
 		var live plan.Live
 		if err := as.Check(ctx, func(ctx context.Context) (err error) {
-			live, err = reconcile.ReadLive(ctx, api, b.Bus.AccountsFile(), b.Desired.Holding)
+			live, err = reconcile.ReadLive(ctx, api, b.AccountsFile(), b.Desired.Holding)
 			return err
 		}); err != nil {
 			return err
@@ -374,7 +374,7 @@ func consume(ctx context.Context, b *hosttest.Mesh, as *host.Host,
 	if len(stray) > 0 {
 		return fmt.Errorf("delivered %v, which it does not follow", stray)
 	}
-	if err := b.Bus.Reload(); err != nil {
+	if err := b.Reload(ctx); err != nil {
 		return err
 	}
 	for _, m := range got {
@@ -607,7 +607,7 @@ func work(ctx context.Context, b *hosttest.Mesh, as *host.Host) error {
 		return fmt.Errorf("naked work came back as a first delivery (%+v, %v)", meta, err)
 	}
 	got[1] = again
-	if err := b.Bus.Reload(); err != nil {
+	if err := b.Reload(ctx); err != nil {
 		return err
 	}
 	if err := as.Ack(ctx, got[0]); err != nil {

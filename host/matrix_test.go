@@ -26,11 +26,23 @@ const jobTimeout = 5 * time.Second
 
 // Every principal of the matrix mesh does every one of its jobs, end to end, on one bus the
 // controller created through the product's own plan and apply, with pull and with push consumers.
-func TestEveryPrincipalDoesItsJobs(t *testing.T) { eachKind(t, everyPrincipalDoesItsJobs) }
+func TestEveryPrincipalDoesItsJobs(t *testing.T) {
+	eachKind(t, func(t *testing.T, kind string) { everyPrincipalDoesItsJobs(t, hosttest.StartConsumers, kind) })
+}
 
-func everyPrincipalDoesItsJobs(t *testing.T, kind string) {
+// The same on operator-mode servers (bus.auth: jwt): every principal is a user of the mesh's
+// account, holding a user JWT with exactly its grants (accounts.GrantsOf) and its seed.
+func TestEveryPrincipalDoesItsJobsAsAJWTUser(t *testing.T) {
+	eachKind(t, func(t *testing.T, kind string) { everyPrincipalDoesItsJobs(t, hosttest.StartJWT, kind) })
+}
+
+// startMesh starts the matrix mesh's bus with consumers of kind: hosttest.StartConsumers, its
+// principals password users, or hosttest.StartJWT, operator-mode users.
+type startMesh func(t testing.TB, dir, kind string) *hosttest.Mesh
+
+func everyPrincipalDoesItsJobs(t *testing.T, start startMesh, kind string) {
 	t.Parallel()
-	b := hosttest.StartConsumers(t, matrixMesh, kind)
+	b := start(t, matrixMesh, kind)
 	all := jobs()
 	for _, user := range b.Desired.Users() {
 		if !slices.ContainsFunc(all, func(j job) bool { return j.user == user }) {
@@ -297,12 +309,19 @@ func byKind(kind string) []refusal {
 // Every principal is refused what is not its job, and the refusal is a *busclient.PermissionError
 // naming the subject — reported by Check, not a timeout — with pull and with push consumers.
 func TestEveryPrincipalIsRefusedWhatIsNotItsJob(t *testing.T) {
-	eachKind(t, everyPrincipalIsRefusedWhatIsNotItsJob)
+	eachKind(t, func(t *testing.T, kind string) {
+		everyPrincipalIsRefusedWhatIsNotItsJob(t, hosttest.StartConsumers, kind)
+	})
 }
 
-func everyPrincipalIsRefusedWhatIsNotItsJob(t *testing.T, kind string) {
+// The same on operator-mode servers, every principal refused by its user JWT's grants.
+func TestEveryPrincipalIsRefusedWhatIsNotItsJobAsAJWTUser(t *testing.T) {
+	eachKind(t, func(t *testing.T, kind string) { everyPrincipalIsRefusedWhatIsNotItsJob(t, hosttest.StartJWT, kind) })
+}
+
+func everyPrincipalIsRefusedWhatIsNotItsJob(t *testing.T, start startMesh, kind string) {
 	t.Parallel()
-	b := hosttest.StartConsumers(t, matrixMesh, kind)
+	b := start(t, matrixMesh, kind)
 	rs := append(refusals(), byKind(kind)...)
 	if len(rs) < 40 {
 		t.Errorf("only %d refusals; the matrix asks for at least 40", len(rs))

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nats-io/jwt/v2"
+
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/wire"
 )
@@ -27,8 +29,9 @@ const maxMembership = 64 << 10
 // fields are an error, like unknown keys in the mesh's YAML: a misspelt "pasword" must say so
 // rather than read as a membership without one. It carries exactly one secret, a password or
 // an nkey user seed, and a seed must be a user's: an account's seed, or one cut short in a
-// copy, would otherwise be found out only as a refused login. Errors never quote the input,
-// which holds the secret.
+// copy, would otherwise be found out only as a refused login. A user JWT (operator mode) comes
+// with the seed of its subject, and nothing else is one. Errors never quote the input, which
+// holds the secret.
 func ReadMembership(r io.Reader) (Membership, error) {
 	var m Membership
 	dec := json.NewDecoder(io.LimitReader(r, maxMembership))
@@ -57,6 +60,10 @@ func ReadMembership(r io.Reader) (Membership, error) {
 		}
 	}
 	password, seed := strings.TrimSpace(m.Password) != "", strings.TrimSpace(m.Seed) != ""
+	if m.JWT != "" && !seed {
+		// Half a credential: the servers ask the seed to sign their challenge.
+		return m, errors.New("reading the membership: a user JWT without its seed; an operator-mode membership carries both, as `meshctl credentials issue` prints it")
+	}
 	if !password && !seed {
 		missing = append(missing, "password or seed")
 	}
@@ -77,9 +84,29 @@ func ReadMembership(r io.Reader) (Membership, error) {
 		if err != nil {
 			return m, fmt.Errorf("reading the membership: %w", err)
 		}
-		kp.Wipe() // only checked here: Join makes its own when it dials
+		defer kp.Wipe() // only checked here: Join makes its own when it dials
+		if m.JWT != "" {
+			pub, _ := kp.PublicKey()
+			if err := checkUserJWT(m.JWT, pub); err != nil {
+				return m, fmt.Errorf("reading the membership: %w", err)
+			}
+		}
 	}
 	return m, nil
+}
+
+// checkUserJWT refuses a token that is not a user JWT whose subject is pub, the public key of
+// the seed beside it: a JWT and a seed from two credentials, or two copies of one file, would
+// otherwise be found out only as a refused login. Only public keys are named.
+func checkUserJWT(token, pub string) error {
+	claims, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return errors.New("its jwt is not a user JWT (what `meshctl credentials issue` prints in operator mode)")
+	}
+	if claims.Subject != pub {
+		return fmt.Errorf("the seed's public key %s is not the user JWT's subject %s: the two are halves of different credentials", pub, claims.Subject)
+	}
+	return nil
 }
 
 // ReadMembershipFile reads the membership in the file at path, as ReadMembership reads it;

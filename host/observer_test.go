@@ -46,10 +46,17 @@ func observerJobs() []job {
 			var info struct {
 				Data struct {
 					User        string          `json:"user"`
+					UserName    string          `json:"user_name"`
 					Permissions json.RawMessage `json:"permissions"`
 				} `json:"data"`
 			}
-			if err := json.Unmarshal(reply.Data, &info); err != nil || info.Data.User != alice || len(info.Data.Permissions) == 0 {
+			err = json.Unmarshal(reply.Data, &info)
+			name := info.Data.User
+			if b.JWT != nil {
+				// In operator mode the user is its public key, and its name is its JWT's.
+				name = info.Data.UserName
+			}
+			if err != nil || name != alice || len(info.Data.Permissions) == 0 {
 				return fmt.Errorf("the server answered %q (%v), not observer.alice's permissions", reply.Data, err)
 			}
 			return nil

@@ -8,7 +8,8 @@
 //   - The messages' JSON shapes (EnrolRequest, EnrolAnswer, Declaration, Instance, Report,
 //     Heartbeat) and what identifies a declaration apart from its sealed memberships
 //     (Declaration.Digest).
-//   - The membership's JSON shape (Membership) and how one is built (NewMembership): the line
+//   - The membership's JSON shape (Membership) and how one is built (NewMembership, and
+//     WithJWT for an operator-mode principal's user JWT): the line
 //     `meshctl credentials issue` prints and what the controller seals are the same value, made
 //     by the same function. Reading one and joining the bus with it are package host's.
 //   - Where an enrolment's answer may go (EnrolReply): only under the inbox of the enrolment

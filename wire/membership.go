@@ -31,6 +31,11 @@ type Membership struct {
 	// seed, `bus.auth: nkey`). A membership carries exactly one of the two.
 	Password string `json:"password,omitempty"`
 	Seed     string `json:"seed,omitempty"`
+	// JWT, beside Seed, is an operator-mode principal's user JWT (`bus.auth: jwt`): the
+	// servers check it against the mesh's account, and the seed signs their challenge. It is
+	// not secret on its own, but it is a credential only with the seed, whose public key is
+	// its subject.
+	JWT string `json:"jwt,omitempty"`
 	// Servers, for a bus of several servers, is every server's URL, Address first (NewMembership):
 	// the host connects to whichever answers and moves on when its server goes away. A
 	// membership of one server has none, as before clusters.
@@ -39,8 +44,9 @@ type Membership struct {
 
 // NewMembership is the membership of user on the bus whose servers are at urls, the first the
 // one a host dials first, pinned by fingerprint, with its secret: the seed of its nkey where
-// nkey (bus.auth: nkey), else its password. The line `meshctl credentials issue` prints and the
-// memberships the controller seals are both built here, so the two cannot drift.
+// nkey (bus.auth: nkey, and jwt, whose user JWT WithJWT adds), else its password. The line
+// `meshctl credentials issue` prints and the memberships the controller seals are both built
+// here, so the two cannot drift.
 func NewMembership(urls []string, fingerprint, user, secret string, nkey bool) Membership {
 	m := Membership{Fingerprint: fingerprint, User: user}
 	if len(urls) > 0 {
@@ -54,6 +60,13 @@ func NewMembership(urls []string, fingerprint, user, secret string, nkey bool) M
 	} else {
 		m.Password = secret
 	}
+	return m
+}
+
+// WithJWT is m carrying the user JWT of its seed's key (bus.auth: jwt): what NewMembership
+// builds for an nkey principal, given the JWT the operator's account signed for it.
+func (m Membership) WithJWT(token string) Membership {
+	m.JWT = token
 	return m
 }
 

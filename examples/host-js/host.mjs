@@ -12,17 +12,19 @@
 // Every client library must be told three things to work under the grants meshctl derives (see
 // docs/hosts/javascript.md): the inbox prefix `_INBOX.<user>`, to bind the existing consumer
 // and never create one or look up its stream, and (push consumers only) the deliver group of a
-// seat's worker. It joins with a password or an nkey seed, through any of a cluster's servers,
+// seat's worker. It joins with a password, an nkey seed, or a seed and its user JWT (operator
+// mode, its membership file read again at every reconnect), through any of a cluster's servers,
 // recognising the bus by its pinned fingerprints or by the CA that signs its certificates, and
 // presents a client certificate where the membership names one.
 
 import { createHash, X509Certificate } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { connect as dial, isIP } from "node:net";
 import { checkServerIdentity, connect as tlsConnect } from "node:tls";
 import { parseArgs } from "node:util";
 
-import { connect, errors, nkeyAuthenticator, nkeys } from "@nats-io/transport-node";
+import { connect, errors, jwtAuthenticator, nkeyAuthenticator, nkeys } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 
 // opTimeout bounds each acknowledgement and publish, in milliseconds: a bus that does not answer
@@ -51,28 +53,47 @@ function instanceOf(user) {
   return { node, module };
 }
 
-const membershipFields = ["address", "fingerprint", "ca", "cert_file", "key_file", "user", "password", "seed", "servers"];
+const membershipFields = ["address", "fingerprint", "ca", "cert_file", "key_file", "user", "password", "seed", "jwt", "servers"];
 const maxMembership = 64 << 10;
 
-// isUserSeed says whether seed is an nkey user seed (SU…): an account's seed, or one cut short
-// in a copy, would otherwise be found out only as a refused login.
-function isUserSeed(seed) {
+// userKeyOf is the public key of seed when it is an nkey user seed (SU…), else null: an
+// account's seed, or one cut short in a copy, would otherwise be found out only as a refused
+// login.
+function userKeyOf(seed) {
   try {
     const kp = nkeys.fromSeed(new TextEncoder().encode(seed));
-    const user = kp.getPublicKey().startsWith("U");
+    const pub = kp.getPublicKey();
     kp.clear();
-    return user;
+    return pub.startsWith("U") ? pub : null;
   } catch {
-    return false;
+    return null;
   }
 }
 
-// readMembership reads the one JSON line `meshctl credentials issue` prints. Unknown fields are
-// an error, as in the Go host: a misspelt "pasword" must say so. It carries exactly one secret,
-// a password or an nkey user seed (bus.auth: nkey), and for a cluster `servers`, every server's
-// URL. Errors never quote the input, which holds the secret.
+// userJWTSubject is the subject (the user's public key) of a user JWT, or null for a token
+// that is not one. The servers check its signature; this only keeps halves of two credentials
+// from being put together.
+function userJWTSubject(token) {
+  try {
+    const claims = JSON.parse(Buffer.from(token.split(".")[1], "base64url").toString("utf8"));
+    return claims?.nats?.type === "user" && typeof claims.sub === "string" ? claims.sub : null;
+  } catch {
+    return null;
+  }
+}
+
+// readMembership reads the one JSON line `meshctl credentials issue` prints, from the file at
+// path or from stdin.
 async function readMembership(path) {
-  const text = path && path !== "-" ? await readFile(path, "utf8") : await readStdin();
+  return parseMembership(path && path !== "-" ? await readFile(path, "utf8") : await readStdin());
+}
+
+// parseMembership reads a membership. Unknown fields are an error, as in the Go host: a
+// misspelt "pasword" must say so. It carries exactly one secret, a password or an nkey user
+// seed (bus.auth: nkey), with the user JWT of the seed's key in operator mode (bus.auth: jwt),
+// and for a cluster `servers`, every server's URL. Errors never quote the input, which holds
+// the secret.
+function parseMembership(text) {
   // A membership is one short line: a host pointed at the wrong file says so.
   if (text.length > maxMembership) {
     throw new Error(`reading the membership: over ${maxMembership} bytes, so not a membership`);
@@ -90,7 +111,7 @@ async function readMembership(path) {
   if (unknown.length > 0) {
     throw new Error(`reading the membership: unknown field(s) ${unknown.map((k) => JSON.stringify(k)).join(", ")}`);
   }
-  for (const k of ["fingerprint", "ca", "cert_file", "key_file", "password", "seed"]) {
+  for (const k of ["fingerprint", "ca", "cert_file", "key_file", "password", "seed", "jwt"]) {
     if (m[k] !== undefined && typeof m[k] !== "string") {
       throw new Error(`reading the membership: the ${k} is not a string`);
     }
@@ -108,6 +129,10 @@ async function readMembership(path) {
   const missing = ["address", "user"].filter((k) => typeof m[k] !== "string" || m[k].trim() === "");
   const password = (m.password ?? "").trim() !== "";
   const seed = (m.seed ?? "").trim() !== "";
+  if (m.jwt && !seed) {
+    // Half a credential: the servers ask the seed to sign their challenge.
+    throw new Error("reading the membership: a user JWT without its seed; an operator-mode membership carries both, as meshctl credentials issue prints it");
+  }
   if (!password && !seed) missing.push("password or seed");
   if (missing.length > 0) {
     throw new Error(`reading the membership: no ${missing.join(", no ")}`);
@@ -115,8 +140,18 @@ async function readMembership(path) {
   if (password && seed) {
     throw new Error("reading the membership: both a password and a seed; a membership carries one, as meshctl credentials issue prints it");
   }
-  if (seed && !isUserSeed(m.seed)) {
+  const userKey = seed ? userKeyOf(m.seed) : null;
+  if (seed && !userKey) {
     throw new Error("reading the membership: the seed is not an nkey user seed (SU…)");
+  }
+  if (m.jwt) {
+    const subject = userJWTSubject(m.jwt);
+    if (!subject) {
+      throw new Error("reading the membership: its jwt is not a user JWT (what meshctl credentials issue prints in operator mode)");
+    }
+    if (subject !== userKey) {
+      throw new Error(`reading the membership: the seed's public key ${userKey} is not the user JWT's subject ${subject}: the two are halves of different credentials`);
+    }
   }
   const servers = m.servers ?? [];
   if (!Array.isArray(servers) || servers.some((s) => typeof s !== "string" || s.trim() === "")) {
@@ -125,7 +160,7 @@ async function readMembership(path) {
   return {
     address: m.address.trim(), fingerprint: m.fingerprint ?? "", ca: m.ca ?? "",
     certFile: m.cert_file ?? "", keyFile: m.key_file ?? "", user: m.user,
-    password: password ? m.password : "", seed: seed ? m.seed : "",
+    password: password ? m.password : "", seed: seed ? m.seed : "", jwt: m.jwt ?? "",
     servers: servers.map((s) => s.trim()),
   };
 }
@@ -269,11 +304,38 @@ function caTLS(ca, pins) {
   };
 }
 
+// operatorLogin is the authenticator of an operator-mode membership: the user JWT, and the
+// seed's signature of the server's nonce. The servers read a user's permissions only when it
+// connects, so a new credential for changed permissions is taken by reconnecting: a membership
+// file (path) is read again at every connection, and the credential the node's agent, or an
+// operator, wrote over it since is the one presented. A file that does not read as this
+// principal's membership is said, and the credential read before is presented.
+function operatorLogin(m, path) {
+  let current = m;
+  const reread = () => {
+    if (!path || path === "-") return current;
+    try {
+      const now = parseMembership(readFileSync(path, "utf8"));
+      if (now.user !== m.user) throw new Error(`it now holds ${now.user}'s membership, not ${m.user}'s`);
+      if (!now.jwt) throw new Error("it now holds no user JWT: the bus's auth changed, so restart the host");
+      current = now;
+    } catch (err) {
+      log(`reading ${path} again: ${err.message}; presenting the credential read before`);
+    }
+    return current;
+  };
+  return (nonce) => {
+    const c = reread();
+    return jwtAuthenticator(c.jwt, new TextEncoder().encode(c.seed))(nonce);
+  };
+}
+
 // join connects as the membership's principal, through whichever of the bus's servers answers:
 // the address, and for a cluster every other server the membership lists. It says which server
 // it joined, and returns what to call when the connection is lost (a pinned bus's certificates
-// are looked at again).
-async function join(m) {
+// are looked at again). path is the membership's file, read again at every connection in
+// operator mode.
+async function join(m, path) {
   const addrs = [];
   for (const a of [m.address, ...m.servers].map(parseAddress)) {
     if (!addrs.some((b) => b.server === a.server)) addrs.push(a);
@@ -288,7 +350,12 @@ async function join(m) {
     maxReconnectAttempts: -1,
     name: m.user,
   };
-  if (m.seed) {
+  if (m.jwt) {
+    options.authenticator = operatorLogin(m, path);
+    // Until the file holds a credential the servers take, a reconnect refused is tried again,
+    // not given up after two refusals: the new credential may not be written yet.
+    options.ignoreAuthErrorAbort = true;
+  } else if (m.seed) {
     // An nkey principal: the server knows its public key, and the client signs the server's
     // challenge with the seed. The seed itself never leaves the process.
     options.authenticator = nkeyAuthenticator(new TextEncoder().encode(m.seed));
@@ -467,7 +534,7 @@ async function main() {
   let lost;
   try {
     let server;
-    ({ nc, server, lost } = await join(m));
+    ({ nc, server, lost } = await join(m, args.membership));
     // The server it reached, not the membership's address: on a cluster that may be down, and
     // the connection started at another of its servers.
     log(`joined ${server} as ${m.user}`);

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
@@ -163,14 +165,24 @@ func (r *running) interrupt(ctx context.Context, t *testing.T) {
 func TestTheJavaScriptHostDoesTheSeedJobs(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{model.ConsumersPull, model.ConsumersPush} {
-		t.Run(kind, func(t *testing.T) { javaScriptHostDoesTheSeedJobs(t, kind) })
+		t.Run(kind, func(t *testing.T) { javaScriptHostDoesTheSeedJobs(t, hosttest.StartConsumers, kind) })
 	}
 }
 
-func javaScriptHostDoesTheSeedJobs(t *testing.T, kind string) {
+// The same in operator mode (bus.auth: jwt): every membership carries a user JWT granting
+// exactly the principal's grants, and its seed; what is not a principal's job is refused by
+// its JWT.
+func TestTheJavaScriptHostDoesTheSeedJobsAsAJWTUser(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{model.ConsumersPull, model.ConsumersPush} {
+		t.Run(kind, func(t *testing.T) { javaScriptHostDoesTheSeedJobs(t, hosttest.StartJWT, kind) })
+	}
+}
+
+func javaScriptHostDoesTheSeedJobs(t *testing.T, start func(t testing.TB, dir, kind string) *hosttest.Mesh, kind string) {
 	t.Parallel()
 	node := nodeOrSkip(t)
-	b := hosttest.StartConsumers(t, "../quickstart", kind)
+	b := start(t, "../quickstart", kind)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	shop := membershipFile(t, b, "alpha.shop")
@@ -329,7 +341,8 @@ func TestTheJavaScriptHostPinsTheBusCertificate(t *testing.T) {
 }
 
 // A membership with a misspelt field, one that is not JSON, one without exactly one secret
-// (a password or an nkey user seed), or one whose CA or client certificate cannot be used, is
+// (a password or an nkey user seed), a user JWT without the seed of its subject, or one whose
+// CA or client certificate cannot be used, is
 // refused before anything is dialled, and the refusal never quotes what the file holds: it
 // holds the secret.
 func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
@@ -338,7 +351,8 @@ func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 	defer cancel()
 	const secret = "hunter2-do-not-print"
-	seed := hosttest.UserSeed(t)
+	seed, other := hosttest.UserSeed(t), hosttest.UserSeed(t)
+	token := userJWT(t, seed)
 	for _, tc := range []struct{ content, want string }{
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","pasword":"` + secret + `"}`, `unknown field(s) "pasword"`},
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop"` + secret, "not JSON"},
@@ -349,13 +363,18 @@ func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":"` + secret + `","servers":"nats://127.0.0.1:2"}`, "the servers are not a list"},
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":"` + secret + `","ca":"not PEM"}`, "its ca holds no PEM certificate"},
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","password":"` + secret + `","cert_file":"/etc/mesh/tls.crt"}`, "needs both cert_file and key_file"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","jwt":"` + token + `"}`, "a user JWT without its seed"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","jwt":"` + token + `","password":"` + secret + `"}`, "a user JWT without its seed"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","jwt":"` + token + `","seed":"` + other + `"}`, "is not the user JWT's subject"},
+		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","jwt":"` + secret + `","seed":"` + seed + `"}`, "not a user JWT"},
 	} {
 		file := filepath.Join(t.TempDir(), "m.json")
 		if err := os.WriteFile(file, []byte(tc.content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		code, stderr := runHost(ctx, t, node, "--membership", file, "--publish", "x")
-		if code != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, secret) || strings.Contains(stderr, seed[2:12]) || strings.Contains(stderr, "joined") {
+		if code != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, secret) || strings.Contains(stderr, seed[2:12]) ||
+			strings.Contains(stderr, other[2:12]) || strings.Contains(stderr, "joined") {
 			t.Errorf("membership %s: exit %d, want 1 saying %q without the password:\n%s", tc.content, code, tc.want, stderr)
 		}
 	}
@@ -544,4 +563,65 @@ func TestAPinnedJavaScriptHostSurvivesAPlannedRotation(t *testing.T) {
 	publishOrder(ctx, t, node, shop, "order-2")
 	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-2")
 	h.interrupt(ctx, t)
+}
+
+// userJWT is a user JWT for the public key of seed, signed by a fresh account key: enough for
+// what the host reads before it dials.
+func userJWT(t *testing.T, seed string) string {
+	t.Helper()
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := jwt.NewUserClaims(pub).Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// In operator mode a JavaScript host is given a new credential by writing it over its
+// membership file, as the node's agent does when the controller declares one: the old one is
+// revoked, which disconnects the running host, and it reconnects with the file's new
+// credential and takes the next order, with no restart.
+func TestTheJavaScriptHostTakesACredentialWrittenOverItsMembershipFile(t *testing.T) {
+	t.Parallel()
+	node := nodeOrSkip(t)
+	b := hosttest.StartJWT(t, "../quickstart", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	shop := membershipFile(t, b, "alpha.shop")
+	postman := membershipFile(t, b, "beta.postman")
+	h := startHost(ctx, t, node, "--membership", postman, "--follow")
+	publishOrder(ctx, t, node, shop, "order-1")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-1")
+
+	old := b.Reissue(t, "beta.postman")
+	line, err := json.Marshal(b.Membership("beta.postman"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(postman+".next", line, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(postman+".next", postman); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.JWT.Push(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	publishOrder(ctx, t, node, shop, "order-2")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-2")
+	h.interrupt(ctx, t)
+	if log := h.stderr.String(); !strings.Contains(log, "disconnected") || !strings.Contains(log, "reconnected to ") {
+		t.Errorf("the host's log does not say it was disconnected and reconnected:\n%s", log)
+	}
 }

@@ -1,10 +1,10 @@
 // Command host is the smallest program that joins a mesh as a module instance: it reads the
-// membership `meshctl credentials issue` printed (a password or an nkey seed, one server or a
-// cluster's), joins the bus through whichever server answers, prints and acknowledges every
-// event the module follows (with -follow, or without -seat) and, with -seat, takes the seat's
-// work as its holder, keeping work that lasts -work in progress at the worker's own ack wait.
-// Ctrl-C lets the work in hand finish, then leaves. With -publish it publishes one message as the module instead
-// (an event it emits, work it sends) and exits.
+// membership `meshctl credentials issue` printed (a password, an nkey seed, or a seed and its
+// user JWT; one server or a cluster's), joins the bus through whichever server answers, prints
+// and acknowledges every event the module follows (with -follow, or without -seat) and, with
+// -seat, takes the seat's work as its holder, keeping work that lasts -work in progress at the
+// worker's own ack wait. Ctrl-C lets the work in hand finish, then leaves. With -publish it
+// publishes one message as the module instead (an event it emits, work it sends) and exits.
 //
 //	meshctl credentials issue beta.postman -f examples/quickstart -o /tmp/m.json
 //	go run ./examples/host -membership /tmp/m.json -follow -seat mailer -emit sent
@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		logf("%s is not a module instance (<node>.<module>); issue the membership of one, e.g. `meshctl credentials issue beta.postman`", m.User)
 		return 1
 	}
-	h, err := join(ctx, m, logf)
+	h, err := join(ctx, o.membership, m, logf)
 	if err != nil {
 		logf("%v", err)
 		return 1
@@ -155,9 +155,12 @@ func parseOptions(args []string, stderr io.Writer) (options, bool) {
 	}, true
 }
 
-// join joins the bus with membership m, logging each disconnection and reconnection.
-func join(ctx context.Context, m host.Membership, logf func(format string, a ...any)) (*host.Host, error) {
-	return host.Join(ctx, m,
+// join joins the bus with membership m, read from the file at path unless path is empty or
+// "-" (stdin), logging each disconnection and reconnection. A membership file is read again
+// at every reconnect (host.JoinFile): in operator mode (bus.auth: jwt) a credential written
+// over it, by the node's agent or by hand, is taken with no restart.
+func join(ctx context.Context, path string, m host.Membership, logf func(format string, a ...any)) (*host.Host, error) {
+	opts := []nats.Option{
 		// A host outlives a restart of the bus (a `meshctl watch` restarted): it reconnects
 		// for ever and says so.
 		nats.MaxReconnects(-1),
@@ -167,7 +170,11 @@ func join(ctx context.Context, m host.Membership, logf func(format string, a ...
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { logf("reconnected to %s", nc.ConnectedUrlRedacted()) }),
-	)
+	}
+	if path == "" || path == "-" {
+		return host.Join(ctx, m, opts...)
+	}
+	return host.JoinFile(ctx, path, opts...)
 }
 
 // publishOnce publishes message on subject as the module and logs which stream keeps it.

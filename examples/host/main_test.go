@@ -23,6 +23,7 @@ import (
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/internal/testwait"
+	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 )
 
@@ -32,7 +33,22 @@ import (
 // with nothing left unacknowledged.
 func TestTheHostFollowsEventsAndTakesWork(t *testing.T) {
 	t.Parallel()
-	b := hosttest.Start(t, "../quickstart")
+	theHostFollowsEventsAndTakesWork(t, hosttest.Start(t, "../quickstart"))
+}
+
+// The same in operator mode (bus.auth: jwt): the memberships carry a user JWT and its seed,
+// with pull consumers (the quickstart's) and with push consumers.
+func TestTheHostFollowsEventsAndTakesWorkAsAJWTUser(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{model.ConsumersPull, model.ConsumersPush} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			theHostFollowsEventsAndTakesWork(t, hosttest.StartJWT(t, "../quickstart", kind))
+		})
+	}
+}
+
+func theHostFollowsEventsAndTakesWork(t *testing.T, b *hosttest.Mesh) {
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 	defer cancel()
 
@@ -332,5 +348,48 @@ func TestTheHostJoinsABusVerifiedByItsCAAcrossARenewal(t *testing.T) {
 	h.interrupt(ctx, t)
 	if log := h.stderr.String(); !strings.Contains(log, "reconnected to ") {
 		t.Errorf("the host's log does not say it reconnected:\n%s", log)
+	}
+}
+
+// In operator mode a host is given a new credential by writing it over its membership file, as
+// the node's agent does when the controller declares one: the old one is revoked, which
+// disconnects the running host, and it reconnects with the file's new credential and takes the
+// next order, with no restart.
+func TestTheHostTakesACredentialWrittenOverItsMembershipFile(t *testing.T) {
+	t.Parallel()
+	b := hosttest.StartJWT(t, "../quickstart", "")
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
+	defer cancel()
+	shop := writeMembership(t, b.Membership("alpha.shop"))
+	order := func(o string) {
+		t.Helper()
+		if code, log := publish(ctx, shop, render.ModuleEvent("shop", "order.placed"), o); code != 0 {
+			t.Fatalf("publishing %s as alpha.shop: exit %d: %s", o, code, log)
+		}
+	}
+	file := writeMembership(t, b.Membership("beta.postman"))
+	h := startHost(ctx, t, "-membership", file, "-follow")
+	order("order-1")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-1")
+
+	old := b.Reissue(t, "beta.postman")
+	line, err := json.Marshal(b.Membership("beta.postman"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file+".next", line, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".next", file); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.JWT.Push(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	order("order-2")
+	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-2")
+	h.interrupt(ctx, t)
+	if log := h.stderr.String(); !strings.Contains(log, "disconnected") || !strings.Contains(log, "reconnected to ") {
+		t.Errorf("the host's log does not say it was disconnected and reconnected:\n%s", log)
 	}
 }

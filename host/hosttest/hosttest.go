@@ -3,6 +3,10 @@
 // controller through the product's own path — plan against an empty bus, apply with the bus's
 // accounts file and reload — as `meshctl apply` does.
 //
+// StartJWT does the same on operator-mode servers (bus.auth: jwt): the mesh is an account whose
+// JWT is pushed to the servers, and every principal a user of it, holding a user JWT with
+// exactly its grants and the seed of its key.
+//
 // One bus per call, on a random port in the test's own directory: tests that shared a bus
 // deleted each other's objects. Passwords are hashed at bcrypt's lowest cost: tests prove
 // permissions, not hashing.
@@ -49,10 +53,17 @@ type Mesh struct {
 	Model   *model.Mesh
 	Desired *render.Desired
 
+	// JWT is StartJWT's account on operator-mode servers, whose users the principals are;
+	// nil for a bus of passwords.
+	JWT *JWTAccount
+
 	target busclient.Target // every server, as memberships list them
 
 	passwords map[string]string
 	hashes    map[string]string
+	// creds are StartJWT's principals' credentials: a user JWT each, and its seed.
+	creds map[string]accounts.Creds
+	seeds map[string]string
 
 	mu    sync.Mutex
 	hosts map[string]*host.Host // joined once and shared by whatever needs a counterpart
@@ -80,7 +91,7 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 	b.target = busclient.Target{URL: b.Bus.URL()}
 	t.Cleanup(b.closeHosts)
 	b.create(t, accounts.File{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
-		Target: b.target, StateDir: t.TempDir()})
+		Target: b.target, StateDir: t.TempDir()}, plan.Live{})
 	return b
 }
 
@@ -132,7 +143,7 @@ func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	}
 	first := each[0]
 	first.StateDir, first.Others = t.TempDir(), each[1:]
-	b.create(t, first)
+	b.create(t, first, plan.Live{})
 	return b
 }
 
@@ -159,9 +170,48 @@ func StartTLS(t testing.TB, dir string, tls bustest.ServerTLS, trust busclient.T
 		t.Fatal(err)
 	}
 	b.waitLogin(ctx, t, b.target, render.ControllerUser)
-	b.create(t, conf)
+	b.create(t, conf, plan.Live{})
 	return b
 }
+
+// StartJWT is StartConsumers on an operator-mode server (bus.auth: jwt): JWTAccount's, the
+// mesh's account pushed to it, and every principal a user of it holding a
+// user JWT that grants exactly what its password would (accounts.GrantsOf), signed by the
+// account's key. The controller, logged in with its own, creates the streams and consumers
+// through plan and apply, as `meshctl apply` does; the account JWT is the test's, not the
+// apply's, so the plan is made against a bus whose accounts config is already the target's.
+func StartJWT(t testing.TB, dir, kind string) *Mesh {
+	t.Helper()
+	b := newMesh(t, dir, func(m *model.Mesh) {
+		if kind != "" {
+			m.Bus.Consumers = kind
+		}
+		// The test servers store 256 MB each, less than the default EVENTS alone reserves:
+		// every stream is held to a size they place.
+		for _, s := range []*model.StreamSettings{&m.Bus.Streams.Control, &m.Bus.Streams.Events, &m.Bus.Streams.Nodes, &m.Bus.Streams.Seats} {
+			s.MaxBytes = jwtStreamBytes
+		}
+		for i := range m.Seats {
+			m.Seats[i].Stream.MaxBytes = jwtStreamBytes
+		}
+	})
+	// One server, as Start's: on a cluster a subscription made through one server is known to
+	// the others a moment later, and a job that hears a subject live, or a direct get of a
+	// stream just created, would race it.
+	b.JWT = StartJWTAccount(t, 1)
+	b.target = b.JWT.Target()
+	b.creds, b.seeds = map[string]accounts.Creds{}, map[string]string{}
+	for _, p := range b.Desired.Principals {
+		c := b.JWT.Mint(t, p.User, accounts.GrantsOf(p))
+		b.creds[p.User], b.seeds[p.User] = c, SeedOf(t, c)
+	}
+	t.Cleanup(b.closeHosts)
+	b.create(t, accounts.File{}, plan.Live{Accounts: b.Target().Accounts, AccountsKnown: true})
+	return b
+}
+
+// jwtStreamBytes is the size of each stream of StartJWT's mesh.
+const jwtStreamBytes = 16 << 20
 
 // newMesh loads the mesh in dir, adjusted by adjust, and issues every principal a password.
 func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
@@ -193,13 +243,20 @@ func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
 // refuse it while it enables JetStream for the account anew; the apply is then made again, as
 // the next `meshctl apply` would (testwait.Until): each of its calls is one that a second time
 // finds done. The embedded bus answers, or the test fails at once.
-func (b *Mesh) create(t testing.TB, conf accounts.File) {
+func (b *Mesh) create(t testing.TB, conf accounts.File, live plan.Live) {
 	t.Helper()
 	api, err := jsapi.New(b.MustJoin(t, render.ControllerUser).Conn().Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := plan.Compute(b.Target(), plan.Live{}, plan.Options{})
+	p := plan.Compute(b.Target(), live, plan.Options{})
+	if live.AccountsKnown {
+		for _, c := range p.Changes {
+			if c.Kind == plan.KindAccounts {
+				t.Fatalf("the mesh's accounts config is in place, yet the plan changes it: %s %s", c.Action, c.ID())
+			}
+		}
+	}
 	testwait.Until(t, "the controller creating the mesh", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 		defer cancel()
@@ -226,9 +283,46 @@ func (b *Mesh) waitLogin(ctx context.Context, t testing.TB, server busclient.Tar
 // Target is the bus the mesh should be, with the passwords' hashes.
 func (b *Mesh) Target() plan.Target { return plan.TargetOf(b.Desired, b.hashes) }
 
-// Membership is what `meshctl credentials issue` would print for user.
+// Membership is what `meshctl credentials issue` would print for user: its password, or on
+// StartJWT's bus its seed and user JWT.
 func (b *Mesh) Membership(user string) host.Membership {
+	if b.JWT != nil {
+		return host.MembershipOf(b.target, user, b.seeds[user], true).WithJWT(b.creds[user].JWT)
+	}
 	return host.MembershipOf(b.target, user, b.passwords[user], false)
+}
+
+// Reissue gives user of StartJWT's mesh a new credential, a new key with the same grants, and
+// returns the public key of the one it replaces, for the test to revoke (JWT.Push). From then
+// on Membership is the new one's. Not while another goroutine joins.
+func (b *Mesh) Reissue(t testing.TB, user string) string {
+	t.Helper()
+	p, ok := b.Desired.Principal(user)
+	if !ok || b.JWT == nil {
+		t.Fatalf("%s is not a principal of a jwt mesh", user)
+	}
+	old := b.creds[user].UserKey
+	c := b.JWT.Mint(t, user, accounts.GrantsOf(p))
+	b.creds[user], b.seeds[user] = c, SeedOf(t, c)
+	return old
+}
+
+// AccountsFile is the accounts file Start's bus serves, or "" where the mesh's users are not
+// in a file this test can read.
+func (b *Mesh) AccountsFile() string {
+	if b.Bus == nil {
+		return ""
+	}
+	return b.Bus.AccountsFile()
+}
+
+// Reload is what every change of the accounts config does to the hosts connected: Start's bus
+// reloads its accounts file, StartJWT's servers are pushed the account's JWT anew.
+func (b *Mesh) Reload(ctx context.Context) error {
+	if b.JWT != nil {
+		return b.JWT.Push(ctx)
+	}
+	return b.Bus.Reload()
 }
 
 // Dial joins as user on a connection of its own, closed when t ends.

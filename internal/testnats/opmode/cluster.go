@@ -19,7 +19,8 @@ import (
 // ClusterOptions shape a test cluster; the zero value is three servers whose resolvers catch
 // up every two seconds.
 type ClusterOptions struct {
-	// Servers is how many servers; 0 means 3.
+	// Servers is how many servers; 0 means 3. One is a server on its own, with no cluster:
+	// JetStream clustered on one server never elects a meta leader.
 	Servers int
 	// ResolverInterval is how often each server asks a peer for the JWTs it lacks (the
 	// resolver's `interval`); "" means "2s". A long one keeps a server that missed a push
@@ -126,9 +127,11 @@ http: "127.0.0.1:%d"
 log_file: %q
 %s
 jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
-cluster { name: opmode-test, listen: "127.0.0.1:%d", routes: [%s] }
 `, srv.Name, ports[i], ports[2*n+i], srv.LogFile, trust(srv.ResolverDir, interval),
-			filepath.Join(sdir, "js"), ports[n+i], strings.Join(routes, ", "))
+			filepath.Join(sdir, "js"))
+		if n > 1 {
+			conf += fmt.Sprintf("cluster { name: opmode-test, listen: \"127.0.0.1:%d\", routes: [%s] }\n", ports[n+i], strings.Join(routes, ", "))
+		}
 		if err := os.WriteFile(srv.ConfigFile, []byte(conf), 0o600); err != nil {
 			tb.Fatalf("%v", err)
 		}
@@ -220,8 +223,9 @@ func (c *Cluster) Start(srv *Server) {
 	c.waitJoined()
 }
 
-// waitJoined waits until JetStream's meta group has a leader and a ping on the system account
-// is answered by every running server: the routes carry system-account traffic both ways.
+// waitJoined waits until JetStream's meta group has a leader (a server on its own has none)
+// and a ping on the system account is answered by every running server: the routes carry
+// system-account traffic both ways.
 func (c *Cluster) waitJoined() {
 	c.tb.Helper()
 	nc := c.connect(c.systemCreds)
@@ -234,7 +238,7 @@ func (c *Cluster) waitJoined() {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if c.metaLeader() && pingAnswered(nc, want) {
+		if (len(c.Servers) == 1 || c.metaLeader()) && pingAnswered(nc, want) {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
