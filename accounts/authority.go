@@ -63,7 +63,8 @@ func (a File) derivedGeneration(conf, rendered []byte) (generation, bool) {
 	}
 	sum := digest(rendered)
 	pw, _ := generationPassword(a.controller, sum, a.Server)
-	return generation{File: absPath(a.Path), SHA256: digest(conf), Password: pw, Controller: controllerHashIn(rendered), Rendered: sum}, true
+	return generation{File: absPath(a.Path), SHA256: digest(conf), Password: pw, Controller: controllerHashIn(rendered), Rendered: sum,
+		AccountOnly: accountOnlyFile(conf)}, true
 }
 
 // generationOf is the generation conf, the file on disk at a.Path, carries as far as this

@@ -105,3 +105,12 @@ func validateSharedBus(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 	}
 	b.SystemUser = &SystemUser{User: su.user.val, PasswordFile: su.passwordFile.val, SeedFile: su.seedFile.val, Pos: su.pos}
 }
+
+// SharesAlike reports whether b and o write the same shape of accounts config and reload as the
+// same system user: a session opened for one serves the other only then.
+func (b Bus) SharesAlike(o Bus) bool {
+	if b.Accounts != o.Accounts || (b.SystemUser == nil) != (o.SystemUser == nil) {
+		return false
+	}
+	return b.SystemUser == nil || *b.SystemUser == *o.SystemUser
+}
