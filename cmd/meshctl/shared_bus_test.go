@@ -68,6 +68,29 @@ func sharedMesh(c *bustest.TestCluster, passwordFile string, extra []string) str
 	return b.String()
 }
 
+// Under bus.accounts: account, meshctl render prints the file as meshctl writes it: the MESH
+// account alone, which the server's parser reads inside an accounts block.
+func TestRenderPrintsTheAccountAlone(t *testing.T) {
+	t.Parallel()
+	desc := writeMesh(t, map[string]string{"mesh.yaml": `bus:
+  url: nats://127.0.0.1:4222
+  accounts_file: /etc/nats/mesh-account.conf
+  accounts: account
+nodes:
+  - name: alpha
+`})
+	code, out, errOut := meshctl(t, "render", "-f", desc)
+	if code != exitOK {
+		t.Fatalf("render: exit %d\n%s", code, errOut)
+	}
+	if strings.Contains(out, "\naccounts {") || !strings.Contains(out, "  "+render.Account+" {\n") {
+		t.Fatalf("render does not print the MESH account alone:\n%s", out)
+	}
+	if _, ok := render.WholeBlock([]byte(out)); !ok {
+		t.Fatalf("render prints something meshctl would not write:\n%s", out)
+	}
+}
+
 // fileState is a file's bytes and modification time.
 type fileState struct {
 	data  []byte
