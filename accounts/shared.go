@@ -120,10 +120,16 @@ func (r operatorSystemReload) credential() (busclient.Credential, error) {
 		return busclient.Credential{}, fmt.Errorf("the operator's system user's credential file %s (bus.system_user) is empty", path)
 	}
 	if r.user.SeedFile != "" {
-		if _, err := busclient.UserKey(secret); err != nil {
+		kp, err := busclient.UserKey(secret)
+		if err != nil {
 			return busclient.Credential{}, fmt.Errorf("the operator's system user's seed file %s (bus.system_user): %w", path, err)
 		}
-		return busclient.Credential{Seed: secret}, nil
+		// An nkey user is named by its public key, no secret, in what a connection says.
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return busclient.Credential{}, fmt.Errorf("the operator's system user's seed file %s (bus.system_user): %w", path, err)
+		}
+		return busclient.Credential{User: pub, Seed: secret}, nil
 	}
 	return busclient.Credential{User: r.user.User, Password: secret}, nil
 }

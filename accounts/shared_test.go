@@ -140,7 +140,7 @@ func TestTheOperatorsSystemUserIsReadFromItsFile(t *testing.T) {
 		t.Errorf("the password file reads as %v (%v)", cred, err)
 	}
 	cred, err = r(model.SystemUser{SeedFile: write("seed", string(seed)+"\n")}).credential()
-	if err != nil || cred.Seed != string(seed) {
+	if pub, _ := kp.PublicKey(); err != nil || cred.Seed != string(seed) || cred.User != pub {
 		t.Errorf("the seed file reads as %v (%v)", cred, err)
 	}
 	for _, c := range []struct {

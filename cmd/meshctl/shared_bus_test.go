@@ -36,17 +36,17 @@ func TestASharedServerKeepsTheOperatorsAccountsThroughMeshctlsChanges(t *testing
 }
 
 // The same on a three-server cluster: two servers reloaded by request as the operator's
-// system user, the third by its pid file.
+// system user — here its user by nkey, its seed in a file — the third by its pid file.
 func TestASharedClusterKeepsTheOperatorsAccountsThroughMeshctlsChanges(t *testing.T) {
 	t.Parallel()
 	sharedBusThroughChanges(t, bustest.StartSharedTestCluster(t, 3))
 }
 
 // sharedMesh is the description of a mesh on c, sharing its servers under bus.accounts:
-// account, with the nodes alpha and extra.
-func sharedMesh(c *bustest.TestCluster, passwordFile string, extra []string) string {
+// account, with the nodes alpha and extra; systemUser is bus.system_user's value.
+func sharedMesh(c *bustest.TestCluster, systemUser string, extra []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "bus:\n  accounts: account\n  system_user: { user: %s, password_file: %s }\n", bustest.OperatorSystemUser, passwordFile)
+	fmt.Fprintf(&b, "bus:\n  accounts: account\n  system_user: %s\n", systemUser)
 	if len(c.Servers) == 1 {
 		srv := c.Servers[0]
 		fmt.Fprintf(&b, "  url: %s\n  accounts_file: %s\n  reload: system\n", srv.URL, srv.AccountsFile)
@@ -112,17 +112,24 @@ func statFile(t *testing.T, path string) fileState {
 
 func sharedBusThroughChanges(t *testing.T, c *bustest.TestCluster) {
 	dir := t.TempDir()
-	opsPassword := filepath.Join(dir, "ops.password")
-	if err := os.WriteFile(opsPassword, []byte(bustest.OperatorSystemPassword+"\n"), 0o600); err != nil {
+	// One server asks as the operator's system user by password, the cluster as its user by
+	// nkey: each file as an operator writes it, with a newline at its end.
+	secret, systemUser := bustest.OperatorSystemPassword, "{ user: "+bustest.OperatorSystemUser+", password_file: %s }"
+	if len(c.Servers) > 1 {
+		secret, systemUser = bustest.OperatorSystemSeed(), "{ seed_file: %s }"
+	}
+	secretFile := filepath.Join(dir, "ops.secret")
+	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	systemUser = fmt.Sprintf(systemUser, secretFile)
 	desc := filepath.Join(dir, "mesh")
 	if err := os.MkdirAll(desc, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	describe := func(extra []string) {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(desc, "mesh.yaml"), []byte(sharedMesh(c, opsPassword, extra)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(desc, "mesh.yaml"), []byte(sharedMesh(c, systemUser, extra)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
