@@ -220,7 +220,7 @@ func (a File) stamp(rendered []byte, renderedDigest string) ([]byte, generation,
 	if _, stamped := Unstamp(rendered); stamped || !bytes.HasSuffix(rendered, l.tail) {
 		return nil, generation{}, errors.New("the accounts config to write is not a rendering of meshctl's")
 	}
-	password, err := generationPassword(a.controller, renderedDigest, a.Server)
+	password, err := generationPassword(a.controller, renderedDigest, a.Server, a.AccountOnly)
 	if err != nil {
 		return nil, generation{}, err
 	}

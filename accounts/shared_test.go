@@ -22,7 +22,8 @@ import (
 // principal in it: it reads back as the rendering, its users (the generation principal's
 // among them) parse as the server reads them inside its accounts block, and its record says
 // its shape. A file of the other shape, stamped by meshctl, is written again, and the plan
-// says why; a record of the other shape is not taken for the rendering.
+// says why; a record of the other shape is not taken for the rendering, nor its generation
+// principal's login for a proof of this one.
 func TestTheAccountAloneIsStampedReadAndProvenAsTheWholeBlock(t *testing.T) {
 	t.Parallel()
 	m, err := model.Parse(meshgen.Scaled(3).Files())
@@ -63,9 +64,13 @@ func TestTheAccountAloneIsStampedReadAndProvenAsTheWholeBlock(t *testing.T) {
 		t.Error("the generation of the account alone is not derived again from the file")
 	}
 
-	whole, _, err := block.stamp(data, digest(data))
+	whole, wg, err := block.stamp(data, digest(data))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A server that refuses the one shape while serving the other must not be seen serving it.
+	if wg.Password == g.Password {
+		t.Error("the whole block and the account alone of one rendering share a generation password")
 	}
 	ctx := context.Background()
 	for _, c := range []struct {

@@ -288,3 +288,38 @@ func sharedBusThroughChanges(t *testing.T, c *bustest.TestCluster) {
 		t.Errorf("the connections report does not show the OTHER users' connections:\n%s", report.String())
 	}
 }
+
+// bus.accounts and the server's config change together: an apply of the whole block to a
+// server whose accounts block includes the file is refused by the server's reload, and the
+// file of the account alone goes back, byte for byte, still served.
+func TestTheWholeBlockWhereTheServerIncludesTheAccountAloneIsPutBack(t *testing.T) {
+	t.Parallel()
+	c := bustest.StartSharedTestCluster(t, 1)
+	srv := c.Servers[0]
+	alone := fmt.Sprintf("bus:\n  url: %s\n  accounts_file: %s\n  accounts: account\n  reload: {pid_file: %s}\nnodes:\n  - name: alpha\n",
+		srv.URL, srv.AccountsFile, srv.PIDFile)
+	desc := writeMesh(t, map[string]string{"mesh.yaml": alone})
+	st := t.TempDir()
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st, "--bcrypt-cost", "4"); code != exitOK {
+		t.Fatalf("the apply of the account alone: exit %d\n%s%s", code, out, errOut)
+	}
+	before := statFile(t, srv.AccountsFile)
+
+	block := strings.Replace(alone, "  accounts: account\n", "", 1)
+	if err := os.WriteFile(filepath.Join(desc, "mesh.yaml"), []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st, "--bcrypt-cost", "4")
+	if code != exitError || !strings.Contains(errOut, "is back at") || !strings.Contains(errOut, "seen serving it") {
+		t.Fatalf("the apply of the whole block: exit %d, want %d with the previous file back and served\n%s%s", code, exitError, out, errOut)
+	}
+	if after, err := os.ReadFile(srv.AccountsFile); err != nil || !bytes.Equal(after, before.data) {
+		t.Fatalf("the file of the account alone is not back as it was (%v):\n%s", err, after)
+	}
+	if err := os.WriteFile(filepath.Join(desc, "mesh.yaml"), []byte(alone), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("the account alone, as before: exit %d\n%s%s", code, out, errOut)
+	}
+}
