@@ -150,6 +150,21 @@ func TestTheServerReadsTheAccountAloneInsideItsAccountsBlock(t *testing.T) {
 		t.Errorf("the parser names another line than %s: included %q, checked %q", where, included, checked)
 	}
 
+	// A MESH of the operator's own before the include is replaced by meshctl's without a word:
+	// the parser keeps the last definition of an account (docs/shared-bus.md).
+	write(file, alone)
+	write(conf, []byte(strings.Replace(sharedServerConf(dir, filepath.Base(file)), "  include",
+		"  MESH { users: [ { user: operators-own, password: x } ] }\n  include", 1)))
+	opts, err = server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("the parser refused a second MESH: %v", err)
+	}
+	for _, u := range opts.Users {
+		if u.Username == "operators-own" {
+			t.Error("the operator's own MESH kept its user beside meshctl's: docs/shared-bus.md says otherwise")
+		}
+	}
+
 	// Included at the top level, where a whole block would be, it is refused.
 	write(file, alone)
 	write(conf, fmt.Appendf(nil, "listen: \"127.0.0.1:-1\"\ninclude %q\n", filepath.Base(file)))
