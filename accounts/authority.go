@@ -36,16 +36,26 @@ import (
 // reloaded as the user it still knows (systemReload); and a file neither a record nor a
 // derivation proves is written once more, as the plan shows.
 
-// generationPurpose is state.DerivedPassword's purpose for a generation principal.
-const generationPurpose = "generation principal"
+// generationPurpose is state.DerivedPassword's purpose for a generation principal;
+// accountOnlyPurpose its purpose in a file of the MESH account alone (bus.accounts: account).
+const (
+	generationPurpose  = "generation principal"
+	accountOnlyPurpose = "generation principal, MESH account alone"
+)
 
 // generationPassword is the generation principal's password of a file stamped, for server
 // ("" for the single server of bus.url or the embedded bus), from the rendering whose digest
-// is renderedDigest, by the holder of controller: derived from the three. Without a
-// controller password (nothing minted yet) it is random, known to this state directory alone.
-func generationPassword(controller, renderedDigest, server string) (string, error) {
+// is renderedDigest, by the holder of controller: derived from the three, and from the file's
+// shape (accountOnly) — the two shapes of one rendering are two files, and a server that
+// refuses the one while serving the other must not be seen serving it. Without a controller
+// password (nothing minted yet) it is random, known to this state directory alone.
+func generationPassword(controller, renderedDigest, server string, accountOnly bool) (string, error) {
 	if controller != "" {
-		return state.DerivedPassword(controller, generationPurpose, renderedDigest, server), nil
+		purpose := generationPurpose
+		if accountOnly {
+			purpose = accountOnlyPurpose
+		}
+		return state.DerivedPassword(controller, purpose, renderedDigest, server), nil
 	}
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -62,8 +72,10 @@ func (a File) derivedGeneration(conf, rendered []byte) (generation, bool) {
 		return generation{}, false
 	}
 	sum := digest(rendered)
-	pw, _ := generationPassword(a.controller, sum, a.Server)
-	return generation{File: absPath(a.Path), SHA256: digest(conf), Password: pw, Controller: controllerHashIn(rendered), Rendered: sum}, true
+	alone := accountOnlyFile(conf)
+	pw, _ := generationPassword(a.controller, sum, a.Server, alone)
+	return generation{File: absPath(a.Path), SHA256: digest(conf), Password: pw, Controller: controllerHashIn(rendered), Rendered: sum,
+		AccountOnly: alone}, true
 }
 
 // generationOf is the generation conf, the file on disk at a.Path, carries as far as this

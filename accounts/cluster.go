@@ -54,7 +54,8 @@ func External(m *model.Mesh, stateDir string) (File, busclient.Target, error) {
 		if err != nil {
 			return File{StateDir: stateDir}, busclient.Target{}, err
 		}
-		a := File{Path: srv.AccountsFile, Reloader: reloaderFor(srv.Reload, t, stateDir), Target: t, StateDir: stateDir, Server: srv.Name}
+		a := File{Path: srv.AccountsFile, Reloader: reloaderFor(srv.Reload, t, stateDir, m.Bus.SystemUser), Target: t, StateDir: stateDir,
+			Server: srv.Name, AccountOnly: m.Bus.AccountOnly()}
 		if len(srv.Copy) > 0 {
 			a.Copy = bus.CopyCommand(srv.Copy, model.CopyFileArg)
 		}
@@ -133,7 +134,7 @@ func (a File) alreadyServes(ctx context.Context, data []byte) (bool, error) {
 		return false, err
 	}
 	rendered, _ := Unstamp(conf)
-	return bytes.Equal(rendered, data), nil
+	return a.inShape(conf) && bytes.Equal(rendered, data), nil
 }
 
 // served reads the accounts config back as a plan compares it: the first server's file
@@ -189,9 +190,12 @@ func (a File) Served(ctx context.Context, conf []byte) ([]byte, string, error) {
 }
 
 // reloaderFor is how the server at t is reloaded; stateDir holds the password of meshctl's
-// system user, for a reload by request.
-func reloaderFor(r model.Reload, t busclient.Target, stateDir string) bus.Reloader {
+// system user, for a reload by request, and su names the operator's where it asks as that one
+// instead (bus.accounts: account).
+func reloaderFor(r model.Reload, t busclient.Target, stateDir string, su *model.SystemUser) bus.Reloader {
 	switch {
+	case r.System && su != nil:
+		return operatorSystemReloader(t, *su)
 	case r.System:
 		return systemReloader(t, stateDir)
 	case r.PIDFile != "":

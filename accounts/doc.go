@@ -10,7 +10,13 @@
 // cluster's servers are rolled through one at a time (File.Write), a refusal undoing the
 // servers changed before it. The same login is how a plan learns that a server serves the file
 // on disk (cluster.go), and the server's parser is how it reads the users served
-// (servedusers.go). The file backend owns, and must not give up:
+// (servedusers.go). Under bus.accounts: account the file holds the MESH account alone, which
+// the operator's accounts block includes beside accounts of its own (shared.go): it is the
+// whole block's stamped rendering cut to the account, checked with the server's parser inside
+// an accounts block, read back as the whole block, and nothing else of the server's config is
+// read; meshctl then writes no system user, and reload: system asks as the operator's, whose
+// secret it reads from the files the description names. The file backend owns, and must not
+// give up:
 //
 //   - One manager per bus (manager.go): a store installs a file over one that lets a
 //     controller in only where that file names this store, and rewrites none that would lock

@@ -85,6 +85,8 @@ type generation struct {
 	// converged bus compares digests, and holds neither the file nor the rendering
 	// (File.servedAsRendered). "" in a record written before it was kept.
 	Rendered string `json:"rendered,omitempty"`
+	// AccountOnly says the file holds the MESH account alone (File.AccountOnly).
+	AccountOnly bool `json:"account_only,omitempty"`
 }
 
 // describes reports whether g is the record of exactly conf, written at path.
@@ -218,7 +220,7 @@ func (a File) stamp(rendered []byte, renderedDigest string) ([]byte, generation,
 	if _, stamped := Unstamp(rendered); stamped || !bytes.HasSuffix(rendered, l.tail) {
 		return nil, generation{}, errors.New("the accounts config to write is not a rendering of meshctl's")
 	}
-	password, err := generationPassword(a.controller, renderedDigest, a.Server)
+	password, err := generationPassword(a.controller, renderedDigest, a.Server, a.AccountOnly)
 	if err != nil {
 		return nil, generation{}, err
 	}
@@ -236,8 +238,15 @@ func (a File) stamp(rendered []byte, renderedDigest string) ([]byte, generation,
 	out = append(out, hash...)
 	out = append(out, l.after...)
 	out = append(out, l.tail...)
+	if a.AccountOnly {
+		alone, ok := render.AccountOnly(out)
+		if !ok {
+			return nil, generation{}, errors.New("the accounts config to write carries more than the MESH account, which is all bus.accounts: account writes")
+		}
+		out = alone
+	}
 	return out, generation{File: absPath(a.Path), SHA256: digest(out), Password: password, Controller: controllerHashIn(rendered),
-		Rendered: renderedDigest}, nil
+		Rendered: renderedDigest, AccountOnly: a.AccountOnly}, nil
 }
 
 // maxStampedHash bounds what Unstamp takes for the generation principal's hash: a bcrypt
@@ -245,8 +254,13 @@ func (a File) stamp(rendered []byte, renderedDigest string) ([]byte, generation,
 const maxStampedHash = 1024
 
 // Unstamp returns conf without its generation principal and its manager line — the rendering
-// it was stamped from — and whether it carried a generation principal.
+// it was stamped from — and whether it carried a generation principal. A file of the MESH
+// account alone gives the whole block it was made from (render.WholeBlock): what a plan
+// compares either way.
 func Unstamp(conf []byte) ([]byte, bool) {
+	if whole, ok := render.WholeBlock(conf); ok {
+		conf = whole
+	}
 	if _, rest, ok := CutManagerLine(conf); ok {
 		conf = rest
 	}

@@ -130,7 +130,7 @@ func MayInstall(ctx context.Context, store *state.Store, a File, t busclient.Tar
 
 // fileUnmanaged is MayInstall for the file in use, data.
 func fileUnmanaged(ctx context.Context, store *state.Store, a File, data []byte) error {
-	users, err := parseUsers(data)
+	users, err := parseUsers(a.asServed(data))
 	if err != nil {
 		// Not a file a meshctl wrote, nor one any server would serve: the rendering replaces it.
 		return nil

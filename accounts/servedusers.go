@@ -48,6 +48,10 @@ func servedUser(u *server.User) plan.ServedUser {
 // is what the server would enforce. An nkey user is keyed by the principal its entry's
 // comment names, its credential being its public key (addNkeyUsers).
 func parseUsers(conf []byte) (map[string]*server.User, error) {
+	if whole, ok := render.WholeBlock(conf); ok {
+		// A file of the MESH account alone, read inside the block it is included in.
+		conf = whole
+	}
 	opts := &server.Options{}
 	if err := opts.ProcessConfigString(string(conf)); err != nil {
 		return nil, err

@@ -54,6 +54,9 @@ type File struct {
 	// Owned, when set, is asked before the file is written: nil while the writer may still
 	// change the bus (the reconcile package's lease).
 	Owned func() error
+	// AccountOnly says the file holds the MESH account alone, which the server's own accounts
+	// block includes (bus.accounts: account, shared.go); otherwise it holds the whole block.
+	AccountOnly bool
 }
 
 // ErrNotLive is returned (wrapped) when the accounts config was written but the operator
@@ -225,7 +228,7 @@ func (a File) writeServer(ctx context.Context, data []byte) (undo func(ctx conte
 	}
 	prevGen, prevRecorded, prevKnown := a.previousGeneration(ctx, previous, existed)
 	rendered := digest(data)
-	if prevKnown && sameRendering(prevGen, previous, data, rendered) {
+	if prevKnown && a.inShape(previous) && sameRendering(prevGen, previous, data, rendered) {
 		return nil, a.serveAgain(ctx, prevGen, prevRecorded)
 	}
 	stamped, gen, err := a.stamp(data, rendered)
@@ -345,6 +348,10 @@ func sameRendering(g generation, previous, data []byte, dataDigest string) bool 
 // rendering's. A reloader that checks with its server's own settings (the embedded bus in this
 // process) keeps the parse for the reload, so the change costs one parse of the whole config.
 func (a File) check(stamped []byte, dir string) (reload func(ctx context.Context) error, err error) {
+	if a.AccountOnly {
+		// Checked in the context the server reads it in: inside an accounts block.
+		stamped = render.WithinAccounts(stamped)
+	}
 	if c, ok := a.Reloader.(bus.AccountsChecker); ok {
 		return c.CheckAccounts(stamped)
 	}
@@ -508,8 +515,14 @@ func (a File) Install(data []byte) error {
 // whose hash is the cheapest bcrypt.
 func (a File) servedServer(ctx context.Context, conf []byte) ([]byte, string, error) {
 	rendered, stamped := Unstamp(conf)
+	if !stamped && a.AccountOnly {
+		// The operator's own first file of the account, read as the server reads it.
+		rendered = render.WithinAccounts(rendered)
+	}
 	g, recorded, known := a.generationOf(conf, rendered, stamped)
 	switch {
+	case !a.inShape(conf):
+		return rendered, a.notInShape(), nil
 	case !known && stamped:
 		return rendered, fmt.Sprintf("the accounts config at %s is not the one meshctl last wrote (edited by hand?); "+
 			"it is written and reloaded again", a.Path), nil
@@ -541,7 +554,7 @@ func (a File) ServedAsRendered(ctx context.Context, want func() string) (notServ
 		return "", false, nil
 	}
 	g, known := loadGeneration(a.StateDir, a.Server)
-	if !known || g.Rendered == "" {
+	if !known || g.Rendered == "" || g.AccountOnly != a.AccountOnly {
 		return "", false, nil
 	}
 	sum, exists, err := FileDigest(a.Path)

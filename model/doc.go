@@ -10,6 +10,11 @@
 // name now stands for — because both are decisions about the description, not about
 // the bus.
 //
+// The bus section says which servers the mesh lives on and how meshctl reaches, writes and
+// reloads each, and how much of a server's accounts config is meshctl's (bus.accounts,
+// shared.go): the whole block, or the MESH account alone beside the operator's own accounts,
+// whose system user (bus.system_user) is named by files, never by a secret in the description.
+//
 // The description is regular files inside one directory tree, the tree that is reviewed in
 // git. Load reads *.yaml and *.yml files under the directory, skipping hidden directories
 // and editors' backup files. What a description may not hold is refused by name, without

@@ -165,6 +165,12 @@ func dump(m *model.Mesh) string {
 	if bus.AccountsFile != "" {
 		line("  accounts_file: %s", bus.AccountsFile)
 	}
+	if bus.AccountOnly() {
+		line("  accounts: %s", bus.Accounts)
+	}
+	if su := bus.SystemUser; su != nil {
+		line("  system_user @ %s: user: %s password_file: %s seed_file: %s", su.Pos, su.User, su.PasswordFile, su.SeedFile)
+	}
 	line("  replicas: %d", bus.Replicas)
 	line("  events_max_age: %s", bus.Streams.Events.MaxAge)
 	// The settings, where they are not the defaults: the golden cases written before them

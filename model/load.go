@@ -294,6 +294,12 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	b.eventsMaxAge, _ = d.optional(f, "events_max_age")
 	b.consumers, _ = d.optional(f, "consumers")
 	b.auth, _ = d.optional(f, "auth")
+	if v, ok := f["accounts"]; ok {
+		b.accounts = d.enum(v.val, "bus.accounts", key{enum: accountsShapes})
+	}
+	if v, ok := f["system_user"]; ok {
+		b.systemUser = d.systemUser(v.val)
+	}
 	if v, ok := f["replicas"]; ok {
 		if n, ok := d.integer(v.val, "bus.replicas"); ok {
 			b.replicas, b.replicasPos = n, d.pos(v.val)

@@ -86,7 +86,14 @@ type Bus struct {
 	// Servers are the external bus's servers, each reading its own accounts file: one for
 	// bus.url (named ""), the cluster's for bus.servers. Empty for the embedded bus.
 	Servers []Server
-	Pos     Pos
+	// Accounts is how much of the servers' accounts config meshctl writes (bus.accounts):
+	// AccountsBlock, the whole block, or AccountsAccount, the MESH account alone (shared.go);
+	// "" for a description without a bus section, whose embedded bus's file is the block.
+	Accounts string
+	// SystemUser is the operator's system user a server is reloaded by request as under
+	// AccountsAccount (bus.system_user); nil where none is named.
+	SystemUser *SystemUser
+	Pos        Pos
 }
 
 // The kinds of consumer a mesh may derive. Pull is the default: the client libraries are
@@ -119,17 +126,6 @@ func (b Bus) secured(fingerprint, caFile string) bool {
 
 // Embedded reports whether meshctl runs the bus itself.
 func (b Bus) Embedded() bool { return b.URL == "" }
-
-// ReloadsBySystem reports whether some server of the bus is reloaded by a request as
-// meshctl's system user, which the accounts config must then carry.
-func (b Bus) ReloadsBySystem() bool {
-	for _, s := range b.Servers {
-		if s.Reload.System {
-			return true
-		}
-	}
-	return false
-}
 
 // Reload is how an external server is told to re-read its accounts config.
 type Reload struct {

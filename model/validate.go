@@ -45,6 +45,8 @@ type rawBus struct {
 	reload                                                   *rawReload
 	jetstream                                                *rawJetStream
 	servers                                                  []rawServer
+	accounts                                                 name
+	systemUser                                               *rawSystemUser
 	serversPos                                               Pos
 	pos                                                      Pos
 }
@@ -724,6 +726,7 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 		validateOneServer(diags, rb, &b, external)
 	}
 	validateBusSettings(diags, rb, &b)
+	validateSharedBus(diags, rb, &b, external)
 	if rb.serversPos != (Pos{}) && rb.replicasPos != (Pos{}) && b.Replicas > len(b.Servers) && len(b.Servers) > 0 {
 		diags.add(rb.replicasPos, "bus.replicas is %d, but bus.servers names %d server(s): a stream cannot have more replicas than the cluster has servers",
 			b.Replicas, len(b.Servers))

@@ -201,14 +201,14 @@ func (c *Cycles) drop(o CycleOptions, m *model.Mesh, busChanged bool) {
 }
 
 // sameBus reports whether a session opened for a can serve b: the address, how its
-// certificate is verified (pins, CA) and the client certificate presented, the accounts file
-// and its reload, and the embedded bus's listen address. Replicas and the events' max age are
-// the plan's business, not the connection's.
+// certificate is verified (pins, CA) and the client certificate presented, the accounts file,
+// its shape (bus.accounts) and its reload, and the embedded bus's listen address. Replicas and
+// the events' max age are the plan's business, not the connection's.
 func sameBus(a, b model.Bus) bool {
 	return a.URL == b.URL && a.Fingerprint == b.Fingerprint && a.CAFile == b.CAFile &&
 		a.CertFile == b.CertFile && a.KeyFile == b.KeyFile && a.AccountsFile == b.AccountsFile &&
 		a.Listen == b.Listen && a.Reload.PIDFile == b.Reload.PIDFile &&
-		slices.Equal(a.Reload.Command, b.Reload.Command) && a.Reload.Manual == b.Reload.Manual
+		slices.Equal(a.Reload.Command, b.Reload.Command) && a.Reload.Manual == b.Reload.Manual && a.SharesAlike(b)
 }
 
 // cycleLock is the apply lock of one cycle, and the session it holds it for. It is the one

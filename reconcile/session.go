@@ -310,7 +310,7 @@ func (s *Session) bootstrapAccounts(ctx context.Context, m *model.Mesh, path str
 // controller's (state.SystemPassword), when a server of the mesh is reloaded by request, so
 // that every rendering carries it.
 func systemCredential(ctx context.Context, store *state.Store, m *model.Mesh, cost int) error {
-	if !m.Bus.ReloadsBySystem() {
+	if !m.Bus.MintsSystemUser() {
 		return nil
 	}
 	if cost == 0 {

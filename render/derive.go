@@ -185,7 +185,7 @@ func newPrincipalSource(m *model.Mesh, graces []AckGrace) *principalSource {
 	src := &principalSource{m: m, modules: modulesOf(m), holds: holds, acks: acksOf(graces), shared: make(map[string]*moduleGrants, len(m.Modules)),
 		pull: m.Bus.Consumers != model.ConsumersPush, order: make([]principalRef, 0, 2+2*len(m.Nodes)+len(instances))}
 	src.order = append(src.order, principalRef{user: ControllerUser, kind: KindController})
-	if m.Bus.ReloadsBySystem() {
+	if m.Bus.MintsSystemUser() {
 		src.order = append(src.order, principalRef{user: SystemUser, kind: KindSystem})
 	}
 	for _, n := range m.Nodes {

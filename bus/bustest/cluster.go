@@ -64,6 +64,13 @@ func StartTestCluster(tb testnats.TB, n int) *TestCluster {
 // yet, so no server can start until one is (StartAll).
 func NewTestCluster(tb testnats.TB, n int) *TestCluster {
 	tb.Helper()
+	return newTestCluster(tb, n, "include \"mesh-accounts.conf\"\n")
+}
+
+// newTestCluster is NewTestCluster with accounts, the text of each server's config that
+// includes its accounts file. One server is a server alone, with no cluster block.
+func newTestCluster(tb testnats.TB, n int, accounts string) *TestCluster {
+	tb.Helper()
 	c := &TestCluster{tb: tb, bin: testnats.NATSServerBinary(tb)}
 	dir := tb.TempDir()
 	ports := testnats.FreePorts(tb, 3*n)
@@ -79,14 +86,16 @@ func NewTestCluster(tb testnats.TB, n int) *TestCluster {
 		srv := &TestClusterServer{Name: fmt.Sprintf("n%d", i+1), URL: fmt.Sprintf("nats://127.0.0.1:%d", ports[i]),
 			ConfigFile: filepath.Join(sdir, "server.conf"), AccountsFile: filepath.Join(sdir, "mesh-accounts.conf"),
 			PIDFile: filepath.Join(sdir, "nats.pid"), monitor: fmt.Sprintf("http://127.0.0.1:%d", ports[2*n+i])}
+		cluster := ""
+		if n > 1 {
+			cluster = fmt.Sprintf("cluster { name: mesh-test, listen: \"127.0.0.1:%d\", routes: [%s] }\n", ports[n+i], strings.Join(routes, ", "))
+		}
 		srv.Original = fmt.Appendf(nil, `server_name: %s
 listen: "127.0.0.1:%d"
 http: "127.0.0.1:%d"
 pid_file: %q
 jetstream { store_dir: %q }
-cluster { name: mesh-test, listen: "127.0.0.1:%d", routes: [%s] }
-include "mesh-accounts.conf"
-`, srv.Name, ports[i], ports[2*n+i], srv.PIDFile, filepath.Join(sdir, "js"), ports[n+i], strings.Join(routes, ", "))
+%s%s`, srv.Name, ports[i], ports[2*n+i], srv.PIDFile, filepath.Join(sdir, "js"), cluster, accounts)
 		if err := os.WriteFile(srv.ConfigFile, srv.Original, 0o600); err != nil {
 			tb.Fatalf("%v", err)
 		}
@@ -112,7 +121,9 @@ func (c *TestCluster) StartAll() {
 	for _, srv := range c.Servers {
 		srv.waitReady(c.tb)
 	}
-	c.WaitForMetaLeader()
+	if len(c.Servers) > 1 {
+		c.WaitForMetaLeader()
+	}
 }
 
 func (srv *TestClusterServer) start(bin string) error {

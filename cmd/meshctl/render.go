@@ -20,6 +20,7 @@ Derives the bus from the description in DIR and prints it, touching nothing.
   -o conf   the accounts config the server includes (users, permissions). Principals
             that were never issued a credential get a locked entry no password opens;
             with --state, the stored bcrypt hashes are used instead (never passwords).
+            Under bus.accounts: account, the MESH account alone, as the file holds it.
   -o json   the derived principals (each grant with the job that needs it), streams,
             consumers and seat holders, as data
 
@@ -67,7 +68,13 @@ func runRender(ctx context.Context, e *env, args []string) int {
 			return exitError
 		}
 	}
-	_, _ = e.stdout.Write(render.AccountsConfig(d.Principals, hashes))
+	conf := render.AccountsConfig(d.Principals, hashes)
+	if m.Bus.AccountOnly() {
+		// The file as meshctl writes it: the MESH account alone, which carries no user of
+		// meshctl's in another account.
+		conf, _ = render.AccountOnly(conf)
+	}
+	_, _ = e.stdout.Write(conf)
 	return exitOK
 }
 
