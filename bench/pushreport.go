@@ -66,7 +66,8 @@ func (x *pushReport) findings() []string {
 		if lo != nil && hi != nil {
 			per := float64(hi.jwtBytes-lo.jwtBytes) / float64(hi.revocations-lo.revocations)
 			out = append(out, fmt.Sprintf("A revocation adds %.0f bytes to the account JWT, so about %s revocations fill the 1 MiB an account JWT "+
-				"may take, which is also nats-server's default `max_payload`: past it no server takes the push.",
+				"may take, which is also nats-server's default `max_payload`: past it jwt/v2 refuses the token, "+
+				"and `accounts.Account.Encode` with it.",
 				per, num(int(float64(maxJWT-lo.jwtBytes)/per))))
 		}
 	}
@@ -77,8 +78,12 @@ func (x *pushReport) findings() []string {
 				continue
 			}
 			per := float64(hi.pushCPU.median()-lo.pushCPU.median()) / float64(hi.connected-lo.connected)
-			out = append(out, fmt.Sprintf("With %s revocations, each user connected adds %s of the servers' CPU to every push (%s with %s users, %s with %s).",
-				num(n), duration(per), duration(float64(hi.pushCPU.median())), num(hi.connected), duration(float64(lo.pushCPU.median())), num(lo.connected)))
+			list := "an empty revocation list"
+			if n > 0 {
+				list = num(n) + " revocations"
+			}
+			out = append(out, fmt.Sprintf("With %s, each user connected adds %s of the servers' CPU to every push (%s with %s users, %s with %s).",
+				list, duration(per), duration(float64(hi.pushCPU.median())), num(hi.connected), duration(float64(lo.pushCPU.median())), num(lo.connected)))
 		}
 	}
 	return out
