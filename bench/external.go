@@ -177,17 +177,11 @@ func lockedOnTheBus(ctx context.Context, js jetstream.JetStream) runCheck {
 func startServer(dir string) (x *bustest.TestServer, stop func(), err error) {
 	tb := &harnessTB{dir: dir}
 	defer func() {
-		v := recover()
-		if v == nil {
-			return
+		if err != nil {
+			tb.close()
 		}
-		f, ok := v.(harnessFatal)
-		if !ok {
-			panic(v)
-		}
-		tb.close()
-		x, stop, err = nil, nil, errors.New(string(f))
 	}()
+	defer tb.catch(&err)
 	return bustest.StartTestServer(tb, dir), tb.close, nil
 }
 
@@ -219,6 +213,20 @@ func (t *harnessTB) Fatalf(format string, args ...any) {
 }
 
 func (t *harnessTB) Skip(args ...any) { panic(harnessFatal(fmt.Sprint(args...))) }
+
+// catch, deferred, turns a harnessFatal panic of the harness's into *err: a fatal error of
+// the test support the bench runs is the bench's error, and any other panic goes on.
+func (t *harnessTB) catch(err *error) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	f, ok := v.(harnessFatal)
+	if !ok {
+		panic(v)
+	}
+	*err = errors.New(string(f))
+}
 
 // close runs the cleanups, the last registered first, as testing does.
 func (t *harnessTB) close() {

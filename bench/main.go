@@ -10,12 +10,15 @@
 // runs it, one-shot and with `meshctl watch` serving the bus, each row run -runs times and
 // interleaved with the bare-client floor it is compared with; and the converged rows and one
 // change again on an external nats-server with the store on the bus (external.go), compared
-// with the embedded bus's.
+// with the embedded bus's. In operator mode (`bus.auth: jwt`) it measures what a push of the
+// mesh's account JWT costs the servers of a three-server cluster (push.go).
 //
 //	go run ./bench -out docs/BENCHMARKS.md            # everything, on a quiet machine
 //	go run ./bench -out - -sizes 500 -live-sizes 500  # a quick look, on stdout
-//	go run ./bench -out - -sizes none -live-sizes none -restart-sizes none -wait-sizes 200 -external-sizes 200 -runs 3
+//	go run ./bench -out - -sizes none -live-sizes none -restart-sizes none -wait-sizes 200 -external-sizes 200 -runs 3 -push-revocations none
 //	                                                  # the user-wait rows alone, small
+//	go run ./bench -out - -sizes none -live-sizes none -restart-sizes none -wait-sizes none -external-sizes none -converged-sizes none -connected-sizes none
+//	                                                  # the operator-mode push rows alone
 //	go run ./bench -gen /tmp/mesh -instances 5000     # write a generated mesh as YAML
 package main
 
@@ -77,6 +80,9 @@ type benchFlags struct {
 	convergedSizes string
 	connectedSizes string
 	connectedAuth  string
+	pushRevoked    string
+	pushConnected  string
+	pushes         int
 	loadFile       string
 	runs           int
 	floor          floorArgs
@@ -98,6 +104,9 @@ func parseFlags(args []string, stderr io.Writer) (benchFlags, error) {
 	fs.StringVar(&f.convergedSizes, "converged-sizes", "20000", "module instances to measure only the converged diff, apply and one change at, watch serving (whole meshctl processes; any size; its first apply is setup, not measured); none to skip")
 	fs.StringVar(&f.connectedSizes, "connected-sizes", "2000,5000", "module instances to measure with every host connected at, one connection per instance (whole meshctl processes; any size); none to skip")
 	fs.StringVar(&f.connectedAuth, "connected-auth", "password,nkey", "the kinds of principal (bus.auth) the connected rows measure")
+	fs.StringVar(&f.pushRevoked, "push-revocations", "0,1000,10000", "revocation-list sizes to measure a push of the account JWT at, on a three-server operator-mode cluster (bus.auth: jwt); none to skip")
+	fs.StringVar(&f.pushConnected, "push-connected", "3,2000", "users of the account connected during the pushes, spread over the three servers (at least one each)")
+	fs.IntVar(&f.pushes, "pushes", 10, "pushes of each batch of the push rows (-runs batches each; the servers' CPU is read around each)")
 	fs.StringVar(&f.loadFile, "load", "", "internal: be the connected rows' hosts, one connection per membership in this file")
 	fs.IntVar(&f.runs, "runs", 5, "runs of each user-wait row (the median and the spread are reported)")
 	fs.StringVar(&f.floor.kind, "floor", "", "internal: run one bare-client floor (create or list) and print its time as JSON")
@@ -134,6 +143,8 @@ func (f benchFlags) plan() (runPlan, error) {
 		{"-external-sizes", f.externalSizes, &plan.external},
 		{"-converged-sizes", f.convergedSizes, &plan.converged},
 		{"-connected-sizes", f.connectedSizes, &plan.connected},
+		{"-push-revocations", f.pushRevoked, &plan.push.revocations},
+		{"-push-connected", f.pushConnected, &plan.push.connected},
 	} {
 		var err error
 		if *s.into, err = parseInts(s.value); err != nil {
@@ -153,6 +164,9 @@ func (f benchFlags) plan() (runPlan, error) {
 		return runPlan{}, fmt.Errorf("-runs %d: at least one", f.runs)
 	}
 	plan.runs = f.runs
+	if err := plan.push.check(f.pushes, f.runs); err != nil {
+		return runPlan{}, err
+	}
 	for _, n := range append(append(append([]int{}, plan.sizes...), plan.live...), plan.restart...) {
 		if !contains(meshgen.Sizes, n) {
 			return runPlan{}, fmt.Errorf("size %d is not one the benchmarks define (%s)", n, joinInts(meshgen.Sizes))

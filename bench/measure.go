@@ -35,7 +35,8 @@ type runPlan struct {
 	converged            []int // the converged rows alone, watch serving
 	connected            []int // with every host connected
 	auths                []string
-	runs                 int // of each user-wait row
+	runs                 int      // of each user-wait row
+	push                 pushPlan // the operator-mode push rows
 }
 
 // sizesOf is the sizes b runs at.
@@ -120,6 +121,7 @@ type report struct {
 	bcrypt          time.Duration // one hash at state.DefaultCost
 	waits           []*waitResult
 	connected       []*connectedResult
+	pushes          *pushReport
 }
 
 func (r *report) find(name string, size int) *result {
@@ -163,6 +165,11 @@ func measure(ctx context.Context, p runPlan, tmp string, log io.Writer) (*report
 		}
 		printConnected(log, rep.connected)
 	}
+	var err error
+	if rep.pushes, err = measurePushes(ctx, p.push, tmp, log); err != nil {
+		return nil, err
+	}
+	printPushes(log, rep.pushes)
 	bins := map[string]string{}
 	for _, b := range benches {
 		if _, ok := bins[b.pkg]; ok || len(p.sizesOf(b)) == 0 {

@@ -52,6 +52,7 @@ func (r *report) write(w io.Writer) error {
 
 	r.writeWaits(p)
 	r.writeConnected(p)
+	r.writePushes(p)
 	// The in-process benchmarks' sections, when any of them ran (-sizes none and the like
 	// skip them, to measure what a user waits for alone).
 	if len(r.results) > 0 {

@@ -299,6 +299,17 @@ func (srv *Server) Running() bool {
 	return srv.cmd != nil
 }
 
+// PID is the running server's process id, or 0 when it is stopped: a benchmark reads the
+// server's CPU time from /proc by it.
+func (srv *Server) PID() int {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.cmd == nil {
+		return 0
+	}
+	return srv.cmd.Process.Pid
+}
+
 // ConfigLoadTime is when the server last loaded its config (started or reloaded), from its
 // monitoring port's /varz.
 func (srv *Server) ConfigLoadTime() (time.Time, error) {

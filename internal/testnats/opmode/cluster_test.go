@@ -75,8 +75,11 @@ func TestClusterServesOtherOnEveryServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.Servers[2].PID() == 0 {
+		t.Fatal("a running server has no process id")
+	}
 	c.Stop(c.Servers[2])
-	if c.Servers[2].Running() {
+	if c.Servers[2].Running() || c.Servers[2].PID() != 0 {
 		t.Fatal("a stopped server says it runs")
 	}
 	c.Start(c.Servers[2])
