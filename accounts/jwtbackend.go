@@ -22,7 +22,14 @@ type JWT struct {
 	Operator Operator
 	Resolver Resolver
 	Store    *state.Store
+	// OnReissue, when set, is told each principal's new JWT before the push that revokes
+	// its old one: where meshctl holds the principal's seed itself (the controller's creds),
+	// it writes the new JWT first, so that its connection cut by the push logs in again.
+	OnReissue func(ctx context.Context, principal, token string) error
 }
+
+// NotOnServers is what JWTPlan.Owned says when no server holds the account's JWT yet.
+const NotOnServers = "the account's JWT is on no server yet"
 
 // Reissue is a principal whose grants changed: a new JWT for the same key, the old one
 // revoked at the new one's iat-1.
@@ -95,7 +102,7 @@ func (j JWT) Plan(ctx context.Context, principals []render.Principal) (JWTPlan, 
 	if onServers {
 		p.Behind = st.NotCurrent()
 	} else {
-		p.Owned = append(p.Owned, "the account's JWT is on no server yet")
+		p.Owned = append(p.Owned, NotOnServers)
 		p.Behind = slices.Clone(j.Resolver.Servers)
 	}
 	return p, nil
@@ -236,6 +243,11 @@ func (j JWT) Apply(ctx context.Context, p JWTPlan) (JWTResult, error) {
 		}
 		if err := j.Store.SetJWTPending(ctx, r.Principal, token); err != nil {
 			return JWTResult{}, err
+		}
+		if j.OnReissue != nil {
+			if err := j.OnReissue(ctx, r.Principal, token); err != nil {
+				return JWTResult{}, err
+			}
 		}
 		revoke[r.UserKey] = c.IssuedAt - 1
 		promote = append(promote, r.Principal)

@@ -185,3 +185,7 @@ func revokeJWTUser(ctx context.Context, tx *sql.Tx, principal string, at int64, 
 	}
 	return nil
 }
+
+// OpControllerFirstUse is the operation of the controller's own credential minted on first
+// use: meshctl's, never by hand.
+const OpControllerFirstUse = opControllerFirstUse
