@@ -57,7 +57,9 @@ func (s *Session) connectJWT(ctx context.Context, m *model.Mesh) error {
 	return s.connect(ctx)
 }
 
-func (s *Session) controllerCredsPath() string { return filepath.Join(s.Store.Dir(), ControllerCredsFile) }
+func (s *Session) controllerCredsPath() string {
+	return filepath.Join(s.Store.Dir(), ControllerCredsFile)
+}
 
 // ensureControllerCreds mints the controller's creds where the state directory has none, and
 // pushes the account's JWT where no server holds it: the controller logs in only once a
