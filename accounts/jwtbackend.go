@@ -2,7 +2,6 @@ package accounts
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -278,11 +277,11 @@ func (j JWT) Apply(ctx context.Context, p JWTPlan) (JWTResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Status, err = j.Resolver.Prove(ctx, token)
 	if perr := res.Push.Err(); perr != nil {
-		err = errors.Join(perr, err)
+		// The servers named did not store it: the proof would name them again.
+		return res, perr
 	}
-	if err != nil {
+	if res.Status, err = j.Resolver.Prove(ctx, token); err != nil {
 		return res, err
 	}
 	return res, j.Store.SettleJWT(ctx, promote, nil, settle)

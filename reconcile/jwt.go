@@ -203,3 +203,30 @@ func withoutAccountJWT(p *plan.Plan) *plan.Plan {
 	q.Changes = slices.DeleteFunc(slices.Clone(p.Changes), func(c plan.Change) bool { return c.Kind == plan.KindAccounts })
 	return &q
 }
+
+// OpenJWT is the mesh's account for a change outside a cycle (credentials issue and
+// revoke): the apply lock of store's state directory taken, waiting for an apply in
+// progress, since both push the account's JWT, and the backend connected. done lets both go.
+func OpenJWT(ctx context.Context, m *model.Mesh, store *state.Store) (j *accounts.JWT, done func(), err error) {
+	if m.Bus.Embedded() || m.Bus.Operator == nil {
+		return nil, nil, errors.New("bus.auth: jwt is served here for an external bus with bus.operator; the embedded bus in operator mode is not")
+	}
+	unlock, err := lockAccounts(ctx, m, store)
+	if err != nil {
+		return nil, nil, err
+	}
+	op, err := accounts.LoadOperator(*m.Bus.Operator)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	backend, err := accounts.DialJWT(ctx, m, op, store)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return &backend, func() {
+		backend.Close()
+		unlock()
+	}, nil
+}

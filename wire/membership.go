@@ -31,6 +31,7 @@ type Membership struct {
 	// seed, `bus.auth: nkey`). A membership carries exactly one of the two.
 	Password string `json:"password,omitempty"`
 	Seed     string `json:"seed,omitempty"`
+	JWT      string `json:"jwt,omitempty"`
 	// Servers, for a bus of several servers, is every server's URL, Address first (NewMembership):
 	// the host connects to whichever answers and moves on when its server goes away. A
 	// membership of one server has none, as before clusters.
