@@ -92,7 +92,7 @@ func (p JWTPlan) Change(users map[string]state.JWTUser) (plan.Change, bool) {
 	if !p.Pushes() {
 		return plan.Change{}, false
 	}
-	c := plan.Change{Kind: plan.KindAccounts, Name: "account JWT", Action: plan.Update, Risk: plan.RiskNone}
+	c := plan.Change{Kind: plan.KindAccounts, Name: "JWT", Action: plan.Update, Risk: plan.RiskNone}
 	var why []string
 	for _, r := range p.Reissue {
 		u := plan.UserChange{User: r.Principal, Action: plan.Update, Credential: "reissued"}

@@ -100,12 +100,18 @@ func TestApplyDiffAndCredentialsOnAnOperatorModeCluster(t *testing.T) {
 	st := t.TempDir()
 	other := c.ConnectOther(c.Servers[0])
 	loaded := map[string]time.Time{}
+	mtimes := map[string]time.Time{}
 	for _, srv := range c.Servers {
 		at, err := srv.ConfigLoadTime()
 		if err != nil {
 			t.Fatal(err)
 		}
 		loaded[srv.Name] = at
+		fi, err := os.Stat(srv.ConfigFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mtimes[srv.Name] = fi.ModTime()
 	}
 	serverReport(t, c)
 
@@ -147,12 +153,12 @@ func TestApplyDiffAndCredentialsOnAnOperatorModeCluster(t *testing.T) {
 
 	// Audit follows one more event: diff shows its new grant as the account's change, a
 	// reissue for a host issued by hand.
-	changed := jwtModules + "  - {name: extra, on: [one], emits: [x]}\n"
+	changed := jwtModules + "  - {name: extra, on: [one], follows: [mailer/sent]}\n"
 	changed = strings.Replace(changed, "follows: [shop/order.placed]", "follows: [shop/order.placed, mailer/sent]", 1)
 	files["mesh.yaml"] = "nodes: [{name: one}, {name: two}]\nmodules:\n" + changed
 	desc2 := writeMesh(t, files)
 	code, out, errOut = meshctl(t, "diff", "-f", desc2, "--state", st)
-	if code != exitChanges || !strings.Contains(out, "account JWT") || !strings.Contains(out, "two.audit") || !strings.Contains(out, "mesh.mod.mailer.event.sent") {
+	if code != exitChanges || !strings.Contains(out, "~ accounts JWT") || !strings.Contains(out, "two.audit") || !strings.Contains(out, "mesh.mod.mailer.event.sent") {
 		t.Fatalf("diff of a permission change: exit %d\n%s%s", code, out, errOut)
 	}
 	t.Logf("diff of a permission change:\n%s", out)
@@ -175,6 +181,37 @@ func TestApplyDiffAndCredentialsOnAnOperatorModeCluster(t *testing.T) {
 	}
 	disconnectedEverywhere(t, "the revoked mailer", mailer)
 	t.Logf("credentials revoke to disconnected everywhere: %s", time.Since(start).Round(time.Millisecond))
+
+	// Twenty changes more, of every kind: a module added and removed (its consumer, and its
+	// credential revoked with it), a permission changed back and forth, credentials issued.
+	changes := 0
+	for i := range 20 {
+		d := desc2
+		if i%2 == 0 {
+			d = desc
+		}
+		code, out, errOut := meshctl(t, "apply", "-f", d, "--state", st)
+		if code != exitOK || strings.Contains(out, "in sync") {
+			t.Fatalf("change %d: exit %d\n%s%s", i, code, out, errOut)
+		}
+		changes++
+		if i%4 == 1 {
+			if code, out, errOut := meshctl(t, "credentials", "issue", "one.extra", "-f", d, "--state", st); code != exitOK {
+				t.Fatalf("issuing one.extra: exit %d\n%s%s", code, out, errOut)
+			}
+			changes++
+		}
+	}
+	t.Logf("%d changes applied", changes)
+	for _, srv := range c.Servers {
+		if at, err := srv.ConfigLoadTime(); err != nil || !at.Equal(loaded[srv.Name]) {
+			t.Errorf("%s reloaded: config_load_time %s, was %s (%v)", srv.Name, at, loaded[srv.Name], err)
+		}
+		if fi, err := os.Stat(srv.ConfigFile); err != nil || !fi.ModTime().Equal(mtimes[srv.Name]) {
+			t.Errorf("%s's config file changed (%v)", srv.Name, err)
+		}
+	}
+	serverReport(t, c)
 
 	// A server stopped during a change is named; back, the next apply brings it level.
 	stopped := c.Servers[2]
