@@ -67,6 +67,9 @@ func (s *Session) controllerCredsPath() string {
 func (s *Session) ensureControllerCreds(ctx context.Context, m *model.Mesh) error {
 	path := s.controllerCredsPath()
 	_, err := os.Stat(path)
+	if err == nil && s.opts.ReadOnly {
+		return nil
+	}
 	if err == nil {
 		return s.syncControllerCreds(ctx)
 	}
@@ -186,12 +189,10 @@ func (s *Session) applyJWT(ctx context.Context, p *plan.Plan) (int, error) {
 			continue
 		}
 		start := time.Now()
-		res, err := s.jwt.Apply(ctx, jp)
-		if err != nil {
+		if _, err := s.jwt.Apply(ctx, jp); err != nil {
 			return 0, fmt.Errorf("%s %s: %w", c.Action, c.ID(), err)
 		}
 		s.logf("pushed the account's JWT; every server applies it (%s)", time.Since(start).Round(time.Millisecond))
-		_ = res
 		return 1, nil
 	}
 	return 0, nil

@@ -79,9 +79,8 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 // pushJWT pushes the account's JWT for the mesh as the store holds it now, and says which
 // servers do not apply it.
 func (c credentialChange) pushJWT(ctx context.Context, j *accounts.JWT, verb string) int {
-	if _, res, err := j.Sync(ctx, c.desired.Principals); err != nil {
+	if _, _, err := j.Sync(ctx, c.desired.Principals); err != nil {
 		c.e.errorf("the credential is %sd in the store, but not every server applies the account's JWT that carries it: %v; the next apply pushes it", verb, err)
-		_ = res
 		return exitError
 	}
 	return exitOK
