@@ -41,10 +41,12 @@ type Reissue struct {
 	ByHand bool
 }
 
-// Revoke is a user key to revoke as of At (Unix seconds), of principal.
+// Revoke is a user key to revoke as of At (Unix seconds), of principal. At is left out of a
+// plan's JSON: for a principal removed it is the time of planning, and a saved plan is the
+// same plan a second later.
 type Revoke struct {
 	Principal, UserKey string
-	At                 int64
+	At                 int64 `json:"-"`
 }
 
 // JWTPlan is what one reconcile changes in the account: a pure reading of the principals,

@@ -95,7 +95,7 @@ func (p JWTPlan) Change(users map[string]state.JWTUser) (plan.Change, bool) {
 	c := plan.Change{Kind: plan.KindAccounts, Name: "JWT", Action: plan.Update, Risk: plan.RiskNone}
 	var why []string
 	for _, r := range p.Reissue {
-		u := plan.UserChange{User: r.Principal, Action: plan.Update, Credential: "reissued"}
+		u := plan.UserChange{User: r.Principal, Action: plan.Update, Credential: "rotated"}
 		if r.ByHand {
 			u.Credential = plan.CredentialReissue
 		}

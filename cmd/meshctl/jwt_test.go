@@ -213,23 +213,42 @@ func TestApplyDiffAndCredentialsOnAnOperatorModeCluster(t *testing.T) {
 	}
 	serverReport(t, c)
 
+	// The controller's own grants change: its JWT is reissued for its key, written into its
+	// creds before the push cuts its connection, which logs in again with it. The change is
+	// saved, reviewed and applied exactly.
+	files["mesh.yaml"] = "controller:\n  follows: [mailer/sent]\n" + "nodes: [{name: one}, {name: two}]\nmodules:\n" + jwtModules
+	desc3 := writeMesh(t, files)
+	saved := filepath.Join(t.TempDir(), "plan.json")
+	if code, out, errOut := meshctl(t, "diff", "-f", desc3, "--state", st, "--out", saved); code != exitChanges || !strings.Contains(out, "user controller (credential rotated)") {
+		t.Fatalf("diff of the controller's change: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := meshctl(t, "apply", "--plan", saved, "--state", st); code != exitOK {
+		t.Fatalf("apply --plan of the controller's change: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := meshctl(t, "diff", "-f", desc3, "--state", st); code != exitOK {
+		t.Fatalf("diff after the controller's change: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("apply back: exit %d\n%s%s", code, out, errOut)
+	}
+
 	// A server stopped during a change is named; back, the next apply brings it level.
 	stopped := c.Servers[2]
 	c.Stop(stopped)
-	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitError || !strings.Contains(errOut, stopped.URL[len("nats://"):]) {
+	if code, out, errOut := meshctl(t, "apply", "-f", desc2, "--state", st); code != exitError || !strings.Contains(errOut, stopped.URL[len("nats://"):]) {
 		t.Fatalf("apply with %s stopped: exit %d, want %d naming it\n%s%s", stopped.Name, code, exitError, out, errOut)
 	} else {
 		t.Logf("apply with %s stopped: exit %d\n%s", stopped.Name, code, errOut)
 	}
 	c.Start(stopped)
-	code, out, errOut = meshctl(t, "diff", "-f", desc, "--state", st)
+	code, out, errOut = meshctl(t, "diff", "-f", desc2, "--state", st)
 	if code != exitChanges || !strings.Contains(out, "behind on "+stopped.Name) {
 		t.Fatalf("diff with %s back: exit %d; want it named behind\n%s%s", stopped.Name, code, out, errOut)
 	}
-	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK {
+	if code, out, errOut := meshctl(t, "apply", "-f", desc2, "--state", st); code != exitOK {
 		t.Fatalf("apply with %s back: exit %d\n%s%s", stopped.Name, code, out, errOut)
 	}
-	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
+	if code, out, errOut := meshctl(t, "diff", "-f", desc2, "--state", st); code != exitOK {
 		t.Fatalf("diff after: exit %d\n%s%s", code, out, errOut)
 	}
 
