@@ -34,7 +34,7 @@ const ControllerCredsFile = "controller.creds"
 // connectJWT connects the session to an external bus in operator mode: the operator read from
 // its store, the system user's connection, and the controller's, with its creds minted on
 // first use and the account's JWT pushed first where no server holds it yet.
-func (s *Session) connectJWT(ctx context.Context, m *model.Mesh) error {
+func (s *Session) connectJWT(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	if m.Bus.Embedded() || m.Bus.Operator == nil {
 		return errors.New("bus.auth: jwt is served here for an external bus with bus.operator; the embedded bus in operator mode is not")
 	}
@@ -51,7 +51,7 @@ func (s *Session) connectJWT(ctx context.Context, m *model.Mesh) error {
 	}
 	s.jwt = &j
 	s.jwt.OnReissue = s.controllerReissued
-	if err := s.ensureControllerCreds(ctx, m); err != nil {
+	if err := s.ensureControllerCreds(ctx, m, l); err != nil {
 		return err
 	}
 	return s.connect(ctx)
@@ -64,9 +64,17 @@ func (s *Session) controllerCredsPath() string {
 // ensureControllerCreds mints the controller's creds where the state directory has none, and
 // pushes the account's JWT where no server holds it: the controller logs in only once a
 // server applies the account its user JWT is signed for. A read-only session does neither.
-func (s *Session) ensureControllerCreds(ctx context.Context, m *model.Mesh) error {
+// Both are done under the apply lock, the cycle's l, taken here where l does not hold it yet
+// (and left to l's owner to release): two first applies must not both mint.
+func (s *Session) ensureControllerCreds(ctx context.Context, m *model.Mesh, l *cycleLock) error {
 	path := s.controllerCredsPath()
 	_, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) && !s.opts.ReadOnly && l.lock == nil {
+		if err := l.acquire(ctx, s.Store.Dir(), true, nil); err != nil {
+			return err
+		}
+		_, err = os.Stat(path) // minted by the holder waited for
+	}
 	if err == nil && s.opts.ReadOnly {
 		return nil
 	}
@@ -198,10 +206,15 @@ func (s *Session) applyJWT(ctx context.Context, p *plan.Plan) (int, error) {
 	return 0, nil
 }
 
-// withoutAccountJWT is p without its account JWT change, which apply does not know.
+// withoutAccountJWT is p without its account JWT change, which apply does not know (applyJWT
+// pushes it); p itself where it has none.
 func withoutAccountJWT(p *plan.Plan) *plan.Plan {
+	isJWT := func(c plan.Change) bool { _, ok := c.After.(accounts.JWTPlan); return ok }
+	if !slices.ContainsFunc(p.Changes, isJWT) {
+		return p
+	}
 	q := *p
-	q.Changes = slices.DeleteFunc(slices.Clone(p.Changes), func(c plan.Change) bool { return c.Kind == plan.KindAccounts })
+	q.Changes = slices.DeleteFunc(slices.Clone(p.Changes), isJWT)
 	return &q
 }
 

@@ -266,15 +266,13 @@ func (s *Session) applyAndRecord(ctx context.Context, m *model.Mesh, p *plan.Pla
 	}
 	gate := watchBus(s.Conn.Conn, s.Target.Address())
 	err := s.revokeReissued(ctx, p, t)
-	if err == nil && s.jwt != nil {
+	if err == nil {
 		res.Applied, err = apply(ctx, withoutAccountJWT(p), s.API, s.Accounts, o.Progress, gate, created, s.halting)
-		if err == nil {
-			var n int
-			n, err = s.applyJWT(ctx, p)
-			res.Applied += n
-		}
-	} else if err == nil {
-		res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate, created, s.halting)
+	}
+	if err == nil {
+		var n int
+		n, err = s.applyJWT(ctx, p)
+		res.Applied += n
 	}
 	gate.stop()
 	if err == nil || errors.Is(err, ErrConflict) {

@@ -168,7 +168,7 @@ func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Op
 	}
 	if m.Bus.JWT() {
 		s := &Session{Store: store, logf: logf, opts: o, stop: ctx.Done(), bus: m.Bus}
-		if err := s.connectJWT(ctx, m); err != nil {
+		if err := s.connectJWT(ctx, m, l); err != nil {
 			s.Close()
 			return nil, err
 		}
