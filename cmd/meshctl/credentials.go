@@ -136,7 +136,7 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	defer st.Close()
 	desired := render.Derive(m)
 	if verb == "list" {
-		return listCredentials(ctx, e, st, desired.Users(), format)
+		return listCredentials(ctx, e, st, m.Bus.JWT(), desired.Users(), format)
 	}
 	c := credentialChange{e: e, m: m, st: st, desired: desired, principal: rest[0]}
 	if req.rotate && c.principal == render.ControllerUser {
@@ -197,8 +197,11 @@ type credentialRow struct {
 
 // listCredentials prints every principal the mesh derives or the store holds a credential of,
 // as a table or as JSON; never a hash or a password.
-func listCredentials(ctx context.Context, e *env, st *state.Store, users []string, format string) int {
+func listCredentials(ctx context.Context, e *env, st *state.Store, jwtMode bool, users []string, format string) int {
 	creds, err := st.Credentials(ctx)
+	if jwtMode {
+		creds, err = jwtCredentials(ctx, st)
+	}
 	if err != nil {
 		e.errorf("%v", err)
 		return exitError

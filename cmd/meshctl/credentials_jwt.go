@@ -9,6 +9,7 @@ import (
 	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/reconcile"
+	"github.com/meshbus/meshctl/state"
 )
 
 // With bus.auth: jwt a credential is a user of the mesh's account: issue mints a fresh key and
@@ -123,4 +124,18 @@ func jwtUserKey(creds accounts.Creds) (string, error) {
 	}
 	seed, err := kp.Seed()
 	return string(seed), err
+}
+
+// jwtCredentials is each principal's user in jwt mode, as credentials list shows a credential:
+// when its JWT in force was issued, and by which operation.
+func jwtCredentials(ctx context.Context, st *state.Store) ([]state.Credential, error) {
+	users, err := st.JWTUsers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var creds []state.Credential
+	for _, u := range users {
+		creds = append(creds, state.Credential{Principal: u.Principal, MintedAt: u.IssuedAt, Operation: u.Operation})
+	}
+	return creds, nil
 }

@@ -134,6 +134,10 @@ func TestApplyDiffAndCredentialsOnAnOperatorModeCluster(t *testing.T) {
 		t.Fatalf("the membership %q (%v); want the user JWT, the seed and every server", out, err)
 	}
 	audit := loginEverywhere(t, c, mem.JWT, mem.Seed)
+	if code, out, errOut := meshctl(t, "credentials", "list", "-f", desc, "--state", st); code != exitOK ||
+		!strings.Contains(out, "two.audit") || strings.Contains(out, "two.audit  none") || !strings.Contains(errOut, "8 principal(s), 6 without a credential") {
+		t.Fatalf("credentials list: exit %d\n%s%s", code, out, errOut)
+	}
 	credsFile := filepath.Join(t.TempDir(), "mailer.creds")
 	if code, out, errOut := meshctl(t, "credentials", "issue", "two.mailer", "-f", desc, "--state", st, "--creds", credsFile); code != exitOK || out != "" {
 		t.Fatalf("credentials issue --creds: exit %d\n%s%s", code, out, errOut)
