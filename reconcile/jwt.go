@@ -244,3 +244,14 @@ func OpenJWT(ctx context.Context, m *model.Mesh, store *state.Store) (j *account
 		unlock()
 	}, nil
 }
+
+// sameOperator reports whether two bus.operator blocks name the same store, keys and system
+// user, wherever they are written.
+func sameOperator(a, b *model.Operator) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.Pos, y.Pos = model.Pos{}, model.Pos{}
+	return x == y
+}
