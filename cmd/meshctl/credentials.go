@@ -78,7 +78,7 @@ key and a user JWT, and the membership carries both ("seed" and "jwt"); --creds 
 writes them as a standard creds file (0600) instead, for a client that reads one.
 The key it replaces is revoked in the account's JWT, which is pushed to every server;
 revoke revokes the key the same way, and every server disconnects its holder at once.
-No server file is written and no server reloads. Both exit 0 only once every server
+No server file is written and no server reloads. Either succeeds only once every server
 applies the account's JWT.
 
 The controller's own credential is meshctl's, kept in STATE/controller.password:
