@@ -161,12 +161,32 @@ func (s *Session) controllerReissued(_ context.Context, principal, token string)
 	return atomicfile.Write(s.controllerCredsPath(), file)
 }
 
-// dialControllerJWT connects as the controller with its creds file, read again at every
-// connection: a reissue rewrites it before the push that cuts the connection.
+// dialControllerJWT connects as the controller with its creds file.
 func (s *Session) dialControllerJWT(ctx context.Context) (*busclient.Conn, error) {
-	path := s.controllerCredsPath()
-	return busclient.Dial(ctx, s.Target, busclient.Credential{User: render.ControllerUser},
+	return dialWithCreds(ctx, s.Target, s.controllerCredsPath())
+}
+
+// dialWithCreds connects to t as the controller with the creds file at path, read again at
+// every connection: a reissue rewrites it before the push that cuts the connection.
+func dialWithCreds(ctx context.Context, t busclient.Target, path string) (*busclient.Conn, error) {
+	return busclient.Dial(ctx, t, busclient.Credential{User: render.ControllerUser},
 		nats.UserCredentials(path), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+}
+
+// joinWithCreds is joinAsStore in jwt mode: the controller's connection with the creds in the
+// state directory, state.ErrNoController where the store has none yet (a first connect
+// mints them).
+func joinWithCreds(ctx context.Context, m *model.Mesh, store *state.Store) (*busclient.Conn, busclient.Target, error) {
+	path := filepath.Join(store.Dir(), ControllerCredsFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, busclient.Target{}, fmt.Errorf("%w: no %s", state.ErrNoController, path)
+	}
+	t, err := accounts.BusTarget(m)
+	if err != nil {
+		return nil, t, err
+	}
+	conn, err := dialWithCreds(ctx, t, path)
+	return conn, t, err
 }
 
 // planJWT replaces, in p, the file backend's accounts change with the account JWT's.

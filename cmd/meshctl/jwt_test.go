@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,10 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
+	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testnats/opmode"
 	"github.com/meshbus/meshctl/internal/testwait"
+	"github.com/meshbus/meshctl/state"
 	"github.com/meshbus/meshctl/wire"
 )
 
@@ -265,4 +270,79 @@ func TestApplyDiffAndCredentialsOnAnOperatorModeCluster(t *testing.T) {
 		}
 	}
 	serverReport(t, c)
+}
+
+// TestWatchKeepsAnOperatorModeMeshInSync holds watch's loop in jwt mode: it applies the mesh,
+// and a permission changed in the description reaches the servers as a push with no command.
+func TestWatchKeepsAnOperatorModeMeshInSync(t *testing.T) {
+	t.Parallel()
+	c := jwtCluster(t)
+	files := jwtDescription(c, jwtModules)
+	desc := writeMesh(t, files)
+	st := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := &lockedbuf.Buffer{}
+	done, stopped := make(chan int, 1), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		done <- run(ctx, []string{"watch", "-f", desc, "--state", st, "--debounce", "50ms"}, &bytes.Buffer{}, stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+		if t.Failed() {
+			t.Logf("watch's log:\n%s", stderr)
+		}
+	})
+	inSync := func(what string) {
+		t.Helper()
+		testwait.Until(t, what, func() error {
+			if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
+				return fmt.Errorf("diff exited %d:\n%s%s", code, out, errOut)
+			}
+			return nil
+		})
+	}
+	inSync("watch applying the mesh")
+	if code, out, errOut := meshctl(t, "credentials", "issue", "two.audit", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("credentials issue: exit %d\n%s%s", code, out, errOut)
+	}
+	changed := strings.Replace(files["mesh.yaml"], "follows: [shop/order.placed]", "follows: [shop/order.placed, mailer/sent]", 1)
+	if err := os.WriteFile(filepath.Join(desc, "mesh.yaml"), []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inSync("watch applying a permission change")
+	users, err := openedJWTUsers(t, st)
+	if err != nil || !strings.Contains(users["two.audit"], "mesh.mod.mailer.event.sent") {
+		t.Errorf("audit's JWT in force after watch applied its change does not grant it: %v", err)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("watch exited %d when stopped; want 0", code)
+	}
+}
+
+// openedJWTUsers is each principal's user JWT in force in the store at dir, as its claims'
+// JSON, once no command holds the store.
+func openedJWTUsers(t *testing.T, dir string) (map[string]string, error) {
+	t.Helper()
+	s, err := state.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	users, err := s.JWTUsers(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for name, u := range users {
+		c, err := jwt.DecodeUserClaims(u.JWT)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = c.String()
+	}
+	return out, nil
 }
