@@ -95,7 +95,7 @@ func (s *Session) ensureControllerCreds(ctx context.Context, m *model.Mesh, l *c
 	if err != nil {
 		return err
 	}
-	if slices.ContainsFunc(p.Owned, func(o string) bool { return o == accounts.NotOnServers }) {
+	if slices.Contains(p.Owned, accounts.NotOnServers) {
 		// Only meshctl's own part of the JWT: every user change waits for the plan.
 		first := accounts.JWTPlan{Held: p.Held, Owned: p.Owned, Behind: p.Behind}
 		if _, err := s.jwt.Apply(ctx, first); err != nil {
