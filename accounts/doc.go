@@ -46,6 +46,15 @@
 //   - A fresh operator (MakeOperator): for a deployment with none, an operator, its system
 //     account and the mesh's account written in nsc's store layout, never over a store that
 //     holds one; and the static config its servers are given (Operator.ServerConfig).
+//   - The operator's store (LoadOperator, jwtstore.go): the keys and the system user read from
+//     an admin's nsc or `nats auth` store, and refused when they would sign what the servers
+//     ignore.
+//   - The backend (JWT, jwtbackend.go), beside File: a plan from the newest JWT a server applies
+//     and the store's users (a new JWT for the same key when grants change, a removed
+//     principal's key revoked, what meshctl owns of the JWT set), and an apply that counts a
+//     push only once every server applies it; the store records a new JWT in force, or a
+//     revocation done, only then, and the next run settles what a crash left from the JWT the
+//     servers hold.
 //
 // What it must not do: read, sign or push any account but the mesh's own, echo the JWT of
 // another account, or put a seed into an error, a log line or a printed value (Creds prints

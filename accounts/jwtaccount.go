@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -51,6 +53,21 @@ type Account struct {
 // not passed it; previous's revocations are carried over unless every JWT they revoke has
 // expired.
 func (a Account) Encode(signer nkeys.KeyPair, previous string, now time.Time, revoke ...string) (string, error) {
+	at := map[string]int64{}
+	for _, key := range revoke {
+		at[key] = now.Unix()
+	}
+	return a.EncodeRevoking(signer, previous, now, at)
+}
+
+// EncodeRevoking is Encode with each key of revoke revoked at its own time (Unix seconds): a
+// user JWT issued at or before that time stops working, one issued after it works. A user
+// given a new JWT for the same key (iat t) is revoked at t-1, so that its older JWTs stop.
+//
+// The successor starts from previous whole: what an admin set in the account's JWT (limits,
+// imports and exports, tags, scoped signing keys) is kept. meshctl owns only its JetStream
+// limits, the signing keys it adds, the revocations and the default permissions.
+func (a Account) EncodeRevoking(signer nkeys.KeyPair, previous string, now time.Time, revoke map[string]int64) (string, error) {
 	if !nkeys.IsValidPublicAccountKey(a.PublicKey) {
 		return "", fmt.Errorf("encoding the account JWT: %q is not an account public key", a.PublicKey)
 	}
@@ -58,14 +75,6 @@ func (a Account) Encode(signer nkeys.KeyPair, previous string, now time.Time, re
 		return "", fmt.Errorf("encoding the account JWT of %s: %w", a.PublicKey, err)
 	}
 	c := jwt.NewAccountClaims(a.PublicKey)
-	c.Name = a.Name
-	c.Limits.JetStreamLimits = a.JetStream
-	c.Limits.JetStreamTieredLimits = a.JetStreamTiers
-	c.SigningKeys.Add(a.SigningKeys...)
-	// A user JWT that carries no permission of its own gets the account's defaults: none,
-	// on a bus where every principal publishes and subscribes exactly what it declares.
-	c.DefaultPermissions.Pub.Deny.Add(">")
-	c.DefaultPermissions.Sub.Deny.Add(">")
 	var prevIAT int64
 	if previous != "" {
 		prev, err := jwt.DecodeAccountClaims(previous)
@@ -76,20 +85,36 @@ func (a Account) Encode(signer nkeys.KeyPair, previous string, now time.Time, re
 			return "", fmt.Errorf("encoding the account JWT of %s: the JWT it replaces is account %s's", a.PublicKey, prev.Subject)
 		}
 		prevIAT = prev.IssuedAt
-		if c.Revocations == nil {
-			c.Revocations = jwt.RevocationList{}
-		}
-		for key, at := range prev.Revocations {
+		revs := prev.Revocations
+		c = prev
+		c.Revocations = jwt.RevocationList{}
+		for key, at := range revs {
 			if !a.revocationExpired(at, now) {
 				c.Revocations[key] = at
 			}
 		}
 	}
-	for _, key := range revoke {
+	if a.Name != "" {
+		c.Name = a.Name
+	}
+	c.Limits.JetStreamLimits = a.JetStream
+	c.Limits.JetStreamTieredLimits = a.JetStreamTiers
+	for _, k := range a.SigningKeys {
+		if !c.SigningKeys.Contains(k) {
+			c.SigningKeys.Add(k)
+		}
+	}
+	// A user JWT that carries no permission of its own gets the account's defaults: none,
+	// on a bus where every principal publishes and subscribes exactly what it declares.
+	c.DefaultPermissions = jwt.Permissions{}
+	c.DefaultPermissions.Pub.Deny.Add(">")
+	c.DefaultPermissions.Sub.Deny.Add(">")
+	keys := slices.Sorted(maps.Keys(revoke))
+	for _, key := range keys {
 		if key != jwt.All && !nkeys.IsValidPublicUserKey(key) {
 			return "", fmt.Errorf("encoding the account JWT of %s: revoking %q, which is not a user public key", a.PublicKey, key)
 		}
-		c.RevokeAt(key, now)
+		c.RevokeAt(key, time.Unix(revoke[key], 0))
 	}
 	if err := checkAccountClaims(c); err != nil {
 		return "", fmt.Errorf("encoding the account JWT of %s: %w", a.PublicKey, err)
@@ -153,38 +178,12 @@ func operatorKey(kp nkeys.KeyPair) error {
 // given: Encode always stamps the clock's second, which a push in the same second as the last
 // would tie. The result is decoded again, so a JWT the library would not read never leaves.
 func encodeAccountAt(c *jwt.AccountClaims, signer nkeys.KeyPair, iat int64) (string, error) {
-	issuer, err := signer.PublicKey()
-	if err != nil {
-		return "", fmt.Errorf("encoding the account JWT: %w", err)
-	}
 	c.Type = jwt.AccountClaim
 	c.Version = 2 // jwt/v2's claim version
-	c.Issuer = issuer
-	c.IssuedAt = iat
-	// The ID is the hash of the claims' common fields with no ID, as the library makes it:
-	// the servers compare JWTs by it.
-	c.ID = ""
-	data, err := json.Marshal(c.ClaimsData)
+	token, err := encodeAt(&c.ClaimsData, c, signer, iat)
 	if err != nil {
 		return "", fmt.Errorf("encoding the account JWT: %w", err)
 	}
-	sum := sha512.Sum512_256(data)
-	c.ID = base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:])
-	header, err := json.Marshal(jwt.Header{Type: jwt.TokenTypeJwt, Algorithm: jwt.AlgorithmNkey})
-	if err != nil {
-		return "", fmt.Errorf("encoding the account JWT: %w", err)
-	}
-	payload, err := json.Marshal(c)
-	if err != nil {
-		return "", fmt.Errorf("encoding the account JWT: %w", err)
-	}
-	b64 := base64.RawURLEncoding
-	toSign := b64.EncodeToString(header) + "." + b64.EncodeToString(payload)
-	sig, err := signer.Sign([]byte(toSign))
-	if err != nil {
-		return "", fmt.Errorf("signing the account JWT: %w", err)
-	}
-	token := toSign + "." + b64.EncodeToString(sig)
 	back, err := jwt.DecodeAccountClaims(token)
 	if err != nil {
 		return "", fmt.Errorf("encoding the account JWT: it does not decode: %w", err)
@@ -193,6 +192,42 @@ func encodeAccountAt(c *jwt.AccountClaims, signer nkeys.KeyPair, iat int64) (str
 		return "", fmt.Errorf("encoding the account JWT: it decodes with iat %d and ID %s, not %d and %s", back.IssuedAt, back.ID, iat, c.ID)
 	}
 	return token, nil
+}
+
+// encodeAt writes and signs claims, whose common fields are data, as jwt/v2's Encode does,
+// with the iat given; the caller has set the claims' type and version, and decodes the JWT
+// back.
+func encodeAt(data *jwt.ClaimsData, claims any, signer nkeys.KeyPair, iat int64) (string, error) {
+	issuer, err := signer.PublicKey()
+	if err != nil {
+		return "", err
+	}
+	data.Issuer = issuer
+	data.IssuedAt = iat
+	// The ID is the hash of the claims' common fields with no ID, as the library makes it:
+	// the servers compare JWTs by it.
+	data.ID = ""
+	common, err := json.Marshal(data)
+	if err != nil {
+		return "", err
+	}
+	sum := sha512.Sum512_256(common)
+	data.ID = base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:])
+	header, err := json.Marshal(jwt.Header{Type: jwt.TokenTypeJwt, Algorithm: jwt.AlgorithmNkey})
+	if err != nil {
+		return "", err
+	}
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		return "", err
+	}
+	b64 := base64.RawURLEncoding
+	toSign := b64.EncodeToString(header) + "." + b64.EncodeToString(payload)
+	sig, err := signer.Sign([]byte(toSign))
+	if err != nil {
+		return "", fmt.Errorf("signing: %w", err)
+	}
+	return toSign + "." + b64.EncodeToString(sig), nil
 }
 
 // checkPushable refuses, before anything is sent, an account JWT that would do harm: one that

@@ -312,3 +312,91 @@ func TestMintUser(t *testing.T) {
 		t.Error("minted a grant of a subject with a space")
 	}
 }
+
+// TestEncodeKeepsWhatTheAdminSet holds a successor of an admin's account JWT: the limits,
+// tags, exports and scoped signing keys an admin set are kept, and only what meshctl owns
+// changes (JetStream limits, default permissions denying everything, revocations).
+func TestEncodeKeepsWhatTheAdminSet(t *testing.T) {
+	t.Parallel()
+	a, op := testAccount(t)
+	_, scoped := newKey(t, nkeys.CreateAccount)
+	_, revoked := newKey(t, nkeys.CreateUser)
+	admins := jwt.NewAccountClaims(a.PublicKey)
+	admins.Name = "MESH"
+	admins.Limits.Conn = 500
+	admins.Limits.DisallowBearer = true
+	admins.Tags.Add("team:platform")
+	admins.Exports.Add(&jwt.Export{Subject: "public.>", Type: jwt.Stream})
+	scope := jwt.NewUserScope()
+	scope.Key, scope.Role = scoped, "reader"
+	scope.Template.Pub.Allow.Add("x.>")
+	admins.SigningKeys.AddScopedSigner(scope)
+	admins.DefaultPermissions.Pub.Allow.Add(">")
+	admins.RevokeAt(revoked, time.Unix(1700000000, 0))
+	previous, err := admins.Encode(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := a.Encode(op, previous, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := decodeAccount(t, token)
+	if c.Limits.Conn != 500 || !c.Limits.DisallowBearer || !c.Tags.Contains("team:platform") || len(c.Exports) != 1 {
+		t.Errorf("the admin's limits, tags or exports are lost: %+v, %v, %v", c.Limits.NatsLimits, c.Tags, c.Exports)
+	}
+	if s, ok := c.SigningKeys.GetScope(scoped); !ok || s == nil {
+		t.Errorf("the admin's scoped signing key is lost: %v", c.SigningKeys)
+	}
+	if c.Limits.JetStreamLimits != a.JetStream {
+		t.Errorf("JetStream %+v; want %+v", c.Limits.JetStreamLimits, a.JetStream)
+	}
+	if len(c.DefaultPermissions.Pub.Allow) != 0 || !c.DefaultPermissions.Pub.Deny.Contains(">") || !c.DefaultPermissions.Sub.Deny.Contains(">") {
+		t.Errorf("default permissions %+v; want everything denied", c.DefaultPermissions)
+	}
+	if c.Revocations[revoked] != 1700000000 {
+		t.Errorf("revocations %v; want the admin's kept", c.Revocations)
+	}
+}
+
+// TestIssueUserReplacesAJWTForTheSameKey holds a reissue: the new JWT is for the same key,
+// grants what it is given, and is issued strictly after the JWT it replaces, so a revocation
+// at its iat-1 stops the old one and not the new one.
+func TestIssueUserReplacesAJWTForTheSameKey(t *testing.T) {
+	t.Parallel()
+	a, _ := testAccount(t)
+	sk, skPub := newKey(t, nkeys.CreateAccount)
+	a.SigningKeys = []string{skPub}
+	old, err := a.MintUser(sk, "one.shop", Grants{Publish: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldClaims, err := jwt.DecodeUserClaims(old.JWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Grants{Publish: []string{"b", "a"}, Subscribe: []string{"c q"}, AllowResponses: true}
+	// The clock has not passed the old JWT's second: the new one is one past it.
+	token, err := a.IssueUser(sk, "one.shop", old.UserKey, want, time.Unix(oldClaims.IssuedAt, 0), oldClaims.IssuedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Subject != old.UserKey || c.IssuedAt != oldClaims.IssuedAt+1 || c.IssuerAccount != a.PublicKey {
+		t.Errorf("subject %s iat %d issuer account %s; want %s, %d, %s", c.Subject, c.IssuedAt, c.IssuerAccount, old.UserKey, oldClaims.IssuedAt+1, a.PublicKey)
+	}
+	if got := UserGrants(c); !got.Equal(want) {
+		t.Errorf("grants %+v; want %+v", got, want)
+	}
+	if UserGrants(oldClaims).Equal(want) {
+		t.Error("the old JWT's grants read as the new ones")
+	}
+	revs := jwt.RevocationList{}
+	revs.Revoke(old.UserKey, time.Unix(c.IssuedAt-1, 0))
+	if !revs.IsRevoked(old.UserKey, time.Unix(oldClaims.IssuedAt, 0)) || revs.IsRevoked(old.UserKey, time.Unix(c.IssuedAt, 0)) {
+		t.Error("a revocation at the new iat-1 does not stop the old JWT alone")
+	}
+}

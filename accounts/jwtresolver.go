@@ -194,6 +194,15 @@ func (r Resolver) Status(ctx context.Context, accountJWT string) (Status, error)
 		return nil, fmt.Errorf("reading the account JWT: %w", err)
 	}
 	held, err := r.held(ctx, pushed.Subject)
+	st := r.compare(pushed, held)
+	if err != nil {
+		return st, fmt.Errorf("reading account %s on each server: %w", pushed.Subject, err)
+	}
+	return st, nil
+}
+
+// compare is each server's JWT of held compared with pushed.
+func (r Resolver) compare(pushed *jwt.AccountClaims, held map[string]Held) Status {
 	var st Status
 	for _, name := range names(r, held) {
 		h, ok := held[name]
@@ -214,10 +223,99 @@ func (r Resolver) Status(ctx context.Context, accountJWT string) (Status, error)
 		}
 		st = append(st, h)
 	}
+	return st
+}
+
+// Held is the newest JWT of account that a server applies, by iat ("" when none does), and
+// each server's JWT compared with it. A server that has not loaded the account is made to
+// load it first: a CONNZ request for the account looks it up, which reads the JWT from the
+// server's resolver directory.
+func (r Resolver) Held(ctx context.Context, account string) (string, Status, error) {
+	held, err := r.held(ctx, account)
+	if err == nil && anyUnread(held) {
+		r.load(ctx, account)
+		held, err = r.held(ctx, account)
+	}
+	var newest *jwt.AccountClaims
+	var token string
+	for _, name := range names(r, held) {
+		h, ok := held[name]
+		if !ok || h.token == "" {
+			continue
+		}
+		if newest == nil || h.IssuedAt > newest.IssuedAt {
+			if c, derr := jwt.DecodeAccountClaims(h.token); derr == nil {
+				newest, token = c, h.token
+			}
+		}
+	}
 	if err != nil {
-		return st, fmt.Errorf("reading account %s on each server: %w", pushed.Subject, err)
+		return token, nil, fmt.Errorf("reading account %s on each server: %w", account, err)
+	}
+	if newest == nil {
+		return "", nil, nil
+	}
+	return token, r.compare(newest, held), nil
+}
+
+// Prove reads each server's JWT of the account of accountJWT until every server named
+// applies it or the wait ends, loading the account on a server that has not (Held), and
+// returns the last reading; ErrPushIncomplete names each server not shown to apply it.
+func (r Resolver) Prove(ctx context.Context, accountJWT string) (Status, error) {
+	c, err := jwt.DecodeAccountClaims(accountJWT)
+	if err != nil {
+		return nil, fmt.Errorf("reading the account JWT: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.wait())
+	defer cancel()
+	var st Status
+	backoff.Retry(wctx, backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}, func() bool {
+		var serr error
+		st, serr = r.Status(wctx, accountJWT)
+		if serr == nil && len(st.NotCurrent()) == 0 {
+			return true
+		}
+		if len(st.servers(Unread)) > 0 {
+			r.load(wctx, c.Subject)
+		}
+		return false
+	})
+	if ctx.Err() != nil {
+		return st, ctx.Err()
+	}
+	var bad []string
+	for _, h := range st {
+		if slices.Contains(r.Servers, h.Server) && h.State != Current {
+			bad = append(bad, h.Server+" ("+string(h.State)+")")
+		}
+	}
+	for _, name := range r.Servers {
+		if !slices.ContainsFunc(st, func(h Held) bool { return h.Server == name }) {
+			bad = append(bad, name+" (no answer)")
+		}
+	}
+	if len(bad) > 0 {
+		return st, fmt.Errorf("account %s's JWT %s: %w: not applied on %s", c.Subject, c.ID, ErrPushIncomplete, strings.Join(bad, ", "))
 	}
 	return st, nil
+}
+
+// load has every server look the account up, which loads it from the server's resolver
+// directory where no client or stream of it did yet.
+func (r Resolver) load(ctx context.Context, account string) {
+	body, err := json.Marshal(map[string]string{"acc": account})
+	if err == nil {
+		_, _ = r.gather(ctx, "$SYS.REQ.SERVER.PING.CONNZ", body)
+	}
+}
+
+func anyUnread(held map[string]Held) bool {
+	for _, h := range held {
+		if h.Message != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // held is the JWT of account each server that answers applies, or its error; token is the

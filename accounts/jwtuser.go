@@ -80,16 +80,6 @@ func (c Creds) GoString() string { return c.String() }
 // user JWT signed by signer (the account's key or one of its signing keys) that grants exactly
 // g, valid for the account's UserLifetime.
 func (a Account) MintUser(signer nkeys.KeyPair, name string, g Grants) (Creds, error) {
-	issuer, err := signer.PublicKey()
-	if err != nil {
-		return Creds{}, fmt.Errorf("minting user %s: reading the signing key: %w", name, err)
-	}
-	if issuer != a.PublicKey && !slices.Contains(a.SigningKeys, issuer) {
-		return Creds{}, fmt.Errorf("minting user %s of account %s with key %s: %w", name, a.PublicKey, issuer, ErrUnknownUserSigner)
-	}
-	if err := g.check(); err != nil {
-		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
-	}
 	user, err := nkeys.CreateUser()
 	if err != nil {
 		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
@@ -102,7 +92,36 @@ func (a Account) MintUser(signer nkeys.KeyPair, name string, g Grants) (Creds, e
 	if err != nil {
 		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
 	}
-	c := jwt.NewUserClaims(pub)
+	token, err := a.IssueUser(signer, name, pub, g, time.Now(), 0)
+	if err != nil {
+		return Creds{}, err
+	}
+	file, err := jwt.FormatUserConfig(token, seed)
+	if err != nil {
+		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
+	}
+	return Creds{UserKey: pub, JWT: token, File: file}, nil
+}
+
+// IssueUser signs a user JWT for the user key userKey, named name, that grants exactly g: a
+// new JWT for a key a host already holds the seed of. Its iat is now, or one second past
+// after (the iat of the JWT it replaces) when the clock has not passed it, so that a
+// revocation at iat-1 stops the JWT replaced and not this one.
+func (a Account) IssueUser(signer nkeys.KeyPair, name, userKey string, g Grants, now time.Time, after int64) (string, error) {
+	issuer, err := signer.PublicKey()
+	if err != nil {
+		return "", fmt.Errorf("issuing user %s: reading the signing key: %w", name, err)
+	}
+	if issuer != a.PublicKey && !slices.Contains(a.SigningKeys, issuer) {
+		return "", fmt.Errorf("issuing user %s of account %s with key %s: %w", name, a.PublicKey, issuer, ErrUnknownUserSigner)
+	}
+	if !nkeys.IsValidPublicUserKey(userKey) {
+		return "", fmt.Errorf("issuing user %s: %q is not a user public key", name, userKey)
+	}
+	if err := g.check(); err != nil {
+		return "", fmt.Errorf("issuing user %s: %w", name, err)
+	}
+	c := jwt.NewUserClaims(userKey)
 	c.Name = name
 	if issuer != a.PublicKey {
 		c.IssuerAccount = a.PublicKey
@@ -122,16 +141,32 @@ func (a Account) MintUser(signer nkeys.KeyPair, name string, g Grants) (Creds, e
 		// `allow_responses: true` in a config file.
 		c.Resp = &jwt.ResponsePermission{}
 	}
+	iat := max(now.Unix(), after+1)
 	if a.UserLifetime > 0 {
-		c.Expires = time.Now().Unix() + lifetimeSeconds(a.UserLifetime)
+		c.Expires = iat + lifetimeSeconds(a.UserLifetime)
 	}
-	token, err := c.Encode(signer)
+	c.Type = jwt.UserClaim
+	c.Version = 2 // jwt/v2's claim version
+	token, err := encodeAt(&c.ClaimsData, c, signer, iat)
 	if err != nil {
-		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
+		return "", fmt.Errorf("issuing user %s: %w", name, err)
 	}
-	file, err := jwt.FormatUserConfig(token, seed)
-	if err != nil {
-		return Creds{}, fmt.Errorf("minting user %s: %w", name, err)
+	if _, err := jwt.DecodeUserClaims(token); err != nil {
+		return "", fmt.Errorf("issuing user %s: the JWT does not decode: %w", name, err)
 	}
-	return Creds{UserKey: pub, JWT: token, File: file}, nil
+	return token, nil
 }
+
+// UserGrants is what a user JWT grants, as GrantsOf states a principal's: the allow lists
+// sorted, and a direction denied whole (a user granted nothing in it) as no grant.
+func UserGrants(c *jwt.UserClaims) Grants {
+	return Grants{Publish: slices.Sorted(slices.Values(c.Pub.Allow)), Subscribe: slices.Sorted(slices.Values(c.Sub.Allow)), AllowResponses: c.Resp != nil}
+}
+
+// Equal reports whether g and o grant the same, in any order.
+func (g Grants) Equal(o Grants) bool {
+	return g.AllowResponses == o.AllowResponses &&
+		slices.Equal(sortedSet(g.Publish), sortedSet(o.Publish)) && slices.Equal(sortedSet(g.Subscribe), sortedSet(o.Subscribe))
+}
+
+func sortedSet(s []string) []string { return slices.Compact(slices.Sorted(slices.Values(s))) }

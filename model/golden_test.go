@@ -70,6 +70,25 @@ func loadValid(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatalf("Load(%s) must succeed, got:\n%v", dir, err)
 	}
+	if o := m.Bus.Operator; o != nil {
+		// Load makes the operator's paths absolute: the dump shows them relative to the
+		// case's directory, the same on every machine.
+		root, err := filepath.Abs(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []*string{&o.Store, &o.SystemCreds, &o.SigningKey, &o.AccountKey} {
+			if *p == "" {
+				continue
+			}
+			if !filepath.IsAbs(*p) {
+				t.Fatalf("operator path %q is not absolute", *p)
+			}
+			if rel, err := filepath.Rel(root, *p); err == nil && !strings.HasPrefix(rel, "..") {
+				*p = "<case>/" + filepath.ToSlash(rel)
+			}
+		}
+	}
 	return dump(m)
 }
 
@@ -196,6 +215,11 @@ func dump(m *model.Mesh) string {
 	}
 	if bus.Auth != model.AuthPassword {
 		line("  auth: %s", bus.Auth)
+	}
+	if o := bus.Operator; o != nil {
+		line("  operator @ %s", o.Pos)
+		line("    store: %s name: %q account: %s", o.Store, o.Name, o.Account)
+		line("    system_creds: %s signing_key: %s account_key: %s", o.SystemCreds, o.SigningKey, o.AccountKey)
 	}
 	switch r := bus.Reload; {
 	case r.Manual:

@@ -29,7 +29,18 @@ func LoadContext(ctx context.Context, dir string) (*Mesh, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parse(ctx, files, refused)
+	m, err := parse(ctx, files, refused)
+	if err != nil {
+		return nil, err
+	}
+	if m.Bus.Operator != nil {
+		root, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		m.Bus.Operator.rooted(root)
+	}
+	return m, nil
 }
 
 // IsDescriptionFile reports whether a file of this name is part of a description. Editors'
@@ -312,6 +323,9 @@ func (d *decoder) bus(n *yaml.Node) *rawBus {
 	}
 	if v, ok := f["jetstream"]; ok {
 		b.jetstream = d.jetstream(v.val)
+	}
+	if v, ok := f["operator"]; ok {
+		b.operator = d.operator(v.val)
 	}
 	if v, ok := f["servers"]; ok {
 		b.serversPos = d.pos(v.val)

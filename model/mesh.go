@@ -83,6 +83,9 @@ type Bus struct {
 	// users (the controller, its system user, the generation principal) log in with
 	// passwords either way.
 	Auth string
+	// Operator is bus.operator, with bus.auth: jwt: the operator's store an admin keeps. Nil
+	// for a fresh operator meshctl makes in its state directory.
+	Operator *Operator
 	// Servers are the external bus's servers, each reading its own accounts file: one for
 	// bus.url (named ""), the cluster's for bus.servers. Empty for the embedded bus.
 	Servers []Server

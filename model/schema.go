@@ -97,7 +97,7 @@ var (
 	})
 	serverSection = newSection("a server", []key{
 		{name: "url", kind: scalarValue, required: true, doc: "This server's URL (nats:// or tls://), without user or password."},
-		{name: "accounts_file", kind: scalarValue, required: true, doc: "The accounts config this server includes: where meshctl writes it, or with copy, the local file copy puts in place."},
+		{name: "accounts_file", kind: scalarValue, doc: "The accounts config this server includes: where meshctl writes it, or with copy, the local file copy puts in place. Required unless bus.auth is jwt."},
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How this server is told to re-read its accounts config: none, system (a request as meshctl's system user, or as bus.system_user under accounts: account), {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "copy", kind: namesValue, doc: "A command (program and arguments, no shell) that puts the accounts config onto a server off the control host; the argument {file} is replaced by the local file's path."},
 		{name: "fingerprint", kind: scalarsValue, doc: "Hex SHA-256 of this server's leaf certificate, where it differs from bus.fingerprint; a list for a planned rotation (the certificate served now and its successor)."},
@@ -122,9 +122,10 @@ var (
 		{name: "reload", kind: reloadValue, section: reloadSection, doc: `How an external server is told to re-read its accounts config: none, system (a request as meshctl's system user, or as bus.system_user under accounts: account), {pid_file: PATH} or {command: [ARGV...]}.`},
 		{name: "events_max_age", kind: scalarValue, doc: "How long EVENTS keeps an event, as a Go duration (168h, 7 days, by default): the older spelling of jetstream.streams.events.max_age."},
 		{name: "consumers", kind: scalarValue, doc: "How hosts take deliveries: pull (the default; they ask for messages) or push (the server sends them to a deliver subject)."},
-		{name: "auth", kind: scalarValue, doc: "How hosts (nodes, enrolment identities, module instances) log in: password (the default) or nkey (a seed in the membership, only its public key in the accounts config). Changing it needs every host's membership issued anew."},
+		{name: "auth", kind: scalarValue, doc: "How hosts (nodes, enrolment identities, module instances) log in: password (the default) or nkey (a seed in the membership, only its public key in the accounts config) or jwt (servers in operator mode: the mesh is one account, each host a user of it holding creds, see bus.operator). Changing it needs every host's membership issued anew."},
 		{name: "accounts", kind: enumValue, enum: accountsShapes, doc: "How much of the servers' accounts config meshctl writes: block (the default), the whole accounts block, which the server's config includes at its top level; or account, the MESH account alone, which the server's own accounts block includes beside the operator's accounts (docs/shared-bus.md)."},
 		{name: "system_user", kind: sectionValue, section: systemUserSection, doc: "Under accounts: account, the operator's user of the servers' system account that a server with reload: system is asked to reload as; meshctl writes no system user of its own."},
+		{name: "operator", kind: sectionValue, section: operatorSection, doc: "With bus.auth: jwt, the operator whose account the mesh is: an admin's nsc or `nats auth` store. Without it meshctl makes a fresh operator in its state directory (the embedded bus only)."},
 		{name: "servers", kind: listValue, section: serverSection, doc: "The servers of a cluster, each with its own accounts file and reload; instead of url, accounts_file and reload."},
 		{name: "jetstream", kind: sectionValue, section: jetstreamSection, doc: "The settings of the mesh's streams and of its hosts' consumers, for the whole mesh; a seat's or module's own override them."},
 	})

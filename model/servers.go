@@ -44,13 +44,19 @@ type rawServer struct {
 	copy                      []string
 	copyPos                   Pos
 	pos                       Pos
+	// noAccountsFile: the server, a mapping, has no accounts_file key, which only bus.auth:
+	// jwt allows.
+	noAccountsFile bool
 }
 
 func (d *decoder) server(n *yaml.Node) rawServer {
 	f := d.section(n, serverSection)
 	s := rawServer{pos: d.pos(n)}
+	if _, ok := f["accounts_file"]; !ok && n.Kind == yaml.MappingNode {
+		s.noAccountsFile = true
+	}
 	s.url = d.required(n, f, "url", "server")
-	s.accountsFile = d.required(n, f, "accounts_file", "server")
+	s.accountsFile, _ = d.optional(f, "accounts_file")
 	s.fingerprints = d.scalars(f, "fingerprint", "a server's fingerprint")
 	s.caFile, _ = d.optional(f, "ca_file")
 	if v, ok := f["reload"]; ok {
@@ -129,6 +135,9 @@ func validateServers(diags *diagnostics, rb *rawBus, b *Bus) {
 	pinned, verified := 0, 0
 	for _, rs := range rb.servers {
 		s := Server{AccountsFile: rs.accountsFile.val, Reload: rs.reload.value(), Copy: rs.copy, Pos: rs.pos}
+		if rs.noAccountsFile && rb.auth.val != AuthJWT {
+			diags.add(rs.pos, "server needs a accounts_file")
+		}
 		if rs.url.val != "" {
 			s.URL = checkURL(diags, rs.url, "a server's url")
 		}

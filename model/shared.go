@@ -74,6 +74,16 @@ func validateSharedBus(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 	if rb.accounts.val != "" {
 		b.Accounts = rb.accounts.val
 	}
+	if b.JWT() {
+		if rb.accounts.val != "" {
+			diags.add(rb.accounts.pos, "bus.accounts shapes the accounts file, and with bus.auth: jwt meshctl writes none: "+
+				"the mesh is an account of the operator's, pushed to the servers' resolver (docs/operator-mode.md)")
+		}
+		if rb.systemUser != nil {
+			diags.add(rb.systemUser.pos, "bus.system_user is for reload: system in file mode; with bus.auth: jwt the system user is bus.operator.system_creds")
+		}
+		return
+	}
 	if b.AccountOnly() && !external {
 		diags.add(rb.accounts.pos, "bus.accounts: account is for an external bus (bus.url or bus.servers): "+
 			"the embedded bus's config is meshctl's own, and holds the whole accounts block")

@@ -47,6 +47,7 @@ type rawBus struct {
 	servers                                                  []rawServer
 	accounts                                                 name
 	systemUser                                               *rawSystemUser
+	operator                                                 *rawOperator
 	serversPos                                               Pos
 	pos                                                      Pos
 }
@@ -727,6 +728,7 @@ func (r *rawMesh) validateBus(diags *diagnostics) Bus {
 	}
 	validateBusSettings(diags, rb, &b)
 	validateSharedBus(diags, rb, &b, external)
+	validateOperator(diags, rb, &b, external)
 	if rb.serversPos != (Pos{}) && rb.replicasPos != (Pos{}) && b.Replicas > len(b.Servers) && len(b.Servers) > 0 {
 		diags.add(rb.replicasPos, "bus.replicas is %d, but bus.servers names %d server(s): a stream cannot have more replicas than the cluster has servers",
 			b.Replicas, len(b.Servers))
@@ -826,7 +828,7 @@ func validateBusTLS(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 func validateOneServer(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 	if rb.accountsFile.val != "" {
 		b.AccountsFile = rb.accountsFile.val
-	} else if external {
+	} else if external && rb.auth.val != AuthJWT {
 		diags.add(rb.pos, "bus.accounts_file is required with bus.url: it is the file meshctl writes the users to and the server includes")
 	}
 	if rb.reload != nil && !external {
@@ -860,9 +862,9 @@ func validateBusSettings(diags *diagnostics, rb *rawBus, b *Bus) {
 	}
 	switch v := rb.auth.val; v {
 	case "":
-	case AuthPassword, AuthNkey:
+	case AuthPassword, AuthNkey, AuthJWT:
 		b.Auth = v
 	default:
-		diags.add(rb.auth.pos, "bus.auth must be password or nkey, not %s", printable.Quote(v))
+		diags.add(rb.auth.pos, "bus.auth must be password, nkey or jwt, not %s", printable.Quote(v))
 	}
 }

@@ -202,10 +202,12 @@ func (c *Cycles) drop(o CycleOptions, m *model.Mesh, busChanged bool) {
 
 // sameBus reports whether a session opened for a can serve b: the address, how its
 // certificate is verified (pins, CA) and the client certificate presented, the accounts file,
-// its shape (bus.accounts) and its reload, and the embedded bus's listen address. Replicas and
-// the events' max age are the plan's business, not the connection's.
+// its shape (bus.accounts) and its reload, the embedded bus's listen address, and in jwt mode
+// the operator (the controller and the system user log in by it). Replicas and the events'
+// max age are the plan's business, not the connection's.
 func sameBus(a, b model.Bus) bool {
-	return a.URL == b.URL && a.Fingerprint == b.Fingerprint && a.CAFile == b.CAFile &&
+	return a.JWT() == b.JWT() && sameOperator(a.Operator, b.Operator) &&
+		a.URL == b.URL && a.Fingerprint == b.Fingerprint && a.CAFile == b.CAFile &&
 		a.CertFile == b.CertFile && a.KeyFile == b.KeyFile && a.AccountsFile == b.AccountsFile &&
 		a.Listen == b.Listen && a.Reload.PIDFile == b.Reload.PIDFile &&
 		slices.Equal(a.Reload.Command, b.Reload.Command) && a.Reload.Manual == b.Reload.Manual && a.SharesAlike(b)

@@ -9,6 +9,10 @@
 // read and nothing else: no mutating call, no write, no reload. An apply that changes
 // bus.auth, allowed by the operator, first revokes every credential of the old kind
 // (nkey.go), and what rewrites the accounts config without a plan never carries that change.
+// With bus.auth: jwt the accounts config is the account's JWT (jwt.go): the session connects
+// the operator's system user beside the controller, whose creds it mints once, the plan shows
+// the account's change, and an apply pushes it after the streams and consumers, through the
+// accounts package's JWT backend; nothing of the file backend runs.
 //
 // "Whose bus is this" is answered by the accounts package (every accounts file names the store
 // that wrote it); reconcile asks it before a store installs or rewrites anything. And on

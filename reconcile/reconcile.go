@@ -126,7 +126,13 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	if err != nil {
 		return nil, t, fmt.Errorf("reading the bus at %s: %w", s.Target.Address(), err)
 	}
-	return plan.Compute(t, live, o), t, nil
+	p := plan.Compute(t, live, o)
+	if s.jwt != nil {
+		if err := s.planJWT(ctx, m, p); err != nil {
+			return nil, t, err
+		}
+	}
+	return p, t, nil
 }
 
 // readLive reads the bus (the consumers of only what scope names, when it is not nil) and
@@ -228,7 +234,9 @@ func (s *Session) lockAndPlan(ctx context.Context, l *cycleLock, m *model.Mesh, 
 	if err := l.take(ctx, s, o.WaitForLock, o.LockNotice); err != nil {
 		return nil, plan.Target{}, err
 	}
-	accounts.RemoveStaleChecks(s.Accounts.Path, s.logf)
+	if s.jwt == nil {
+		accounts.RemoveStaleChecks(s.Accounts.Path, s.logf)
+	}
 	err := s.rejoin(ctx, m, l)
 	if err == nil {
 		err = s.takeBusLock(ctx, o.WaitForLock, o.LockNotice)
@@ -259,7 +267,12 @@ func (s *Session) applyAndRecord(ctx context.Context, m *model.Mesh, p *plan.Pla
 	gate := watchBus(s.Conn.Conn, s.Target.Address())
 	err := s.revokeReissued(ctx, p, t)
 	if err == nil {
-		res.Applied, err = apply(ctx, p, s.API, s.Accounts, o.Progress, gate, created, s.halting)
+		res.Applied, err = apply(ctx, withoutAccountJWT(p), s.API, s.Accounts, o.Progress, gate, created, s.halting)
+	}
+	if err == nil {
+		var n int
+		n, err = s.applyJWT(ctx, p)
+		res.Applied += n
 	}
 	gate.stop()
 	if err == nil || errors.Is(err, ErrConflict) {

@@ -223,6 +223,9 @@ func releaseAfresh(m *model.Mesh, store *state.Store, lock *replica.Lease) {
 
 // joinAsStore joins the external bus m names as the controller, with the password store holds.
 func joinAsStore(ctx context.Context, m *model.Mesh, store *state.Store) (*busclient.Conn, busclient.Target, error) {
+	if m.Bus.JWT() {
+		return joinWithCreds(ctx, m, store)
+	}
 	password, err := store.StoredControllerPassword(ctx)
 	if err != nil {
 		return nil, busclient.Target{}, err

@@ -84,6 +84,8 @@ type Session struct {
 	// installed is set once the session installed the rendered accounts config to let the
 	// controller in (bootstrap): a change no plan shows.
 	installed bool
+	// jwt is the mesh's account with bus.auth: jwt (jwt.go), nil otherwise.
+	jwt *accounts.JWT
 }
 
 // InstalledAccounts reports whether connecting installed the rendered accounts config so that
@@ -115,6 +117,9 @@ func (s *Session) Close() {
 	s.dropReplica()
 	if s.Conn != nil {
 		s.Conn.Close()
+	}
+	if s.jwt != nil {
+		s.jwt.Close()
 	}
 	if s.release != nil {
 		s.release()
@@ -162,6 +167,14 @@ func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Op
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	if m.Bus.JWT() {
+		s := &Session{Store: store, logf: logf, opts: o, stop: ctx.Done(), bus: m.Bus}
+		if err := s.connectJWT(ctx, m, l); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return s, nil
+	}
 	password, err := controllerPassword(ctx, store, o)
 	if err != nil {
 		return nil, err
@@ -194,6 +207,9 @@ func (s *Session) Bus() model.Bus { return s.bus }
 // refused because the controller's credential was rotated by another
 // meshctl: the bus itself is fine, and an embedded one keeps running for everyone else.
 func (s *Session) redial(ctx context.Context, m *model.Mesh, l *cycleLock) error {
+	if s.jwt != nil {
+		return s.connect(ctx)
+	}
 	password, err := s.Store.ControllerPassword(ctx, s.opts.Cost)
 	if err != nil {
 		return err
@@ -261,6 +277,9 @@ func (s *Session) credential() busclient.Credential {
 }
 
 func (s *Session) dial(ctx context.Context) (*busclient.Conn, error) {
+	if s.jwt != nil {
+		return s.dialControllerJWT(ctx)
+	}
 	return dialController(ctx, s.Target, s.password)
 }
 

@@ -4,7 +4,10 @@
 // It owns:
 //
 //   - the bcrypt hash of every principal's password (never a plaintext), or for an nkey principal
-//     (bus.auth: nkey) its public key (never its seed), when and why it was minted;
+//     (bus.auth: nkey) its public key (never its seed), when and why it was minted; with
+//     bus.auth: jwt, each principal's user key and the user JWT last issued for it, a newer one
+//     pending until the push that revokes its predecessor is proven, and the keys still to
+//     revoke (jwt.go; not yet records of the copy on the bus);
 //   - meshctl's own password, the only plaintext at rest: the controller's, in
 //     dir/controller.password (0600), minted on first use only and replaced only at the
 //     operator's word (RotateControllerPassword); the passwords of meshctl's other principals

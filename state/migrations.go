@@ -185,6 +185,22 @@ var migrations = []string{
 		at         TEXT NOT NULL,
 		PRIMARY KEY (stream, consumer, stream_seq)
 	) STRICT;`,
+	// 10: bus.auth jwt: each principal's user key and the user JWT last issued for it (none
+	// secret), a JWT issued whose account JWT is not yet proven on the servers, and the keys
+	// to revoke until a proven push carries their revocation.
+	`CREATE TABLE jwt_users (
+		principal TEXT PRIMARY KEY NOT NULL,
+		user_key  TEXT NOT NULL,
+		jwt       TEXT NOT NULL,
+		pending   TEXT NOT NULL DEFAULT '',
+		issued_at TEXT NOT NULL,
+		operation TEXT NOT NULL
+	) STRICT;
+	CREATE TABLE jwt_revoked (
+		user_key  TEXT PRIMARY KEY NOT NULL,
+		principal TEXT NOT NULL,
+		at        INTEGER NOT NULL
+	) STRICT;`,
 }
 
 // schemaVersion is the version this binary writes.

@@ -77,7 +77,7 @@ func TestOpenMigratesEmptyDir(t *testing.T) {
 		t.Errorf("user_version = %d, want %d", got, len(migrations))
 	}
 	want := []string{"applies", "credentials", "dead_letter_messages", "dead_letters", "declarations", "declared_credentials", "enrolments", "holder_changes",
-		"identity", "inventory_holders", "inventory_instances", "inventory_nodes", "inventory_seats", "refusals", "replica", "reports", "revocations"}
+		"identity", "inventory_holders", "inventory_instances", "inventory_nodes", "inventory_seats", "jwt_revoked", "jwt_users", "refusals", "replica", "reports", "revocations"}
 	if got := tables(t, s.db); !slices.Equal(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}

@@ -31,6 +31,7 @@ Usage:
   meshctl credentials rotate PRINCIPAL [-f DIR] [--state DIR] [-o FILE [--force]]
   meshctl credentials list   [-f DIR] [--state DIR] [-o text|json]
   meshctl credentials revoke PRINCIPAL [-f DIR] [--state DIR]
+  meshctl credentials issue  PRINCIPAL --creds FILE      (bus.auth: jwt)
 
 Every principal the mesh derives (node.<n>, enrol.<n>, <node>.<module>, observer.<name>)
 has its own password. The store keeps only its bcrypt hash; a principal never issued one has a
@@ -72,6 +73,14 @@ or at the embedded bus's next start. It exits 0 only once the server is seen ser
 the new config (or no bus runs yet); otherwise it exits 2, the membership of an issued
 credential printed all the same.
 
+With bus.auth: jwt each principal is a user of the mesh's account: issue mints a fresh
+key and a user JWT, and the membership carries both ("seed" and "jwt"); --creds FILE
+writes them as a standard creds file (0600) instead, for a client that reads one.
+The key it replaces is revoked in the account's JWT, which is pushed to every server;
+revoke revokes the key the same way, and every server disconnects its holder at once.
+No server file is written and no server reloads. Either succeeds only once every server
+applies the account's JWT.
+
 The controller's own credential is meshctl's, kept in STATE/controller.password:
 minted on first use, never printed, and never minted anew behind your back — a file the
 store's hash refuses (replaced, edited, missing) stops every command until the right
@@ -95,6 +104,7 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	cost := f.costFlag()
 	out := f.String("o", "", "list: output format, text (the default) or json; issue: write the membership to this file (0600) instead of stdout")
 	force := f.Bool("force", false, "issue -o: replace FILE if it exists")
+	credsOut := f.String("creds", "", "issue with bus.auth jwt: write a standard creds file (user JWT and seed, 0600) to this file instead of the membership")
 	pos, done, code := f.parse(args)
 	if done {
 		return code
@@ -126,7 +136,7 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	defer st.Close()
 	desired := render.Derive(m)
 	if verb == "list" {
-		return listCredentials(ctx, e, st, desired.Users(), format)
+		return listCredentials(ctx, e, st, m.Bus.JWT(), desired.Users(), format)
 	}
 	c := credentialChange{e: e, m: m, st: st, desired: desired, principal: rest[0]}
 	if req.rotate && c.principal == render.ControllerUser {
@@ -134,6 +144,13 @@ func runCredentials(ctx context.Context, e *env, args []string) int {
 	}
 	if !c.checkIssuable(*dir, strings.TrimPrefix(req.operation, "credentials ")) {
 		return exitError
+	}
+	if *credsOut != "" && (!m.Bus.JWT() || verb != "issue" || req.out != "") {
+		e.errorf("--creds is for credentials issue with bus.auth: jwt, instead of -o: a creds file holds a user JWT")
+		return exitError
+	}
+	if m.Bus.JWT() {
+		return c.jwtChange(ctx, verb, req, *credsOut)
 	}
 	stop, code := startCredentialChange(ctx, e, m, st)
 	if code != exitOK {
@@ -180,8 +197,11 @@ type credentialRow struct {
 
 // listCredentials prints every principal the mesh derives or the store holds a credential of,
 // as a table or as JSON; never a hash or a password.
-func listCredentials(ctx context.Context, e *env, st *state.Store, users []string, format string) int {
+func listCredentials(ctx context.Context, e *env, st *state.Store, jwtMode bool, users []string, format string) int {
 	creds, err := st.Credentials(ctx)
+	if jwtMode {
+		creds, err = jwtCredentials(ctx, st)
+	}
 	if err != nil {
 		e.errorf("%v", err)
 		return exitError

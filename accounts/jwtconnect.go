@@ -1,0 +1,160 @@
+package accounts
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+
+	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/model"
+	"github.com/meshbus/meshctl/plan"
+	"github.com/meshbus/meshctl/state"
+)
+
+// SystemUser is the name meshctl's connection as the operator's system user goes by (its
+// connection name and inbox prefix); the user itself is the admin's.
+const SystemUser = "system"
+
+// CredsLogin is the nats option that logs in with a creds file's content: the user JWT, and
+// the seed that signs the server's nonce. A file that holds neither is refused.
+func CredsLogin(creds []byte) (nats.Option, error) {
+	token, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return nil, fmt.Errorf("reading the creds: %w", err)
+	}
+	kp, err := jwt.ParseDecoratedUserNKey(creds)
+	if err != nil {
+		return nil, fmt.Errorf("reading the creds: %w", err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("reading the creds: %w", err)
+	}
+	return nats.UserJWTAndSeed(token, string(seed)), nil
+}
+
+// DialJWT is the JWT backend of the external bus m describes: the operator's system user
+// connected to it, and each server of bus.servers named as it names itself in its answers,
+// learnt by a connection to that server alone. A server that cannot be reached is named by
+// its address, which no answer carries: every push and reading then says it did not answer.
+// The caller closes the backend's Resolver.Conn.
+func DialJWT(ctx context.Context, m *model.Mesh, op Operator, store *state.Store) (JWT, error) {
+	login, err := CredsLogin(op.SystemCreds)
+	if err != nil {
+		return JWT{}, fmt.Errorf("the operator's system user: %w", err)
+	}
+	target, err := BusTarget(m)
+	if err != nil {
+		return JWT{}, err
+	}
+	cred := busclient.Credential{User: SystemUser}
+	conn, err := busclient.Dial(ctx, target, cred, login, nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+	if err != nil {
+		return JWT{}, fmt.Errorf("connecting as the operator's system user: %w", err)
+	}
+	var names []string
+	for _, srv := range m.Bus.Servers {
+		name := serverName(ctx, m.Bus, srv, cred, login)
+		if slices.Contains(names, name) {
+			conn.Close()
+			return JWT{}, fmt.Errorf("two servers of bus.servers answer as server %s: each must be a server of its own", name)
+		}
+		names = append(names, name)
+	}
+	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: names}}, nil
+}
+
+// serverName is the name srv gives itself, or its address where it cannot be reached.
+func serverName(ctx context.Context, b model.Bus, srv model.Server, cred busclient.Credential, login nats.Option) string {
+	t, err := serverTarget(b, srv)
+	if err != nil {
+		return t.Address()
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultWait)
+	defer cancel()
+	c, err := busclient.Dial(ctx, t, cred, login, nats.NoReconnect())
+	if err != nil {
+		return t.Address()
+	}
+	defer c.Close()
+	return c.ConnectedServerName()
+}
+
+// Change is the plan's change of the account's JWT ("" when none): each principal whose JWT
+// is reissued with the subjects it gains and loses, marked CredentialReissue where an
+// operator issued it and must give its host the new one; each removed or revoked; and what
+// of meshctl's own the JWT lacks, and which servers are behind.
+func (p JWTPlan) Change(users map[string]state.JWTUser) (plan.Change, bool) {
+	if !p.Pushes() {
+		return plan.Change{}, false
+	}
+	c := plan.Change{Kind: plan.KindAccounts, Name: "JWT", Action: plan.Update, Risk: plan.RiskNone}
+	var why []string
+	for _, r := range p.Reissue {
+		u := plan.UserChange{User: r.Principal, Action: plan.Update, Credential: "rotated"}
+		if r.ByHand {
+			u.Credential = plan.CredentialReissue
+		}
+		var before Grants
+		if held, ok := users[r.Principal]; ok {
+			if hc, err := jwt.DecodeUserClaims(held.JWT); err == nil {
+				before = UserGrants(hc)
+			}
+		}
+		u.PublishAdded, u.PublishRemoved = setDiff(r.Grants.Publish, before.Publish), setDiff(before.Publish, r.Grants.Publish)
+		u.SubscribeAdded, u.SubscribeRemoved = setDiff(r.Grants.Subscribe, before.Subscribe), setDiff(before.Subscribe, r.Grants.Subscribe)
+		if r.Grants.AllowResponses != before.AllowResponses {
+			u.AllowResponses = map[bool]string{true: "granted", false: "revoked"}[r.Grants.AllowResponses]
+		}
+		c.Users = append(c.Users, u)
+		// Its connections holding the JWT it replaces are cut as the push is applied.
+		c.Risk = plan.RiskDisruptive
+	}
+	if len(p.Reissue) > 0 {
+		why = append(why, fmt.Sprintf("%d principal(s) with new grants get a new user JWT for their key, the old one revoked", len(p.Reissue)))
+	}
+	for _, r := range p.Remove {
+		c.Users = append(c.Users, plan.UserChange{User: r.Principal, Action: plan.Delete, Credential: "revoked"})
+		c.Risk = plan.RiskDisruptive
+	}
+	if len(p.Remove) > 0 {
+		why = append(why, fmt.Sprintf("%d principal(s) the description no longer has are revoked", len(p.Remove)))
+	}
+	if len(p.Revoke) > 0 {
+		var keys []string
+		for _, r := range p.Revoke {
+			keys = append(keys, r.Principal+"'s "+r.UserKey)
+		}
+		why = append(why, "revoking the keys of credentials revoked or replaced: "+strings.Join(keys, ", "))
+	}
+	if len(p.Owned) > 0 {
+		why = append(why, "setting "+strings.Join(p.Owned, ", "))
+	}
+	if len(p.Behind) > 0 {
+		why = append(why, "behind on "+strings.Join(p.Behind, ", "))
+	}
+	c.Reason = strings.Join(why, "; ")
+	return c, true
+}
+
+// setDiff is what a has and b has not, sorted.
+func setDiff(a, b []string) []string {
+	var out []string
+	for _, s := range sortedSet(a) {
+		if !slices.Contains(b, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Close ends the backend's system connection.
+func (j JWT) Close() {
+	if j.Resolver.Conn != nil {
+		j.Resolver.Conn.Close()
+	}
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/meshbus/meshctl/accounts"
+	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/reconcile"
+	"github.com/meshbus/meshctl/state"
+)
+
+// With bus.auth: jwt a credential is a user of the mesh's account: issue mints a fresh key and
+// a user JWT granting exactly the principal's grants, which logs in at once on any server that
+// holds the account (the key it replaces, if any, is revoked by the push that follows); revoke
+// revokes the key in the account's JWT, and the push disconnects it on every server. Either
+// exits 0 only once every server applies the account's JWT.
+
+// jwtChange issues or revokes (verb) the principal's credential in jwt mode. credsOut, when
+// set, is a file to write a standard creds file to (0600) instead of the membership.
+func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueRequest, credsOut string) int {
+	j, done, err := reconcile.OpenJWT(ctx, c.m, c.st)
+	if err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	defer done()
+	if verb == "revoke" {
+		had, err := j.RevokePrincipals(ctx, []string{c.principal})
+		if err != nil {
+			c.e.errorf("%v", err)
+			return exitError
+		}
+		if len(had) == 0 {
+			c.e.errorf("%s has no credential to revoke", c.principal)
+			return exitError
+		}
+		if code := c.pushJWT(ctx, j, "revoke"); code != exitOK {
+			return code
+		}
+		fmt.Fprintf(c.e.stderr, "%s is revoked: every server applies the account's JWT that revokes it, and disconnected it\n", c.principal)
+		return exitOK
+	}
+	// The file is claimed before anything is minted: one that exists is refused unchanged.
+	var file *membershipFile
+	out := req.out
+	if credsOut != "" {
+		out = credsOut
+	}
+	if out != "" {
+		if file, err = claimMembershipFile(out, req.force); err != nil {
+			c.e.errorf("%v", err)
+			return exitError
+		}
+	}
+	reach, err := accounts.BusTarget(c.m)
+	if err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	p, _ := c.desired.Principal(c.principal)
+	creds, err := j.Issue(ctx, p, req.operation)
+	if err != nil {
+		if file != nil {
+			file.abandon()
+		}
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	code := c.pushJWT(ctx, j, "issue")
+	if err := c.deliverCreds(creds, reach, file, credsOut != ""); err != nil {
+		c.e.errorf("%s's credential is minted, but %v; issue it again", c.principal, err)
+		return exitError
+	}
+	return code
+}
+
+// pushJWT pushes the account's JWT for the mesh as the store holds it now, and says which
+// servers do not apply it.
+func (c credentialChange) pushJWT(ctx context.Context, j *accounts.JWT, verb string) int {
+	if _, _, err := j.Sync(ctx, c.desired.Principals); err != nil {
+		c.e.errorf("the credential is %sd in the store, but not every server applies the account's JWT that carries it: %v; the next apply pushes it", verb, err)
+		return exitError
+	}
+	return exitOK
+}
+
+// deliverCreds hands over the credential once: into file, as a creds file (asCreds) or a
+// membership, or the membership on stdout.
+func (c credentialChange) deliverCreds(creds accounts.Creds, reach busclient.Target, file *membershipFile, asCreds bool) error {
+	if asCreds {
+		if err := file.write(creds.File); err != nil {
+			return fmt.Errorf("its creds file could not be written to %s: %w", file.path, err)
+		}
+		fmt.Fprintf(c.e.stderr, "%s's credential is minted; its creds file, the only copy of its seed, is %s (0600)\n", c.principal, file.path)
+		return nil
+	}
+	kp, err := jwtUserKey(creds)
+	if err != nil {
+		return err
+	}
+	mem := c.membership(kp, true, reach)
+	mem.JWT = creds.JWT
+	line := membershipLine(mem)
+	if file != nil {
+		if err := file.write(line); err != nil {
+			return fmt.Errorf("its membership could not be written to %s: %w", file.path, err)
+		}
+		fmt.Fprintf(c.e.stderr, "%s's credential is minted; its membership, the only copy of its seed, is in %s (0600)\n", c.principal, file.path)
+		return nil
+	}
+	fmt.Fprintf(c.e.stderr, "%s's credential is minted; the membership below is the only copy of its seed\n", c.principal)
+	_, _ = c.e.stdout.Write(line)
+	return nil
+}
+
+// jwtUserKey is the seed of a credential's creds file.
+func jwtUserKey(creds accounts.Creds) (string, error) {
+	kp, err := jwt.ParseDecoratedUserNKey(creds.File)
+	if err != nil {
+		return "", err
+	}
+	seed, err := kp.Seed()
+	return string(seed), err
+}
+
+// jwtCredentials is each principal's user in jwt mode, as credentials list shows a credential:
+// when its JWT in force was issued, and by which operation.
+func jwtCredentials(ctx context.Context, st *state.Store) ([]state.Credential, error) {
+	users, err := st.JWTUsers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var creds []state.Credential
+	for _, u := range users {
+		creds = append(creds, state.Credential{Principal: u.Principal, MintedAt: u.IssuedAt, Operation: u.Operation})
+	}
+	return creds, nil
+}
