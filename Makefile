@@ -7,7 +7,7 @@ STATE     ?= .meshctl/demo
 # Packages run in parallel; every live test starts its own bus on a random port.
 TESTFLAGS ?= -race -count=1 -timeout 8m
 
-.PHONY: build test test-compat vet fmt demo demo-node bench clean
+.PHONY: build test test-compat vet fmt demo demo-node example-operator bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meshctl
@@ -46,6 +46,12 @@ endif
 # enrolment credential issued, and `meshctl agent` receiving its modules' memberships.
 demo-node: build
 	PORT=$(or $(PORT),4333) BIN=./$(BIN) sh examples/enrol/demo.sh
+
+# Operator mode from nothing: an operator made with the nats CLI, three nats-server processes
+# trusting it on 127.0.0.1:$(PORT)… (nine ports from 24222 by default), a mesh applied into its
+# account, a host's creds issued, used and revoked (examples/operator/README.md).
+example-operator: build
+	$(if $(PORT),PORT=$(PORT) )BIN=./$(BIN) examples/operator/run.sh
 
 # BENCHFLAGS picks sizes and runs, e.g. BENCHFLAGS="-wait-sizes 5000,20000 -runs 5"; see
 # `go run ./bench -h`. The figures are only worth committing from a quiet machine.
