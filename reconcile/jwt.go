@@ -62,8 +62,9 @@ func (s *Session) controllerCredsPath() string {
 }
 
 // ensureControllerCreds mints the controller's creds where the state directory has none, and
-// pushes the account's JWT where no server holds it: the controller logs in only once a
-// server applies the account its user JWT is signed for. A read-only session does neither.
+// pushes meshctl's part of the account's JWT where the servers lack it (no JWT at all, or an
+// admin's without JetStream): the controller logs in only once a server applies the account
+// its user JWT is signed for, and reads the streams only once the account has JetStream. A read-only session does neither.
 // Both are done under the apply lock, the cycle's l, taken here where l does not hold it yet
 // (and left to l's owner to release): two first applies must not both mint.
 func (s *Session) ensureControllerCreds(ctx context.Context, m *model.Mesh, l *cycleLock) error {
@@ -95,8 +96,9 @@ func (s *Session) ensureControllerCreds(ctx context.Context, m *model.Mesh, l *c
 	if err != nil {
 		return err
 	}
-	if slices.Contains(p.Owned, accounts.NotOnServers) {
-		// Only meshctl's own part of the JWT: every user change waits for the plan.
+	if len(p.Owned) > 0 {
+		// Only meshctl's own part of the JWT: every user change waits for the plan. The JWT
+		// an admin pushed may lack JetStream, and the streams are read before any plan.
 		first := accounts.JWTPlan{Held: p.Held, Owned: p.Owned, Behind: p.Behind}
 		if _, err := s.jwt.Apply(ctx, first); err != nil {
 			return fmt.Errorf("pushing the account's first JWT: %w", err)

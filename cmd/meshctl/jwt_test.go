@@ -346,3 +346,42 @@ func openedJWTUsers(t *testing.T, dir string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// An admin who pushed the mesh's account as `nats auth account add` made it, JetStream off,
+// before meshctl's first apply: the apply pushes the account's JetStream limits before it
+// reads or creates a stream, and the next diff is clean.
+func TestTheFirstApplyTurnsOnJetStreamInAnAccountTheAdminPushed(t *testing.T) {
+	t.Parallel()
+	c := jwtCluster(t)
+	sys := c.ConnectSystem()
+	defer sys.Close()
+	claims, err := jwt.DecodeAccountClaims(c.Operator.AccountJWT(t, "MESH"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims.Limits.IsJSEnabled() {
+		t.Fatalf("the admin's MESH has JetStream on; the test needs it off")
+	}
+	// The admin's push, as `nats auth account push` makes it: every server takes it.
+	sub, err := sys.SubscribeSync(sys.NewRespInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.PublishRequest("$SYS.REQ.ACCOUNT."+claims.Subject+".CLAIMS.UPDATE", sub.Subject, []byte(c.Operator.AccountJWT(t, "MESH"))); err != nil {
+		t.Fatal(err)
+	}
+	for range c.Servers {
+		if _, err := sub.NextMsg(30 * time.Second); err != nil {
+			t.Fatalf("a server did not take the admin's push: %v", err)
+		}
+	}
+
+	desc := writeMesh(t, jwtDescription(c, jwtModules))
+	st := t.TempDir()
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("diff after apply: exit %d\n%s%s", code, out, errOut)
+	}
+}
