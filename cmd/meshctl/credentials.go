@@ -89,7 +89,9 @@ STATE/controller.password, every server is seen serving a config that carries it
 the old one no longer logs in; hand the new file to every holder (a standby watch, the
 CI secret, a backup). The password of _meshctl.system, the system user meshctl reloads
 servers as (reload: system), follows from the controller's and changes with it; neither
-is issued or revoked.
+is issued or revoked. With bus.auth: jwt the controller is a user of the mesh's account
+whose creds are STATE/controller.creds: 'credentials rotate controller' mints a new key
+into that file and revokes the previous one on every server.
 
 Example:
   meshctl credentials issue node.one -f mesh/ | ssh one 'umask 077; cat > /etc/mesh/membership.json'

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/nats-io/jwt/v2"
 
 	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
+	"github.com/meshbus/meshctl/internal/atomicfile"
 	"github.com/meshbus/meshctl/reconcile"
+	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
 
@@ -138,4 +141,35 @@ func jwtCredentials(ctx context.Context, st *state.Store) ([]state.Credential, e
 		creds = append(creds, state.Credential{Principal: u.Principal, MintedAt: u.IssuedAt, Operation: u.Operation})
 	}
 	return creds, nil
+}
+
+// rotateControllerJWT replaces the controller's user in jwt mode: a fresh key and user JWT go
+// into STATE/controller.creds, and the push that follows revokes the previous key on every
+// server. The new user logs in as soon as it is written (a user JWT signed by the account's key
+// needs no push); the previous one is refused only once every server applies the push, which
+// is what exit 0 says.
+func (c credentialChange) rotateControllerJWT(ctx context.Context) int {
+	j, done, err := reconcile.OpenJWT(ctx, c.m, c.st)
+	if err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	defer done()
+	p, _ := c.desired.Principal(render.ControllerUser)
+	creds, err := j.Issue(ctx, p, "credentials rotate")
+	if err != nil {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	path := filepath.Join(c.st.Dir(), reconcile.ControllerCredsFile)
+	if err := atomicfile.Write(path, creds.File); err != nil {
+		c.e.errorf("the controller's new user is minted, but %s could not be written: %v; rotate it again", path, err)
+		return exitError
+	}
+	if code := c.pushJWT(ctx, j, "rotate"); code != exitOK {
+		return code
+	}
+	fmt.Fprintf(c.e.stderr, "the controller's user is rotated: %s holds the new creds, and every server applies the account's JWT that revokes the previous key; "+
+		"hand the new file to every holder of the previous one (a standby watch, the CI secret, a backup)\n", path)
+	return exitOK
 }

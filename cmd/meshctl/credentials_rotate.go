@@ -91,6 +91,9 @@ func (c credentialChange) rotateController(ctx context.Context, req issueRequest
 		c.e.errorf("the controller's new password goes into %s/controller.password, never elsewhere; -o writes nothing for it", c.st.Dir())
 		return exitError
 	}
+	if c.m.Bus.JWT() {
+		return c.rotateControllerJWT(ctx)
+	}
 	// A store that does not manage the bus changes nothing, itself included.
 	if err := reconcile.CheckManager(ctx, c.m, c.st); err != nil {
 		c.e.errorf("%v", err)

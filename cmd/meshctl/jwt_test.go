@@ -385,3 +385,57 @@ func TestTheFirstApplyTurnsOnJetStreamInAnAccountTheAdminPushed(t *testing.T) {
 		t.Fatalf("diff after apply: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// `credentials rotate controller` in jwt mode: the controller's creds file gets a new user,
+// the previous key is refused on every server, and meshctl carries on with the new one.
+func TestRotatingTheControllerInJWTModeRevokesItsPreviousKey(t *testing.T) {
+	t.Parallel()
+	c := jwtCluster(t)
+	desc := writeMesh(t, jwtDescription(c, jwtModules))
+	st := t.TempDir()
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+	path := filepath.Join(st, "controller.creds")
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userJWT, err := jwt.ParseDecoratedJWT(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := jwt.ParseDecoratedUserNKey(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := loginEverywhere(t, c, userJWT, string(seed))
+
+	if code, out, errOut := meshctl(t, "credentials", "rotate", "controller", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("credentials rotate controller: exit %d\n%s%s", code, out, errOut)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(before, after) {
+		t.Fatal("controller.creds is unchanged")
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the controller's creds: %v %v; want a 0600 file", fi, err)
+	}
+	disconnectedEverywhere(t, "the previous controller key", old)
+	for _, srv := range c.Servers {
+		if nc, err := nats.Connect(srv.URL, nats.UserJWTAndSeed(userJWT, string(seed)), nats.NoReconnect()); err == nil {
+			nc.Close()
+			t.Errorf("the previous controller key logs in to %s", srv.Name)
+		}
+	}
+	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("diff after the rotation: exit %d\n%s%s", code, out, errOut)
+	}
+}
