@@ -51,10 +51,10 @@ const loadInFlight = 32
 type loadAnswer struct {
 	Connected   int      `json:"connected"`
 	Dropped     []string `json:"dropped,omitempty"` // users disconnected since the last mark
-	Joined      int    `json:"joined,omitempty"` // by this up: none when all were up already
-	Disconnects int64  `json:"disconnects"`
-	NS          int64  `json:"ns,omitempty"` // how long up took
-	Error       string `json:"error,omitempty"`
+	Joined      int      `json:"joined,omitempty"`  // by this up: none when all were up already
+	Disconnects int64    `json:"disconnects"`
+	NS          int64    `json:"ns,omitempty"` // how long up took
+	Error       string   `json:"error,omitempty"`
 }
 
 type load struct {
