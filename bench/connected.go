@@ -266,12 +266,21 @@ func (r *waitRunner) enterPhase(c *connectedMesh, phase string) error {
 // timedRow runs meshctl with args once into row id of phase, with the CPU the process
 // serving the bus spent meanwhile.
 func (r *waitRunner) timedRow(c *connectedMesh, id, phase string, i int, args ...string) error {
+	return r.timedRowSaying(c, id, phase, i, "", args...)
+}
+
+// timedRowSaying is timedRow of a process that must print a line starting with want (if
+// any) on stderr.
+func (r *waitRunner) timedRowSaying(c *connectedMesh, id, phase string, i int, want string, args ...string) error {
 	before := c.serverCPU()
 	p, err := r.meshctlRun(args...)
 	if err != nil {
 		return err
 	}
 	cpu := c.serverCPU() - before
+	if _, ok := p.lineAt(want); want != "" && !ok {
+		return fmt.Errorf("meshctl %s printed no line starting %q:\n%s", strings.Join(args, " "), want, p.stderr)
+	}
 	c.res.row(c.res.rows, id, phase).add(p.wall, p.peak)
 	c.res.row(c.res.cpu, id, phase).add(cpu, 0)
 	r.progress(id+"/"+phase, i, p.wall, p.peak, fmt.Sprintf("(server CPU %s)", cpu.Round(time.Millisecond)))

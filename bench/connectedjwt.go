@@ -136,7 +136,7 @@ func (r *waitRunner) connectedJWTPhase(c *connectedMesh, phase string, i, touche
 		return err
 	}
 	desc, state := c.desc, c.state
-	if err := r.timedRow(c, "apply", phase, i, "apply", "-f", desc, "--state", state); err != nil {
+	if err := r.timedRowSaying(c, "apply", phase, i, "the bus was already in sync", "apply", "-f", desc, "--state", state); err != nil {
 		return err
 	}
 	if err := r.droppedNone(c, phase, "the converged apply"); err != nil {
@@ -147,7 +147,7 @@ func (r *waitRunner) connectedJWTPhase(c *connectedMesh, phase string, i, touche
 	if err := next.Write(desc); err != nil {
 		return err
 	}
-	if err := r.timedRow(c, "one-change", phase, i, "apply", "-f", desc, "--state", state); err != nil {
+	if err := r.timedRowSaying(c, "one-change", phase, i, "applied ", "apply", "-f", desc, "--state", state); err != nil {
 		return err
 	}
 	// The reissued hosts are handed their new JWTs, as an operator would: connected, they
