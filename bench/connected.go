@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshbus/meshctl/bench/meshgen"
 	"github.com/meshbus/meshctl/bus"
+	"github.com/meshbus/meshctl/internal/testnats"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
@@ -54,7 +55,13 @@ type connectedResult struct {
 	size        int // module instances
 	hosts       int // connected by the load process
 	connect     series
-	disconnects int64
+	disconnects int64 // of hosts whose permissions no row changed
+	// In operator mode: the servers of the cluster, the principals whose permissions the one
+	// change alters, the one changes made with the hosts connected, and of those the ones
+	// that disconnected exactly those principals' hosts.
+	servers      int
+	reissued     []string
+	changes, cut int
 	// rows are keyed by row id and phase, "apply/hosts" or "apply/none"; cpu likewise, the
 	// CPU of the process serving the bus during each run.
 	rows, cpu map[string]*series
@@ -70,6 +77,11 @@ func (c *connectedResult) row(m map[string]*series, id, phase string) *series {
 
 // measureConnected runs the connected rows for each size and each kind of credential.
 func measureConnected(ctx context.Context, sizes []int, auths []string, runs int, meshctl, tmp string, log io.Writer, out *[]*connectedResult) error {
+	if len(sizes) > 0 && slices.Contains(auths, "jwt") {
+		// nats-server is built from the module's pinned version for the operator-mode
+		// clusters, once for every size.
+		defer testnats.RemoveBuiltServer()
+	}
 	for _, n := range sizes {
 		for _, auth := range auths {
 			res := &connectedResult{auth: auth, size: n, rows: map[string]*series{}, cpu: map[string]*series{}}
@@ -77,7 +89,11 @@ func measureConnected(ctx context.Context, sizes []int, auths []string, runs int
 			if err != nil {
 				return err
 			}
-			if err := r.runConnected(n, auth, res); err != nil {
+			run := r.runConnected
+			if auth == "jwt" {
+				run = r.runConnectedJWT
+			}
+			if err := run(n, auth, res); err != nil {
 				return fmt.Errorf("with hosts connected, %s principals, at %d instances: %w", auth, n, err)
 			}
 			*out = append(*out, res)
@@ -105,6 +121,7 @@ func (r *waitRunner) runConnected(n int, auth string, res *connectedResult) erro
 	if c.w, err = r.startWatch(c.desc, c.state); err != nil {
 		return err
 	}
+	c.serverCPU = func() time.Duration { return cpuOf(c.w.cmd.Process.Pid) }
 	defer func() { c.w.kill() }()
 	members := filepath.Join(r.dir, "hosts.jsonl")
 	if err := mintHosts(r.ctx, c.state, x.m, held.hosts, members); err != nil {
@@ -178,6 +195,9 @@ type connectedMesh struct {
 	held        heldAside
 	w           *watchProc // serving the bus
 	l           *loadProc  // connecting the hosts
+	// serverCPU is the CPU the processes serving the bus have spent: watch's, or the
+	// servers' of a cluster, between them.
+	serverCPU func() time.Duration
 }
 
 // connectedPhase runs every connected row once in phase ("hosts" or "none") of run i, the
@@ -246,13 +266,21 @@ func (r *waitRunner) enterPhase(c *connectedMesh, phase string) error {
 // timedRow runs meshctl with args once into row id of phase, with the CPU the process
 // serving the bus spent meanwhile.
 func (r *waitRunner) timedRow(c *connectedMesh, id, phase string, i int, args ...string) error {
-	pid := c.w.cmd.Process.Pid
-	before := cpuOf(pid)
+	return r.timedRowSaying(c, id, phase, i, "", args...)
+}
+
+// timedRowSaying is timedRow of a process that must print a line starting with want (if
+// any) on stderr.
+func (r *waitRunner) timedRowSaying(c *connectedMesh, id, phase string, i int, want string, args ...string) error {
+	before := c.serverCPU()
 	p, err := r.meshctlRun(args...)
 	if err != nil {
 		return err
 	}
-	cpu := cpuOf(pid) - before
+	cpu := c.serverCPU() - before
+	if _, ok := p.lineAt(want); want != "" && !ok {
+		return fmt.Errorf("meshctl %s printed no line starting %q:\n%s", strings.Join(args, " "), want, p.stderr)
+	}
 	c.res.row(c.res.rows, id, phase).add(p.wall, p.peak)
 	c.res.row(c.res.cpu, id, phase).add(cpu, 0)
 	r.progress(id+"/"+phase, i, p.wall, p.peak, fmt.Sprintf("(server CPU %s)", cpu.Round(time.Millisecond)))

@@ -19,6 +19,8 @@
 //	                                                  # the user-wait rows alone, small
 //	go run ./bench -out - -sizes none -live-sizes none -restart-sizes none -wait-sizes none -external-sizes none -converged-sizes none -connected-sizes none
 //	                                                  # the operator-mode push rows alone
+//	go run ./bench -out - -sizes none -live-sizes none -restart-sizes none -wait-sizes none -external-sizes none -converged-sizes none -push-revocations none -connected-auth jwt -connected-sizes 200 -runs 1
+//	                                                  # the operator-mode connected rows alone, small
 //	go run ./bench -gen /tmp/mesh -instances 5000     # write a generated mesh as YAML
 package main
 
@@ -103,7 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (benchFlags, error) {
 	fs.StringVar(&f.externalSizes, "external-sizes", "5000", "module instances to measure the converged apply and one change on an external nats-server at, the store on the bus (whole meshctl processes; any size); none to skip")
 	fs.StringVar(&f.convergedSizes, "converged-sizes", "20000", "module instances to measure only the converged diff, apply and one change at, watch serving (whole meshctl processes; any size; its first apply is setup, not measured); none to skip")
 	fs.StringVar(&f.connectedSizes, "connected-sizes", "2000,5000", "module instances to measure with every host connected at, one connection per instance (whole meshctl processes; any size); none to skip")
-	fs.StringVar(&f.connectedAuth, "connected-auth", "password,nkey", "the kinds of principal (bus.auth) the connected rows measure")
+	fs.StringVar(&f.connectedAuth, "connected-auth", "password,nkey,jwt", "the kinds of principal (bus.auth) the connected rows measure; jwt on a three-server operator-mode cluster of its own per size")
 	fs.StringVar(&f.pushRevoked, "push-revocations", "0,1000,10000", "revocation-list sizes to measure a push of the account JWT at, on a three-server operator-mode cluster (bus.auth: jwt); none to skip")
 	fs.StringVar(&f.pushConnected, "push-connected", "3,2000", "users of the account connected during the pushes, spread over the three servers (at least one each)")
 	fs.IntVar(&f.pushes, "pushes", 10, "pushes of each batch of the push rows (-runs batches each; the servers' CPU is read around each)")
@@ -153,11 +155,11 @@ func (f benchFlags) plan() (runPlan, error) {
 	}
 	for _, a := range strings.Split(f.connectedAuth, ",") {
 		switch a = strings.TrimSpace(a); a {
-		case "password", "nkey":
+		case "password", "nkey", "jwt":
 			plan.auths = append(plan.auths, a)
 		case "":
 		default:
-			return runPlan{}, fmt.Errorf("-connected-auth: %q is neither password nor nkey", a)
+			return runPlan{}, fmt.Errorf("-connected-auth: %q is not password, nkey or jwt", a)
 		}
 	}
 	if f.runs < 1 {

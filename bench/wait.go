@@ -105,7 +105,7 @@ func waitAt(waits *[]*waitResult, n int) *waitResult {
 func buildMeshctl(ctx context.Context, tmp string, log io.Writer) (string, error) {
 	meshctl := filepath.Join(tmp, "meshctl")
 	fmt.Fprintf(log, "building meshctl\n")
-	build := exec.CommandContext(ctx, "go", "build", "-o", meshctl, "./cmd/meshctl")
+	build := exec.CommandContext(ctx, "go", "build", "-o", meshctl, "github.com/meshbus/meshctl/cmd/meshctl")
 	build.Stdout, build.Stderr = log, log
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("building meshctl: %w", err)

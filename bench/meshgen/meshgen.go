@@ -43,9 +43,21 @@ type Mesh struct {
 	// of an embedded bus: meshctl then writes the accounts config the server includes, reloads
 	// the server by its pid file, and keeps its state store on that bus.
 	Server Server
-	// Auth is bus.auth, the kind of credential every principal has: "password" or "nkey";
-	// empty leaves the default.
+	// Auth is bus.auth, the kind of credential every principal has: "password", "nkey" or
+	// "jwt" (with Operator); empty leaves the default.
 	Auth string
+	// Operator, when its Servers are set, is an external cluster in operator mode that the bus
+	// section names instead of an embedded bus (bus.servers and bus.operator): the mesh is one
+	// account of the operator, its JWT pushed to the servers' resolvers.
+	Operator Operator
+}
+
+// Operator is an operator-mode cluster and the operator's store as a bus section names them.
+type Operator struct {
+	Servers     []string // bus.servers' URLs
+	Store       string   // bus.operator.store: the root holding stores/ and keys/
+	Account     string   // bus.operator.account: the mesh's account, made by the admin
+	SystemCreds string   // bus.operator.system_creds: a system-account user's creds
 }
 
 // Server is an external nats-server as a bus section names it.
@@ -369,6 +381,13 @@ func (m Mesh) meshFile(seats []seat) []byte {
 	}
 	if x := m.Server; x.URL != "" {
 		fmt.Fprintf(&b, "  url: %q\n  fingerprint: %q\n  accounts_file: %q\n  reload: { pid_file: %q }\n", x.URL, x.Fingerprint, x.AccountsFile, x.PIDFile)
+	}
+	if o := m.Operator; len(o.Servers) > 0 {
+		b.WriteString("  servers:\n")
+		for _, u := range o.Servers {
+			fmt.Fprintf(&b, "    - url: %q\n", u)
+		}
+		fmt.Fprintf(&b, "  operator:\n    store: %q\n    account: %q\n    system_creds: %q\n", o.Store, o.Account, o.SystemCreds)
 	}
 	var follows, sends []string
 	for _, s := range seats[:min(5, len(seats))] {

@@ -122,3 +122,24 @@ func TestAServerIsNamedInTheBusSectionAlone(t *testing.T) {
 		}
 	}
 }
+
+// An operator-mode cluster is named in the bus section alone: auth jwt, its servers and the
+// operator's store, account and system user, the paths absolute as the bench writes them.
+func TestAnOperatorModeClusterIsNamedInTheBusSection(t *testing.T) {
+	t.Parallel()
+	g := Scaled(500)
+	g.Auth = model.AuthJWT
+	g.Operator = Operator{Servers: []string{"nats://127.0.0.1:4222", "nats://127.0.0.1:4223", "nats://127.0.0.1:4224"},
+		Store: "/srv/nsc", Account: "MESH", SystemCreds: "/srv/sys.creds"}
+	m, err := model.Parse(g.Files())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := m.Bus
+	if !b.JWT() || b.Embedded() || len(b.Servers) != 3 || b.Servers[2].URL != g.Operator.Servers[2] {
+		t.Errorf("the bus loaded is %+v; want jwt on the three servers %v", b, g.Operator.Servers)
+	}
+	if o := b.Operator; o == nil || o.Store != g.Operator.Store || o.Account != g.Operator.Account || o.SystemCreds != g.Operator.SystemCreds {
+		t.Errorf("bus.operator is %+v; want %+v", o, g.Operator)
+	}
+}

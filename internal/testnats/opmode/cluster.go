@@ -28,6 +28,10 @@ type ClusterOptions struct {
 	ResolverInterval string
 	// OperatorName names the operator; "" means "MESHTEST".
 	OperatorName string
+	// MaxFileStore is each server's JetStream file store limit; "" means "256MB". A mesh of
+	// thousands of instances reserves its streams' max_bytes against it: a benchmark sets it
+	// larger. Nothing is allocated for it.
+	MaxFileStore string
 }
 
 // Cluster is a JetStream cluster of nats-server processes in operator mode for one test: each
@@ -101,6 +105,10 @@ func StartClusterTrusting(tb testnats.TB, opts ClusterOptions, trust func(resolv
 	if interval == "" {
 		interval = "2s"
 	}
+	fileStore := opts.MaxFileStore
+	if fileStore == "" {
+		fileStore = "256MB"
+	}
 	c := &Cluster{tb: tb, bin: testnats.NATSServerBinary(tb), systemCreds: systemCreds}
 	dir := tb.TempDir()
 	ports := testnats.FreePorts(tb, 3*n)
@@ -126,9 +134,9 @@ listen: "127.0.0.1:%d"
 http: "127.0.0.1:%d"
 log_file: %q
 %s
-jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
+jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: %s }
 `, srv.Name, ports[i], ports[2*n+i], srv.LogFile, trust(srv.ResolverDir, interval),
-			filepath.Join(sdir, "js"))
+			filepath.Join(sdir, "js"), fileStore)
 		if n > 1 {
 			conf += fmt.Sprintf("cluster { name: opmode-test, listen: \"127.0.0.1:%d\", routes: [%s] }\n", ports[n+i], strings.Join(routes, ", "))
 		}
