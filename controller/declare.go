@@ -174,8 +174,7 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, byHand map[string
 	if err != nil {
 		return false, err
 	}
-	l.withJWTs(&d, stored)
-	change := ChangeOf(last, l.keysOf(stored), d)
+	change := changeFor(l.jwtMesh(), last, stored, &d)
 	if !change.Changed() {
 		return false, nil
 	}
@@ -183,10 +182,11 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, byHand map[string
 	if err != nil {
 		return false, err
 	}
-	// The JWTs of the users just minted are part of what is declared, and of its digest.
-	l.withJWTs(&d, stored)
-	change.Digest = d.Digest()
-	creds, err := l.sealMemberships(&d, e.PublicKey, last, change.Keep, minted, l.keysOf(stored))
+	// What the store holds now, the users just minted included, is what is declared: their
+	// JWTs are part of the declaration and of its digest, and their keys are recorded.
+	after := changeFor(l.jwtMesh(), last, stored, &d)
+	change.Digest = after.Digest
+	creds, err := l.sealMemberships(&d, e.PublicKey, last, change.Keep, minted, stored, l.jwtMesh())
 	if err != nil {
 		return false, err
 	}
@@ -279,9 +279,9 @@ func (l *loop) renew(ctx context.Context, change DeclarationChange, own map[stri
 // sealMemberships gives each instance of d its membership — the sealed copy declared last time
 // for the users in keep, its freshly minted one sealed to key for the others but those issued
 // by hand, which get none — and returns the credentials to record with the declaration, each
-// with its hash in hashes (in a jwt mesh, its user's key).
+// with its credential in stored (in a jwt mesh, its user's key alone).
 func (l *loop) sealMemberships(d *wire.Declaration, key []byte, last state.Declared, keep []string,
-	minted map[string]wire.Membership, hashes map[string]string) (map[string]state.DeclaredCredential, error) {
+	minted map[string]wire.Membership, stored map[string]string, jwtMesh bool) (map[string]state.DeclaredCredential, error) {
 	creds := map[string]state.DeclaredCredential{}
 	for i := range d.Instances {
 		in := &d.Instances[i]
@@ -296,7 +296,11 @@ func (l *loop) sealMemberships(d *wire.Declaration, key []byte, last state.Decla
 				return nil, err
 			}
 		}
-		creds[in.User] = state.DeclaredCredential{Hash: hashes[in.User], Sealed: in.Membership}
+		hash := stored[in.User]
+		if jwtMesh {
+			hash, _ = splitJWTCredential(hash)
+		}
+		creds[in.User] = state.DeclaredCredential{Hash: hash, Sealed: in.Membership}
 	}
 	return creds, nil
 }

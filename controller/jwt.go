@@ -135,33 +135,31 @@ func (l *loop) storedCredentials(ctx context.Context) (map[string]string, error)
 // jwtCredential is a jwt user as storedCredentials has it: its key, a space, its JWT.
 func jwtCredential(key, token string) string { return key + " " + token }
 
-// keysOf is what identifies each credential of creds (storedCredentials) for ChangeOf: the
-// credential itself, or in a jwt mesh the user's key alone, since the seed the agent holds
-// stays good for every JWT issued for that key.
-func (l *loop) keysOf(creds map[string]string) map[string]string {
-	if !l.jwtMesh() {
-		return creds
-	}
-	keys := make(map[string]string, len(creds))
-	for p, c := range creds {
-		keys[p], _, _ = strings.Cut(c, " ")
-	}
-	return keys
+// splitJWTCredential is the key and JWT of c, a jwtCredential.
+func splitJWTCredential(c string) (key, token string) {
+	key, token, _ = strings.Cut(c, " ")
+	return key, token
 }
 
-// withJWTs sets, in a jwt mesh, each instance of d an agent holds the credential of to its
-// JWT in creds (storedCredentials).
-func (l *loop) withJWTs(d *wire.Declaration, creds map[string]string) {
-	if !l.jwtMesh() {
-		return
+// changeFor is ChangeOf for d, given stored, the store's credentials as storedCredentials
+// reads them. In a jwt mesh (jwtMesh) each instance an agent holds the credential of is
+// declared its JWT in stored, and a credential is kept while its user's key is the one
+// declared last: the seed the agent holds is good for every JWT issued for that key, so a JWT
+// reissued for it changes the declaration's digest and nothing else.
+func changeFor(jwtMesh bool, last state.Declared, stored map[string]string, d *wire.Declaration) DeclarationChange {
+	if !jwtMesh {
+		return ChangeOf(last, stored, *d)
+	}
+	keys := make(map[string]string, len(stored))
+	for p, c := range stored {
+		keys[p], _ = splitJWTCredential(c)
 	}
 	for i := range d.Instances {
-		in := &d.Instances[i]
-		if in.ByHand {
-			continue
+		if in := &d.Instances[i]; !in.ByHand {
+			_, in.JWT = splitJWTCredential(stored[in.User])
 		}
-		_, in.JWT, _ = strings.Cut(creds[in.User], " ")
 	}
+	return ChangeOf(last, keys, *d)
 }
 
 // issuedByHand is the principals whose credential an operator issued by hand.
