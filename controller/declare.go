@@ -126,7 +126,7 @@ func (l *loop) declareAll(ctx context.Context, own map[string]string) ([]string,
 	}
 	// Read once a pass: only an operator's command changes it, never the pass itself.
 	sctx, cancel = l.storeCtx(ctx)
-	byHand, err := l.issuedByHand(sctx)
+	byHand, err := issuedByHand(sctx, l.cfg.Store, l.jwtMesh())
 	cancel()
 	if err != nil {
 		return nil, err

@@ -162,12 +162,13 @@ func changeFor(jwtMesh bool, last state.Declared, stored map[string]string, d *w
 	return ChangeOf(last, keys, *d)
 }
 
-// issuedByHand is the principals whose credential an operator issued by hand.
-func (l *loop) issuedByHand(ctx context.Context) (map[string]bool, error) {
-	if !l.jwtMesh() {
-		return l.cfg.Store.IssuedByHand(ctx)
+// issuedByHand is the principals whose credential an operator issued by hand: of the store's
+// passwords and nkeys, or in a jwt mesh (jwtMesh) of the account's users.
+func issuedByHand(ctx context.Context, st *state.Store, jwtMesh bool) (map[string]bool, error) {
+	if !jwtMesh {
+		return st.IssuedByHand(ctx)
 	}
-	users, err := l.cfg.Store.JWTUsers(ctx)
+	users, err := st.JWTUsers(ctx)
 	if err != nil {
 		return nil, err
 	}

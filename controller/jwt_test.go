@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/meshbus/meshctl/state"
 	"github.com/meshbus/meshctl/wire"
@@ -46,5 +48,41 @@ func TestAReissuedJWTIsDeclaredForTheKeyTheAgentHolds(t *testing.T) {
 	d = declared(nil)
 	if c := changeFor(true, last, newKey, &d); !slices.Equal(c.Mint, []string{"one.b"}) || !slices.Equal(c.Keep, []string{"one.a"}) {
 		t.Errorf("a new key for one.b: %+v; want one.b minted, one.a kept", c)
+	}
+}
+
+// In a jwt mesh an instance's user issued by hand stays the operator's when its node enrolled,
+// as a password does: Distributes reads who issued it from the account's users.
+func TestTheControllerDistributesOnlyTheUsersItMintsInAJWTMesh(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := load(t, `bus:
+  auth: jwt
+  url: nats://127.0.0.1:4222
+  operator: {store: /nonexistent, account: MESH, system_creds: sys.creds}
+nodes: [{name: one}]
+modules:
+  - {name: shop, on: [one], emits: [order.placed]}
+  - {name: audit, on: [one], emits: [checked]}
+`)
+	st, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for user, op := range map[string]string{"enrol.one": "credentials issue", "one.shop": "credentials issue"} {
+		if err := st.IssueJWTUser(ctx, state.JWTUser{Principal: user, UserKey: "U" + user, JWT: "jwt", IssuedAt: time.Now(), Operation: op}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.EnrolNode(ctx, state.NodeEnrolment{Node: "one", EnrolPrincipal: "enrol.one", NodePrincipal: "node.one", PublicKey: []byte("key"),
+		JWT: &state.JWTUser{UserKey: "UNODE", JWT: "jwt", IssuedAt: time.Now()}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := Distributes(ctx, st, m, "one.shop"); ok || err != nil {
+		t.Errorf("the shop's user issued by hand: distributed %v (%v); want it left to the operator", ok, err)
+	}
+	if node, ok, err := Distributes(ctx, st, m, "one.audit"); !ok || node != "one" || err != nil {
+		t.Errorf("the audit on enrolled node one: %s, %v (%v); want the controller to hand it out", node, ok, err)
 	}
 }
