@@ -63,11 +63,10 @@ modules:
 `, servers.String(), filepath.Dir(filepath.Dir(c.Operator.StoreDir)), c.Operator.SystemUserCreds, shopEmits)
 }
 
-// issueJWTEnrolment does what `meshctl credentials issue enrol.<node> --out FILE` does in jwt
-// mode against a running watch: a fresh user of the mesh's account for the node's enrolment
-// identity, recorded in the store, the account's JWT pushed, and its membership (the user JWT
-// and its seed) written to a file.
-func issueJWTEnrolment(t *testing.T, dir, stateDir, node string) string {
+// withJWTAccount runs change on the mesh's account as `meshctl credentials` does against a
+// running watch: the description loaded, the store opened and the account's backend connected
+// under the apply lock; then it pushes the account's JWT as the store holds it.
+func withJWTAccount(t *testing.T, dir, stateDir string, change func(j *accounts.JWT, m *model.Mesh, desired *render.Desired)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -86,28 +85,39 @@ func issueJWTEnrolment(t *testing.T, dir, stateDir, node string) string {
 	}
 	defer done()
 	desired := render.Derive(m)
-	p, _ := desired.Principal(render.EnrolUser(node))
-	creds, err := j.Issue(ctx, p, "credentials issue")
-	if err != nil {
-		t.Fatal(err)
-	}
+	change(j, m, desired)
 	if _, _, err := j.Sync(ctx, desired.Principals); err != nil {
 		t.Fatal(err)
 	}
-	kp, err := jwt.ParseDecoratedUserNKey(creds.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ := kp.Seed()
-	target, err := accounts.BusTarget(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+}
+
+// issueJWTEnrolment does what `meshctl credentials issue enrol.<node> -o FILE` does in jwt
+// mode: a fresh user of the mesh's account for the node's enrolment identity, recorded in the
+// store, the account's JWT pushed, and its membership (the user JWT and its seed) written to a
+// file.
+func issueJWTEnrolment(t *testing.T, dir, stateDir, node string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "enrol.json")
-	data, _ := json.Marshal(host.MembershipOf(target, p.User, string(seed), true).WithJWT(creds.JWT))
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	withJWTAccount(t, dir, stateDir, func(j *accounts.JWT, m *model.Mesh, desired *render.Desired) {
+		p, _ := desired.Principal(render.EnrolUser(node))
+		creds, err := j.Issue(context.Background(), p, "credentials issue")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, err := jwt.ParseDecoratedUserNKey(creds.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, _ := kp.Seed()
+		target, err := accounts.BusTarget(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(host.MembershipOf(target, p.User, string(seed), true).WithJWT(creds.JWT))
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 	return path
 }
 
@@ -133,7 +143,9 @@ func hostOf(t *testing.T, path string, disconnects *atomic.Int64) *host.Host {
 // action, watch pushes the account (revoking the shop's old JWT, which disconnects it), the
 // controller declares the shop's new JWT, the agent writes it over the shop's file, and the
 // shop's host, reconnecting with it, may publish the new event; its seed is the one it had. The audit's grants did not
-// change: its host is never disconnected. Status shows both instances held by the agent.
+// change: its host is never disconnected. Status shows both instances held by the agent. The
+// audit's user revoked, the controller declares the agent a fresh one, and the audit's host
+// takes it from its file.
 func TestAnEnrolledNodeTakesANewPermissionInOperatorMode(t *testing.T) {
 	t.Parallel()
 	c := opmode.StartCluster(t, opmode.ClusterOptions{ResolverInterval: "1h"})
@@ -214,7 +226,29 @@ func TestAnEnrolledNodeTakesANewPermissionInOperatorMode(t *testing.T) {
 			t.Errorf("status says %s's credential is held by %q; want the agent", in.User, in.Credential)
 		}
 	}
-	if strings.Contains(w.logs.String(), w.membership(shopFile).Seed) {
-		t.Error("the shop's seed is in the log")
+
+	// Revoked (`meshctl credentials revoke one.audit`), the audit's user is handed back to the
+	// agent: the controller declares a fresh one, which the host joined with the file takes at
+	// the reconnect the revocation forces.
+	auditBefore := w.membership(auditFile)
+	withJWTAccount(t, w.dir, w.stateDir, func(j *accounts.JWT, _ *model.Mesh, _ *render.Desired) {
+		if had, err := j.RevokePrincipals(ctx, []string{"one.audit"}); err != nil || len(had) != 1 {
+			t.Fatalf("revoking one.audit: %v, %v", had, err)
+		}
+	})
+	w.wait("the agent writes the audit's fresh user", func() bool {
+		m, err := host.ReadMembershipFile(auditFile)
+		return err == nil && m.Seed != auditBefore.Seed
+	})
+	testwait.Until(t, "the audit's host emits with its fresh user", func() error {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := audit.Publish(pctx, checked, []byte("{}"))
+		return err
+	})
+	for _, f := range []string{shopFile, auditFile} {
+		if strings.Contains(w.logs.String(), w.membership(f).Seed) {
+			t.Errorf("the seed of %s is in the log", f)
+		}
 	}
 }
