@@ -304,16 +304,22 @@ func (j JWT) Sync(ctx context.Context, principals []render.Principal) (JWTPlan, 
 // before is kept to revoke, which the next Sync pushes. The creds hold the seed: the caller
 // delivers them once.
 func (j JWT) Issue(ctx context.Context, p render.Principal, operation string) (Creds, error) {
-	a, err := j.account(j.Operator.AccountJWT)
-	if err != nil {
-		return Creds{}, err
-	}
-	creds, err := a.MintUser(j.Operator.UserSigner, p.User, GrantsOf(p))
+	creds, err := j.Mint(p)
 	if err != nil {
 		return Creds{}, err
 	}
 	err = j.Store.IssueJWTUser(ctx, state.JWTUser{Principal: p.User, UserKey: creds.UserKey, JWT: creds.JWT, IssuedAt: time.Now(), Operation: operation})
 	return creds, err
+}
+
+// Mint makes a fresh credential for principal p, granting exactly its grants, and records
+// nothing: for a caller that records it in a transaction of its own (a node's enrolment).
+func (j JWT) Mint(p render.Principal) (Creds, error) {
+	a, err := j.account(j.Operator.AccountJWT)
+	if err != nil {
+		return Creds{}, err
+	}
+	return a.MintUser(j.Operator.UserSigner, p.User, GrantsOf(p))
 }
 
 // RevokePrincipals drops principals' users, their keys kept to revoke; the next Sync pushes

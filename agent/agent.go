@@ -571,7 +571,8 @@ func (a *agent) apply(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// write opens an instance's sealed membership and writes it to <user>.json, atomically, 0600.
+// write opens an instance's sealed membership and writes it to <user>.json, atomically, 0600,
+// with the user JWT the declaration carries, when it carries one, in place of its own.
 func (a *agent) write(in wire.Instance) error {
 	inst, ok := host.InstanceOf(in.User)
 	if !ok || inst.Node != a.node {
@@ -587,6 +588,16 @@ func (a *agent) write(in wire.Instance) error {
 	}
 	if m.User != in.User {
 		return fmt.Errorf("the sealed membership is %s's, not %s's", m.User, in.User)
+	}
+	if in.JWT != "" && in.JWT != m.JWT {
+		// Operator mode: a JWT issued since for the key whose seed the membership holds (its
+		// grants changed). Read back as a file is, so a JWT of another key is refused here
+		// rather than as a login the host keeps trying.
+		m.JWT = in.JWT
+		opened, _ = json.Marshal(m)
+		if _, err := host.ReadMembership(bytes.NewReader(opened)); err != nil {
+			return fmt.Errorf("the user JWT declared for %s: %w", in.User, err)
+		}
 	}
 	if err := atomicfile.Write(filepath.Join(a.cfg.Dir, in.User+".json"), opened); err != nil {
 		return fmt.Errorf("writing %s's membership: %w", in.User, err)

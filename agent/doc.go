@@ -28,7 +28,10 @@
 //     memberships, whose credentials are dead, and stops with ErrRemoved, saying how to re-enrol.
 //
 // A membership carries a password or, for an nkey principal, a seed; the agent passes either
-// through as sealed to it, never rewriting a membership it writes.
+// through as sealed to it. In operator mode (bus.auth: jwt) it carries a seed and a user JWT,
+// and the declaration may carry a newer JWT for the same key (the instance's grants changed):
+// the agent writes that one in place of the sealed one, once it checked its subject is the
+// seed's key. The host reads the file again at its next reconnect.
 //
 // What it must not do: log or report a password or seed (logs name users, files and the bus's
 // address), write a membership anywhere but its directory, or touch a file there that is not a

@@ -44,8 +44,12 @@ const heartbeatBuffer = 256
 type Config struct {
 	// Target is the bus, and the address every membership the controller seals names.
 	Target busclient.Target
-	// Password is the controller principal's password.
+	// Password is the controller principal's password; unused where Creds is set.
 	Password string
+	// Creds, in a jwt mesh (bus.auth: jwt), is the controller's creds file (its user JWT and
+	// seed), read again at every connection: a reissue rewrites it before the push that cuts
+	// the connection.
+	Creds string
 	// Store is the state store: credentials, enrolments, declarations, reports.
 	Store *state.Store
 	// Cost is the bcrypt cost of the credentials the controller mints.
@@ -460,8 +464,13 @@ func (c *Controller) bindControl(ctx context.Context, js jetstream.JetStream, de
 func (c *Controller) dial(ctx context.Context, opts ...nats.Option) (*busclient.Conn, error) {
 	again := rejoining()
 	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(), nats.ReconnectWait(250 * time.Millisecond)}, opts...)
+	cred := busclient.Credential{User: render.ControllerUser, Password: c.cfg.Password}
+	if c.cfg.Creds != "" {
+		cred.Password = ""
+		opts = append(opts, nats.UserCredentials(c.cfg.Creds))
+	}
 	for {
-		conn, err := busclient.Dial(ctx, c.cfg.Target, busclient.Credential{User: render.ControllerUser, Password: c.cfg.Password}, opts...)
+		conn, err := busclient.Dial(ctx, c.cfg.Target, cred, opts...)
 		if err == nil {
 			return conn, nil
 		}

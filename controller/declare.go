@@ -32,7 +32,7 @@ func (l *loop) declarePass(ctx context.Context) {
 	// declaration going out and the pass's end), which a digest read after the pass would
 	// take in as seen.
 	sctx, cancel := l.storeCtx(ctx)
-	found, ferr := l.cfg.Store.Hashes(sctx)
+	found, ferr := l.storedCredentials(sctx)
 	cancel()
 	own := map[string]string{}
 	published, err := l.declareAll(ctx, own)
@@ -81,11 +81,11 @@ func (l *loop) credentialsChanged(ctx context.Context) bool {
 func (l *loop) credentialDigest(ctx context.Context) (string, error) {
 	sctx, cancel := l.storeCtx(ctx)
 	defer cancel()
-	hashes, err := l.cfg.Store.Hashes(sctx)
+	creds, err := l.storedCredentials(sctx)
 	if err != nil {
 		return "", err
 	}
-	return digestOf(hashes), nil
+	return digestOf(creds), nil
 }
 
 // digestOf identifies every principal's hash in hashes.
@@ -126,7 +126,7 @@ func (l *loop) declareAll(ctx context.Context, own map[string]string) ([]string,
 	}
 	// Read once a pass: only an operator's command changes it, never the pass itself.
 	sctx, cancel = l.storeCtx(ctx)
-	byHand, err := l.cfg.Store.IssuedByHand(sctx)
+	byHand, err := issuedByHand(sctx, l.cfg.Store, l.jwtMesh())
 	cancel()
 	if err != nil {
 		return nil, err
@@ -170,23 +170,27 @@ func (l *loop) declare(ctx context.Context, e state.Enrolment, byHand map[string
 	if err != nil {
 		return false, err
 	}
-	hashes, err := l.cfg.Store.Hashes(ctx)
+	stored, err := l.storedCredentials(ctx)
 	if err != nil {
 		return false, err
 	}
-	change := ChangeOf(last, hashes, d)
+	change := changeFor(l.jwtMesh(), last, stored, &d)
 	if !change.Changed() {
 		return false, nil
 	}
-	secrets, hashes, err := l.renew(ctx, change, own)
+	minted, stored, live, err := l.renew(ctx, change, own)
 	if err != nil {
 		return false, err
 	}
-	creds, err := l.sealMemberships(&d, e.PublicKey, last, change.Keep, secrets, hashes)
+	// What the store holds now, the users just minted included, is what is declared: their
+	// JWTs are part of the declaration and of its digest, and their keys are recorded.
+	after := changeFor(l.jwtMesh(), last, stored, &d)
+	change.Digest = after.Digest
+	creds, err := l.sealMemberships(&d, e.PublicKey, last, change.Keep, minted, stored, l.jwtMesh())
 	if err != nil {
 		return false, err
 	}
-	if change.ChangesCredentials() {
+	if live {
 		if err := l.sync(ctx); err != nil {
 			return false, fmt.Errorf("making the node's credentials live: %w", err)
 		}
@@ -232,36 +236,52 @@ func (l *loop) sayByHand(d wire.Declaration) {
 }
 
 // renew mints the credentials change mints and revokes those of the departed, and returns the
-// minted secrets with the store's hashes after; each of those principals' new hash ("" once
-// revoked) goes into own.
-func (l *loop) renew(ctx context.Context, change DeclarationChange, own map[string]string) (secrets, hashes map[string]string, err error) {
-	if l.mesh.Bus.Nkeys() {
-		secrets, err = l.cfg.Store.MintNkeys(ctx, change.Mint, state.OpDeclare)
-	} else {
-		secrets, err = l.cfg.Store.Mint(ctx, change.Mint, l.cfg.Cost, state.OpDeclare)
-	}
-	if err = l.kept(ctx, err); err != nil {
-		return nil, nil, err
-	}
-	for _, u := range change.Departed {
-		if _, err := l.cfg.Store.Revoke(ctx, u); l.kept(ctx, err) != nil {
-			return nil, nil, err
+// minted memberships with the store's credentials after (storedCredentials), and whether they
+// must be made live on the bus before the node hears of them; each of those principals' new
+// credential ("" once revoked) goes into own.
+func (l *loop) renew(ctx context.Context, change DeclarationChange, own map[string]string) (minted map[string]wire.Membership,
+	creds map[string]string, live bool, err error) {
+	if l.jwtMesh() {
+		minted, live, err = l.renewJWT(ctx, change)
+		if err != nil {
+			return nil, nil, false, err
 		}
+	} else {
+		var secrets map[string]string
+		if l.mesh.Bus.Nkeys() {
+			secrets, err = l.cfg.Store.MintNkeys(ctx, change.Mint, state.OpDeclare)
+		} else {
+			secrets, err = l.cfg.Store.Mint(ctx, change.Mint, l.cfg.Cost, state.OpDeclare)
+		}
+		if err = l.kept(ctx, err); err != nil {
+			return nil, nil, false, err
+		}
+		for _, u := range change.Departed {
+			if _, err := l.cfg.Store.Revoke(ctx, u); l.kept(ctx, err) != nil {
+				return nil, nil, false, err
+			}
+		}
+		minted = make(map[string]wire.Membership, len(secrets))
+		for u, secret := range secrets {
+			minted[u] = l.membershipOf(u, secret)
+		}
+		live = change.ChangesCredentials()
 	}
-	if hashes, err = l.cfg.Store.Hashes(ctx); err != nil {
-		return nil, nil, err
+	if creds, err = l.storedCredentials(ctx); err != nil {
+		return nil, nil, false, err
 	}
 	for _, u := range slices.Concat(change.Mint, change.Departed) {
-		own[u] = hashes[u]
+		own[u] = creds[u]
 	}
-	return secrets, hashes, nil
+	return minted, creds, live, nil
 }
 
 // sealMemberships gives each instance of d its membership — the sealed copy declared last time
-// for the users in keep, its freshly minted secret sealed to key for the others but those
-// issued by hand, which get none — and returns the credentials to record with the declaration.
+// for the users in keep, its freshly minted one sealed to key for the others but those issued
+// by hand, which get none — and returns the credentials to record with the declaration, each
+// with its credential in stored (in a jwt mesh, its user's key alone).
 func (l *loop) sealMemberships(d *wire.Declaration, key []byte, last state.Declared, keep []string,
-	secrets, hashes map[string]string) (map[string]state.DeclaredCredential, error) {
+	minted map[string]wire.Membership, stored map[string]string, jwtMesh bool) (map[string]state.DeclaredCredential, error) {
 	creds := map[string]state.DeclaredCredential{}
 	for i := range d.Instances {
 		in := &d.Instances[i]
@@ -272,11 +292,15 @@ func (l *loop) sealMemberships(d *wire.Declaration, key []byte, last state.Decla
 			in.Membership = last.Credentials[in.User].Sealed
 		} else {
 			var err error
-			if in.Membership, err = l.sealedMembership(key, in.User, secrets[in.User]); err != nil {
+			if in.Membership, err = sealedMembership(key, minted[in.User]); err != nil {
 				return nil, err
 			}
 		}
-		creds[in.User] = state.DeclaredCredential{Hash: hashes[in.User], Sealed: in.Membership}
+		hash := stored[in.User]
+		if jwtMesh {
+			hash, _ = splitJWTCredential(hash)
+		}
+		creds[in.User] = state.DeclaredCredential{Hash: hash, Sealed: in.Membership}
 	}
 	return creds, nil
 }

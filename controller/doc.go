@@ -56,12 +56,17 @@
 //   - What a membership carries (membership.go): a password, or where the mesh's hosts log in
 //     with nkeys (bus.auth: nkey) an nkey seed, minted with its public key in the store
 //     (membershipOf), for the node's own principal at enrolment as for its instances at a
-//     declaration.
+//     declaration. In operator mode (bus.auth: jwt, jwt.go) a user of the mesh's account: a
+//     fresh key and a user JWT signed with the operator's user signer (read from bus.operator
+//     as reconcile reads it), recorded as the account plan expects. A JWT reissued for the same
+//     key (its grants changed) is declared alone, in a new generation, for the agent to write
+//     beside the seed it holds: the controller keeps no seed.
 //   - What the store and the bus say of the mesh, read for status: each node's enrolment,
 //     declaration and report (status.go), each seat's work queue and the consumers with work
 //     pending (work.go).
 //
-// It joins the bus as the `controller` principal, with its derived grants and nothing more:
+// It joins the bus as the `controller` principal (in operator mode with the controller's creds
+// file, read again at each connection), with its derived grants and nothing more:
 // deliveries on `_DELIVER.controller` and their acks, heartbeats on `mesh.control.>`, the
 // declarations on `mesh.node.>`, and enrolment answers at the address the request carries in
 // its payload, under `_INBOX.enrol.<node>.>` — never a reply subject, which a work queue's

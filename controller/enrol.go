@@ -29,9 +29,25 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 		l.refuse(ask, err)
 		return Settle{Verb: Ack, Reason: err.Error()}
 	}
+	e := state.NodeEnrolment{Node: node, EnrolPrincipal: render.EnrolUser(node), NodePrincipal: render.NodeUser(node),
+		PublicKey: ask.Key, Nkey: l.mesh.Bus.Nkeys()}
+	var membership wire.Membership
+	if l.jwtMesh() {
+		// Minted before the store's transaction, which records it as it spends the
+		// enrolment identity's user; one minted for an enrolment refused is dropped unused.
+		j, err := l.account()
+		var user state.JWTUser
+		if err == nil {
+			membership, user, err = l.mintUser(j, render.DerivePrincipals(l.mesh, nil), e.NodePrincipal)
+		}
+		if err != nil {
+			l.log.Error("controller: cannot mint an enrolling node's user; the request is taken again", "node", node, "error", err)
+			return Settle{Verb: Nak, Delay: l.cfg.Retry, Reason: err.Error()}
+		}
+		e.JWT = &user
+	}
 	sctx, cancel := l.storeCtx(ctx)
-	password, err := l.cfg.Store.EnrolNode(sctx, state.NodeEnrolment{Node: node, EnrolPrincipal: render.EnrolUser(node),
-		NodePrincipal: render.NodeUser(node), PublicKey: ask.Key, Nkey: l.mesh.Bus.Nkeys()}, l.cfg.Cost)
+	password, err := l.cfg.Store.EnrolNode(sctx, e, l.cfg.Cost)
 	cancel()
 	err = l.kept(ctx, err)
 	if errors.Is(err, state.ErrNoEnrolmentCredential) {
@@ -44,8 +60,11 @@ func (l *loop) enrol(ctx context.Context, node string, m jetstream.Msg) Settle {
 		return l.window.After(err, published(m), time.Now())
 	}
 	l.window.After(nil, published(m), time.Now())
+	if !l.jwtMesh() {
+		membership = l.membershipOf(e.NodePrincipal, password)
+	}
 	answer := wire.EnrolAnswer{Node: node}
-	if answer.Membership, err = l.sealedMembership(ask.Key, render.NodeUser(node), password); err != nil {
+	if answer.Membership, err = sealedMembership(ask.Key, membership); err != nil {
 		return Settle{Verb: Term, Reason: err.Error()}
 	}
 	// Answered before the credentials change on the bus: the reload that makes the node's

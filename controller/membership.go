@@ -15,9 +15,9 @@ func (l *loop) membershipOf(user, secret string) wire.Membership {
 	return host.MembershipOf(l.cfg.Target, user, secret, l.mesh.Bus.Nkeys())
 }
 
-// sealedMembership is user's membership with its freshly minted secret, sealed (wire.Seal) to
+// sealedMembership is m, a membership with its freshly minted secret, sealed (wire.Seal) to
 // key, the public key of the node it goes to.
-func (l *loop) sealedMembership(key []byte, user, secret string) ([]byte, error) {
-	membership, _ := json.Marshal(l.membershipOf(user, secret))
+func sealedMembership(key []byte, m wire.Membership) ([]byte, error) {
+	membership, _ := json.Marshal(m)
 	return wire.Seal(key, membership)
 }

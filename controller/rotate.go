@@ -31,7 +31,7 @@ func Distributes(ctx context.Context, st *state.Store, m *model.Mesh, user strin
 	if !slices.ContainsFunc(enrolled, func(e state.Enrolment) bool { return e.Node == node }) {
 		return node, false, nil
 	}
-	byHand, err := st.IssuedByHand(ctx)
+	byHand, err := issuedByHand(ctx, st, m.Bus.JWT())
 	if err != nil {
 		return "", false, err
 	}

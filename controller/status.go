@@ -120,16 +120,24 @@ func withCredentials(ctx context.Context, st *state.Store, instances []state.Ins
 	if err != nil {
 		return err
 	}
-	byPrincipal := make(map[string]state.Credential, len(creds))
+	// A jwt mesh's (bus.auth: jwt) are its account's users; a store holds one kind or the other.
+	users, err := st.JWTUsers(ctx)
+	if err != nil {
+		return err
+	}
+	byHand := make(map[string]bool, len(creds)+len(users))
 	for _, c := range creds {
-		byPrincipal[c.Principal] = c
+		byHand[c.Principal] = c.ByHand()
+	}
+	for p, u := range users {
+		byHand[p] = u.ByHand()
 	}
 	for _, in := range instances {
 		user := render.InstanceUser(model.Instance{Node: in.Node, Module: in.Module})
 		held := HeldByNobody
-		if c, ok := byPrincipal[user]; ok {
+		if hand, ok := byHand[user]; ok {
 			held = HeldByAgent
-			if c.ByHand() {
+			if hand {
 				held = HeldByHand
 			}
 		}

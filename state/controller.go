@@ -26,6 +26,10 @@ type NodeEnrolment struct {
 	// Nkey mints the node's credential as an nkey user's (bus.auth: nkey): the secret
 	// EnrolNode returns is then its seed, and the store keeps its public key.
 	Nkey bool
+	// JWT, in a jwt mesh (bus.auth: jwt), is the node's user the caller minted, whose seed
+	// goes in its answer: the enrolment identity's user is the credential spent, and its key
+	// is kept to revoke. EnrolNode then mints nothing and returns no secret.
+	JWT *JWTUser
 }
 
 // ErrNoEnrolmentCredential is returned (wrapped) by EnrolNode when the node's enrolment
@@ -33,8 +37,8 @@ type NodeEnrolment struct {
 var ErrNoEnrolmentCredential = errors.New("the node's enrolment credential is not issued or was already used")
 
 // EnrolNode enrols a node in one transaction: it checks that the enrolment identity holds a
-// credential, stores the hash of a fresh password (with Nkey, the public key of a fresh nkey)
-// for the node's own principal, records the
+// credential, stores the hash of a fresh password (with Nkey, the public key of a fresh nkey;
+// with JWT, the user the caller minted) for the node's own principal, records the
 // node's key, and deletes the enrolment identity's credential, so the same credential never
 // enrols twice. A node enrolled before (a lost disk, enrolled again with a freshly issued
 // credential) keeps its generation, but what it was declared is forgotten: those credentials
@@ -44,27 +48,21 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 	if len(e.PublicKey) == 0 || e.Node == "" || e.EnrolPrincipal == "" || e.NodePrincipal == "" {
 		return "", errors.New("enrolling a node: the node, its principals and its key are all required")
 	}
-	// Hashed before the write lock is taken, as ControllerPassword does: bcrypt takes ~100ms.
-	fresh, err := mint(ctx, []string{e.NodePrincipal}, cost, e.Nkey)
-	if err != nil {
-		return "", fmt.Errorf("enrolling node %s: %w", e.Node, err)
+	var fresh []minted
+	if e.JWT == nil {
+		// Hashed before the write lock is taken, as ControllerPassword does: bcrypt takes ~100ms.
+		var err error
+		if fresh, err = mint(ctx, []string{e.NodePrincipal}, cost, e.Nkey); err != nil {
+			return "", fmt.Errorf("enrolling node %s: %w", e.Node, err)
+		}
 	}
 	now := time.Now()
-	err = s.change(ctx, fmt.Sprintf("enrolling node %s in %s", e.Node, s.dir), func(tx *sql.Tx, c *changes) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", e.EnrolPrincipal)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return fmt.Errorf("%w (%s)", ErrNoEnrolmentCredential, e.EnrolPrincipal)
-		}
-		c.add(&credentials, e.EnrolPrincipal)
-		if err := recordRevocation(ctx, tx, c, e.EnrolPrincipal, now); err != nil {
-			return err
-		}
-		if err := storeHashes(ctx, tx, c, fresh, now, opEnrol); err != nil {
+	err := s.change(ctx, fmt.Sprintf("enrolling node %s in %s", e.Node, s.dir), func(tx *sql.Tx, c *changes) error {
+		if e.JWT != nil {
+			if err := enrolJWTNode(ctx, tx, e, now); err != nil {
+				return err
+			}
+		} else if err := enrolNode(ctx, tx, c, e, fresh, now); err != nil {
 			return err
 		}
 		c.add(&enrolments, e.Node)
@@ -76,7 +74,7 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 		if _, err := tx.ExecContext(ctx, "DELETE FROM declared_credentials WHERE node = ?", e.Node); err != nil {
 			return err
 		}
-		res, err = tx.ExecContext(ctx, "UPDATE declarations SET digest = '' WHERE node = ?", e.Node)
+		res, err := tx.ExecContext(ctx, "UPDATE declarations SET digest = '' WHERE node = ?", e.Node)
 		if err != nil {
 			return err
 		}
@@ -87,10 +85,28 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, ErrReplicaBehind) {
+	if err != nil && !errors.Is(err, ErrReplicaBehind) || e.JWT != nil {
 		return "", err
 	}
 	return fresh[0].password, err
+}
+
+// enrolNode spends the enrolment identity's credential of e and stores the node's fresh one.
+func enrolNode(ctx context.Context, tx *sql.Tx, c *changes, e NodeEnrolment, fresh []minted, now time.Time) error {
+	res, err := tx.ExecContext(ctx, "DELETE FROM credentials WHERE principal = ?", e.EnrolPrincipal)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return fmt.Errorf("%w (%s)", ErrNoEnrolmentCredential, e.EnrolPrincipal)
+	}
+	c.add(&credentials, e.EnrolPrincipal)
+	if err := recordRevocation(ctx, tx, c, e.EnrolPrincipal, now); err != nil {
+		return err
+	}
+	return storeHashes(ctx, tx, c, fresh, now, opEnrol)
 }
 
 // Enrolments lists the enrolled nodes, sorted by node.

@@ -86,17 +86,42 @@ func (s *Store) IssueJWTUser(ctx context.Context, u JWTUser) error {
 	if u.Principal == "" || u.UserKey == "" || u.JWT == "" {
 		return errors.New("recording a user JWT: principal, key and JWT are required")
 	}
-	return s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		if err := revokeJWTUser(ctx, tx, u.Principal, time.Now().Unix(), u.UserKey); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO jwt_users (principal, user_key, jwt, pending, issued_at, operation)
-			VALUES (?, ?, ?, '', ?, ?)`, u.Principal, u.UserKey, u.JWT, formatTime(u.IssuedAt), u.Operation)
-		if err != nil {
-			return fmt.Errorf("recording the JWT of %s: %w", u.Principal, err)
-		}
-		return nil
-	})
+	return s.inWriteTx(ctx, func(tx *sql.Tx) error { return issueJWTUser(ctx, tx, u, time.Now()) })
+}
+
+func issueJWTUser(ctx context.Context, tx *sql.Tx, u JWTUser, now time.Time) error {
+	if err := revokeJWTUser(ctx, tx, u.Principal, now.Unix(), u.UserKey); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO jwt_users (principal, user_key, jwt, pending, issued_at, operation)
+		VALUES (?, ?, ?, '', ?, ?)`, u.Principal, u.UserKey, u.JWT, formatTime(u.IssuedAt), u.Operation)
+	if err != nil {
+		return fmt.Errorf("recording the JWT of %s: %w", u.Principal, err)
+	}
+	return nil
+}
+
+// enrolJWTNode is EnrolNode's part in a jwt mesh: the enrolment identity's user is the
+// credential spent (ErrNoEnrolmentCredential where it has none), its key kept to revoke as of
+// now, and e.JWT recorded as the node's user, with OpEnrol.
+func enrolJWTNode(ctx context.Context, tx *sql.Tx, e NodeEnrolment, now time.Time) error {
+	var key string
+	err := tx.QueryRowContext(ctx, "SELECT user_key FROM jwt_users WHERE principal = ?", e.EnrolPrincipal).Scan(&key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w (%s)", ErrNoEnrolmentCredential, e.EnrolPrincipal)
+	}
+	if err != nil {
+		return err
+	}
+	if err := revokeJWTUser(ctx, tx, e.EnrolPrincipal, now.Unix(), ""); err != nil {
+		return err
+	}
+	u := *e.JWT
+	u.Principal, u.Operation = e.NodePrincipal, opEnrol
+	if u.UserKey == "" || u.JWT == "" {
+		return errors.New("enrolling a node: its user's key and JWT are required")
+	}
+	return issueJWTUser(ctx, tx, u, now)
 }
 
 // SetJWTPending records token, a JWT for principal's key, as pending: issued, and in force

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -85,5 +86,45 @@ func TestJWTUsersFollowWhatWasProven(t *testing.T) {
 	revoked, _ = s.JWTRevokedKeys(ctx)
 	if len(users) != 0 || len(revoked) != 1 || revoked[0].UserKey != "UKEY2" || revoked[0].At != 1800000100 {
 		t.Errorf("after revoking: users %+v, to revoke %+v; want none, and UKEY2 at 1800000100", users, revoked)
+	}
+}
+
+// In a jwt mesh enrolment spends the enrolment identity's user: the node's user the caller
+// minted is recorded, the enrolment key is kept to revoke, and the same enrolment again is
+// refused, as is one whose identity was never issued.
+func TestJWTEnrolmentSpendsTheEnrolmentUser(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	e := NodeEnrolment{Node: "one", EnrolPrincipal: "enrol.one", NodePrincipal: "node.one", PublicKey: []byte("key"),
+		JWT: &JWTUser{UserKey: "UNODE", JWT: "nodejwt", IssuedAt: time.Now()}}
+	if _, err := s.EnrolNode(ctx, e, 0); !errors.Is(err, ErrNoEnrolmentCredential) {
+		t.Fatalf("enrolling with no enrolment user: %v, want ErrNoEnrolmentCredential", err)
+	}
+	if err := s.IssueJWTUser(ctx, JWTUser{Principal: "enrol.one", UserKey: "UENROL", JWT: "enroljwt", IssuedAt: time.Now(), Operation: "credentials issue"}); err != nil {
+		t.Fatal(err)
+	}
+	if secret, err := s.EnrolNode(ctx, e, 0); err != nil || secret != "" {
+		t.Fatalf("enrolling: %q, %v; want no secret and no error", secret, err)
+	}
+	users, err := s.JWTUsers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := users["node.one"]; !ok || u.UserKey != "UNODE" || u.JWT != "nodejwt" || u.ByHand() {
+		t.Errorf("the node's user is %+v; want UNODE, recorded as the controller's", u)
+	}
+	if _, ok := users["enrol.one"]; ok {
+		t.Error("the enrolment identity keeps its user after enrolling")
+	}
+	revoked, err := s.JWTRevokedKeys(ctx)
+	if err != nil || !slices.ContainsFunc(revoked, func(r JWTRevoked) bool { return r.UserKey == "UENROL" }) {
+		t.Errorf("the enrolment key is not kept to revoke: %v, %v", revoked, err)
+	}
+	if enrolled, err := s.Enrolments(ctx); err != nil || len(enrolled) != 1 || enrolled[0].Node != "one" {
+		t.Errorf("enrolments: %v, %v", enrolled, err)
+	}
+	if _, err := s.EnrolNode(ctx, e, 0); !errors.Is(err, ErrNoEnrolmentCredential) {
+		t.Errorf("enrolling again with the spent identity: %v, want ErrNoEnrolmentCredential", err)
 	}
 }

@@ -3,12 +3,14 @@ package watch
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/controller"
+	"github.com/meshbus/meshctl/reconcile"
 )
 
 // TriggerController is the controller asking for the credentials it minted or revoked (an
@@ -44,7 +46,7 @@ func (l *loop) withController(ctx context.Context, r cycleResult) {
 		l.ctl.stop()
 		l.ctl = nil
 	}
-	if l.ctl != nil && r.conn.dialled {
+	if l.ctl != nil && r.conn.dialled && !r.conn.mesh.Bus.JWT() {
 		// The session logged in afresh: with a credential rotated since (in another
 		// terminal), the controller would knock with the old one for as long as it runs.
 		if password, err := l.store.StoredControllerPassword(ctx); err == nil && password != l.ctl.password {
@@ -55,13 +57,19 @@ func (l *loop) withController(ctx context.Context, r cycleResult) {
 	}
 	r.conn.dialled = false
 	if l.ctl == nil {
-		password, err := l.store.ControllerPassword(ctx, l.cfg.Cost)
-		if err != nil {
-			l.log.Error("the controller cannot start: its credential is unreadable", "error", err)
-			return
+		var password, creds string
+		if r.conn.mesh.Bus.JWT() {
+			// The creds the session minted and keeps current: a jwt store has no password.
+			creds = filepath.Join(l.store.Dir(), reconcile.ControllerCredsFile)
+		} else {
+			var err error
+			if password, err = l.store.ControllerPassword(ctx, l.cfg.Cost); err != nil {
+				l.log.Error("the controller cannot start: its credential is unreadable", "error", err)
+				return
+			}
 		}
 		c := controller.New(controller.Config{
-			Target: target, Password: password, Store: l.store, Cost: l.cfg.Cost, Sync: l.syncForController,
+			Target: target, Password: password, Creds: creds, Store: l.store, Cost: l.cfg.Cost, Sync: l.syncForController,
 			Bound: l.cfg.ControllerBound, Retry: l.cfg.ControllerRetry, Logger: l.log, Observe: l.cfg.OnController,
 		})
 		cctx, cancel := context.WithCancel(ctx)

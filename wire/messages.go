@@ -66,6 +66,12 @@ type Instance struct {
 	// key. It is left out of the digest: it is sealed afresh with a random ephemeral key each
 	// time, and what it opens to is tracked by the credential's hash instead.
 	Membership []byte `json:"membership,omitempty"`
+	// JWT, in a jwt mesh (bus.auth: jwt), is the instance's user JWT now: the one its
+	// membership was minted with, or a JWT issued since for the same key when its grants
+	// changed. The agent writes it into the membership in place of the membership's own, so
+	// a new JWT needs no seed: the controller never holds one after minting it. Not secret on
+	// its own, it is part of the digest: a new JWT is a new generation.
+	JWT string `json:"jwt,omitempty"`
 	// ByHand says an operator issued the instance's credential by hand (`meshctl credentials
 	// issue`) to a host of their own: the declaration carries no membership for it, and the
 	// agent leaves the instance's membership alone, neither writing nor removing it.

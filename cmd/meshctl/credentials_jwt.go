@@ -24,6 +24,11 @@ import (
 // jwtChange issues or revokes (verb) the principal's credential in jwt mode. credsOut, when
 // set, is a file to write a standard creds file to (0600) instead of the membership.
 func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueRequest, credsOut string) int {
+	if verb != "revoke" {
+		if code := c.heldByAnAgent(ctx); code != exitOK {
+			return code
+		}
+	}
 	j, done, err := reconcile.OpenJWT(ctx, c.m, c.st)
 	if err != nil {
 		c.e.errorf("%v", err)
@@ -78,6 +83,27 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 		return exitError
 	}
 	return code
+}
+
+// heldByAnAgent refuses to issue or rotate here a user an enrolled node's agent holds: the
+// node's own, or an instance's the controller declares to it. A key minted here replaces the
+// agent's, which the push then revokes, and the agent would be left holding a dead one.
+func (c credentialChange) heldByAnAgent(ctx context.Context) int {
+	if node, enrolled, code := enrolledNode(ctx, c.e, c.st, c.desired, c.principal); code != exitOK {
+		return code
+	} else if enrolled {
+		c.e.errorf("node %s enrolled: its agent holds the user the controller minted for it, and a key issued here would revoke it; to replace it, enrol the node again: 'meshctl credentials issue %s', then the agent enrols again with that credential",
+			node, render.EnrolUser(node))
+		return exitError
+	}
+	if node, declared, code := declaredNode(ctx, c.e, c.st, c.m, c.principal); code != exitOK {
+		return code
+	} else if declared {
+		c.e.errorf("%s runs on node %s, which enrolled: the controller hands its user out, sealed to the node, and a key issued here would revoke the agent's; to replace it, 'meshctl credentials revoke %s', and the controller declares a fresh one to the node's agent",
+			c.principal, node, c.principal)
+		return exitError
+	}
+	return exitOK
 }
 
 // pushJWT pushes the account's JWT for the mesh as the store holds it now, and says which

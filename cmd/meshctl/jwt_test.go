@@ -439,3 +439,38 @@ func TestRotatingTheControllerInJWTModeRevokesItsPreviousKey(t *testing.T) {
 		t.Fatalf("diff after the rotation: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// In jwt mode, as in the others, credentials issue and rotate refuse a user an enrolled node's
+// agent holds: the node's own, and an instance's the controller declares to it. A key minted
+// here would be revoked by the push under the agent. They refuse before joining any bus.
+func TestCredentialsInJWTModeLeaveAnAgentsUsersAlone(t *testing.T) {
+	t.Parallel()
+	desc := writeMesh(t, map[string]string{"mesh.yaml": `bus:
+  auth: jwt
+  url: nats://127.0.0.1:1
+  operator: {store: /nonexistent, account: MESH, system_creds: sys.creds}
+nodes: [{name: one}]
+modules:
+  - {name: shop, on: [one], emits: [order.placed]}
+`})
+	dir := t.TempDir()
+	st, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := st.IssueJWTUser(ctx, state.JWTUser{Principal: "enrol.one", UserKey: "UENROL", JWT: "jwt", IssuedAt: time.Now(), Operation: "credentials issue"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.EnrolNode(ctx, state.NodeEnrolment{Node: "one", EnrolPrincipal: "enrol.one", NodePrincipal: "node.one", PublicKey: []byte("key"),
+		JWT: &state.JWTUser{UserKey: "UNODE", JWT: "jwt", IssuedAt: time.Now()}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	for _, args := range [][]string{{"issue", "node.one"}, {"issue", "one.shop"}, {"rotate", "one.shop"}} {
+		code, _, errOut := meshctl(t, append(append([]string{"credentials"}, args...), "-f", desc, "--state", dir)...)
+		if code != exitError || !strings.Contains(errOut, "enrolled") {
+			t.Errorf("credentials %s: exit %d\n%s; want it refused, saying the node enrolled", strings.Join(args, " "), code, errOut)
+		}
+	}
+}
