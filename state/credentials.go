@@ -391,6 +391,14 @@ func (e *ControllerMismatchError) Is(target error) bool { return target == ErrCo
 // are a *ControllerMismatchError, and nothing is written (see above).
 func (s *Store) ControllerPassword(ctx context.Context, cost int) (string, error) {
 	pw, err := s.controllerPassword(ctx, s.db, true)
+	if errors.Is(err, ErrControllerMismatch) {
+		// Another process's first use writes the file and commits the hash under the write
+		// lock, so a read without it may see one and not the other: read again under it.
+		err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
+			pw, err = s.controllerPassword(ctx, tx, true)
+			return err
+		})
+	}
 	if !errors.Is(err, ErrNoController) {
 		return pw, err
 	}
