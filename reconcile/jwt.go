@@ -169,8 +169,8 @@ func (s *Session) dialControllerJWT(ctx context.Context) (*busclient.Conn, error
 // dialWithCreds connects to t as the controller with the creds file at path, read again at
 // every connection: a reissue rewrites it before the push that cuts the connection.
 func dialWithCreds(ctx context.Context, t busclient.Target, path string) (*busclient.Conn, error) {
-	return busclient.Dial(ctx, t, busclient.Credential{User: render.ControllerUser},
-		nats.UserCredentials(path), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+	return busclient.Dial(ctx, t, accounts.CredsFileCredential(render.ControllerUser, path),
+		nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
 }
 
 // joinWithCreds is joinAsStore in jwt mode: the controller's connection with the creds in the
