@@ -1,6 +1,9 @@
 package reconcile
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/meshbus/meshctl/model"
@@ -30,4 +33,35 @@ func TestSameBusComparesTheOperator(t *testing.T) {
 			t.Errorf("%s: sameBus %v; want %v", tc.name, got, tc.same)
 		}
 	}
+}
+
+// TestEmbeddedBusInOperatorModeConverges holds bus.auth: jwt on the embedded bus: before any
+// apply a read-only session needs one (it makes no operator); the first connection makes the
+// operator in <state>/nsc and serves the bus in operator mode; an apply creates the mesh, and
+// a second apply plans nothing and makes no mutating call and no push. A session connected
+// again afterwards, the bus restarted, reads the same operator back and is converged.
+func TestEmbeddedBusInOperatorModeConverges(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	f := newFixture(t, "bus:\n  auth: jwt\n  listen: 127.0.0.1:0\nnodes: [{name: one}]\nmodules:\n  - {name: shop, on: [one], emits: [order.placed]}\n")
+	if _, err := Connect(ctx, f.mesh(), f.store, Options{ReadOnly: true, Logf: f.logf}); !errors.Is(err, ErrNeedsApply) {
+		t.Fatalf("a read-only session before any apply: %v; want ErrNeedsApply", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.stateDi, OperatorStoreDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the read-only session made an operator store (%v)", err)
+	}
+	s := f.connect(ctx)
+	if s.Embedded == nil || s.jwt == nil {
+		t.Fatal("the session neither serves the embedded bus nor holds the mesh's account")
+	}
+	first := s.jwt.Operator
+	f.mustApply(ctx, s)
+	f.mustConverge(ctx, s)
+	s.Close()
+
+	s = f.connect(ctx)
+	if s.jwt.Operator.PublicKey != first.PublicKey || s.jwt.Operator.Account.PublicKey != first.Account.PublicKey {
+		t.Fatalf("connected again, the session trusts %s; the first trusted %s", s.jwt.Operator, first)
+	}
+	f.mustConverge(ctx, s)
 }
