@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
+	"github.com/meshbus/meshctl/internal/testnats/opmode"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/reconcile"
@@ -225,5 +226,80 @@ func TestApplyDiffAndCredentialsOnTheEmbeddedBusInOperatorMode(t *testing.T) {
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Fatalf("watch exited %d when stopped; want 0", code)
+	}
+}
+
+// TestRenderedServerConfigRunsAFreshExternalBus holds a fresh deployment on an external bus:
+// with bus.auth: jwt and no bus.operator, `meshctl render -o server` makes the operator in the
+// state directory and prints the servers' config; three nats-server processes started on
+// exactly that text, their own listen, jetstream and cluster blocks apart, take the mesh from
+// `meshctl apply`, which then converges, with no server reloading. A second render prints the
+// same text: the operator is read back, never made again.
+func TestRenderedServerConfigRunsAFreshExternalBus(t *testing.T) {
+	t.Parallel()
+	st := filepath.Join(t.TempDir(), "state")
+	sysCreds := filepath.Join(st, reconcile.OperatorStoreDir, "keys", "creds", reconcile.FreshOperatorName, "SYSTEM", "sys.creds")
+	streams := "  jetstream:\n    streams:\n      control: {max_bytes: 16MiB}\n      events: {max_bytes: 16MiB}\n      nodes: {max_bytes: 16MiB}\n      seats: {max_bytes: 16MiB}\n"
+	describe := func(urls []string) string {
+		var b strings.Builder
+		b.WriteString("bus:\n  auth: jwt\n  replicas: 3\n  servers:\n")
+		for _, u := range urls {
+			fmt.Fprintf(&b, "    - url: %s\n", u)
+		}
+		return writeMesh(t, map[string]string{"bus.yaml": b.String() + streams, "mesh.yaml": "nodes: [{name: one}, {name: two}]\nmodules:\n" + jwtModules})
+	}
+	// The servers' config does not depend on their addresses, which are known once they run.
+	planned := describe([]string{"nats://127.0.0.1:4222", "nats://127.0.0.1:4223", "nats://127.0.0.1:4224"})
+	render := func(resolverDir string) string {
+		t.Helper()
+		code, out, errOut := meshctl(t, "render", "-f", planned, "--state", st, "-o", "server", "--resolver-dir", resolverDir, "--interval", "2s")
+		if code != exitOK {
+			t.Fatalf("render -o server: exit %d\n%s%s", code, out, errOut)
+		}
+		return out
+	}
+	var printed []string
+	c := opmode.StartClusterTrusting(t, opmode.ClusterOptions{ResolverInterval: "2s"}, func(resolverDir, interval string) string {
+		text := render(resolverDir)
+		printed = append(printed, text)
+		return text
+	}, sysCreds)
+	if again := render(c.Servers[0].ResolverDir); again != printed[0] {
+		t.Errorf("a second render printed another config:\n%s\nfirst:\n%s", again, printed[0])
+	}
+	for _, srv := range c.Servers {
+		conf, err := os.ReadFile(srv.ConfigFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(conf), render(srv.ResolverDir)) {
+			t.Fatalf("%s does not run on what render printed:\n%s", srv.Name, conf)
+		}
+	}
+	loaded := map[string]time.Time{}
+	for _, srv := range c.Servers {
+		at, err := srv.ConfigLoadTime()
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded[srv.Name] = at
+	}
+
+	desc := describe(c.URLs())
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("diff after apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK || !strings.Contains(out, "in sync") {
+		t.Fatalf("apply of the mesh applied: exit %d; want in sync\n%s%s", code, out, errOut)
+	}
+	mem := issueMembership(t, "two.audit", desc, st)
+	loginEverywhere(t, c, mem.JWT, mem.Seed)
+	for _, srv := range c.Servers {
+		if at, err := srv.ConfigLoadTime(); err != nil || !at.Equal(loaded[srv.Name]) {
+			t.Errorf("%s reloaded: config_load_time %s, was %s (%v)", srv.Name, at, loaded[srv.Name], err)
+		}
 	}
 }
