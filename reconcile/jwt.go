@@ -45,6 +45,12 @@ const FreshOperatorName = "MESHCTL"
 // server` prints, which makes it.
 var ErrNoOperatorYet = errors.New("meshctl has made no operator for this bus yet")
 
+// ErrEmbeddedAuthChange is an embedded bus whose state directory ran it with an accounts file
+// (bus.auth password or nkey) asked to run in operator mode, or the other way round: its
+// streams are kept under the account's name, MESH or the account's public key, and the other
+// mode would not see them.
+var ErrEmbeddedAuthChange = errors.New("the embedded bus holds a mesh of another bus.auth")
+
 // connectJWT connects the session to a bus in operator mode: the operator read from its store
 // (made first, on the embedded bus's first use, where bus.operator names none), the system
 // user's connection, and the controller's, with its creds minted on first use and the
@@ -93,6 +99,24 @@ func (s *Session) dialJWT(ctx context.Context, m *model.Mesh, op accounts.Operat
 	s.jwt = &j
 	s.jwt.OnReissue = s.controllerReissued
 	return nil
+}
+
+// embeddedModeKept refuses to serve the embedded bus of stateDir in operator mode (jwt) where
+// it ran with an accounts file, or with one where it ran in operator mode: each mode leaves its
+// mark in the bus directory (accounts.conf, the resolver's jwt/), and the other would serve an
+// empty account beside the mesh's streams.
+func embeddedModeKept(stateDir string, jwt bool) error {
+	mark, was, keep := "accounts.conf", "an accounts file (bus.auth password or nkey)", "password or nkey"
+	if !jwt {
+		mark, was, keep = "jwt", "operator mode (bus.auth: jwt)", "jwt"
+	}
+	dir := filepath.Join(stateDir, "bus")
+	if _, err := os.Stat(filepath.Join(dir, mark)); err != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: the embedded bus in %s ran with %s, and its streams are in that mode's account; "+
+		"changing the embedded bus's bus.auth is not supported yet: keep bus.auth %s, or start the mesh in a new state directory",
+		ErrEmbeddedAuthChange, dir, was, keep)
 }
 
 // operatorFor is the operator whose account the mesh is: read from bus.operator's store, or,
@@ -347,6 +371,11 @@ func withoutAccountJWT(p *plan.Plan) *plan.Plan {
 // progress, since both push the account's JWT, and the backend connected; on the embedded
 // bus, served by this process where no other serves it. done lets all of it go.
 func OpenJWT(ctx context.Context, m *model.Mesh, store *state.Store) (j *accounts.JWT, done func(), err error) {
+	if m.Bus.Embedded() {
+		if err := embeddedModeKept(store.Dir(), true); err != nil {
+			return nil, nil, err
+		}
+	}
 	unlock, err := lockAccounts(ctx, m, store)
 	if err != nil {
 		return nil, nil, err

@@ -65,3 +65,46 @@ func TestEmbeddedBusInOperatorModeConverges(t *testing.T) {
 	}
 	f.mustConverge(ctx, s)
 }
+
+// An embedded bus that ran with an accounts file keeps its streams in the account named MESH,
+// which a server in operator mode never sees: switching its bus.auth to jwt is refused before
+// anything is made or started, and the description's earlier bus.auth still serves it. The
+// other way round is refused too.
+func TestEmbeddedBusRefusesOperatorModeOverAnAccountsFile(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	const modules = "nodes: [{name: one}]\nmodules:\n  - {name: shop, on: [one], emits: [order.placed]}\n"
+	f := newFixture(t, "bus:\n  listen: 127.0.0.1:0\n"+modules)
+	s := f.connect(ctx)
+	f.mustApply(ctx, s)
+	s.Close()
+
+	f.write("bus:\n  auth: jwt\n  listen: 127.0.0.1:0\n" + modules)
+	if s, err := Connect(ctx, f.mesh(), f.store, Options{Logf: f.logf}); !errors.Is(err, ErrEmbeddedAuthChange) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("connecting in operator mode to an embedded bus that has an accounts file: %v; want ErrEmbeddedAuthChange", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.stateDi, OperatorStoreDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused connection made an operator (%v)", err)
+	}
+	f.write("bus:\n  listen: 127.0.0.1:0\n" + modules)
+	f.mustConverge(ctx, f.connect(ctx))
+
+	// And the other way round: a bus that ran in operator mode is not given an accounts file.
+	g := newFixture(t, "bus:\n  auth: jwt\n  listen: 127.0.0.1:0\n"+modules)
+	s = g.connect(ctx)
+	g.mustApply(ctx, s)
+	s.Close()
+	g.write("bus:\n  listen: 127.0.0.1:0\n" + modules)
+	if s, err := Connect(ctx, g.mesh(), g.store, Options{Logf: g.logf}); !errors.Is(err, ErrEmbeddedAuthChange) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("connecting with an accounts file to an embedded bus that ran in operator mode: %v; want ErrEmbeddedAuthChange", err)
+	}
+	if _, err := os.Stat(filepath.Join(g.stateDi, "bus", "accounts.conf")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused connection wrote an accounts file (%v)", err)
+	}
+}

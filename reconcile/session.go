@@ -170,6 +170,12 @@ func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Op
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	if m.Bus.Embedded() {
+		// Before anything is minted, made or started for the other mode.
+		if err := embeddedModeKept(store.Dir(), m.Bus.JWT()); err != nil {
+			return nil, err
+		}
+	}
 	if m.Bus.JWT() {
 		s := &Session{Store: store, logf: logf, opts: o, stop: ctx.Done(), bus: m.Bus}
 		if err := s.connectJWT(ctx, m, l); err != nil {
