@@ -3,6 +3,7 @@ package accounts
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -19,22 +20,47 @@ import (
 // connection name and inbox prefix); the user itself is the admin's.
 const SystemUser = "system"
 
-// CredsLogin is the nats option that logs in with a creds file's content: the user JWT, and
-// the seed that signs the server's nonce. A file that holds neither is refused.
-func CredsLogin(creds []byte) (nats.Option, error) {
-	token, err := jwt.ParseDecoratedJWT(creds)
+// CredsCredential is the credential a creds file's content logs in with, as user: its user
+// JWT, and the seed that signs the server's nonce. A file that holds neither is refused.
+func CredsCredential(user string, creds []byte) (busclient.Credential, error) {
+	token, seed, err := readCreds(creds)
 	if err != nil {
-		return nil, fmt.Errorf("reading the creds: %w", err)
+		return busclient.Credential{}, err
+	}
+	return busclient.Credential{User: user, JWT: token, Seed: seed}, nil
+}
+
+// CredsFileCredential is the credential of the creds file at path, as user, read again at
+// every connection: a file rewritten with a new JWT (a reissue) logs in at the next
+// reconnect, as nats.go's creds file option would.
+func CredsFileCredential(user, path string) busclient.Credential {
+	return busclient.Credential{User: user, Refresh: func() (string, string, error) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return "", "", err
+		}
+		token, seed, err := readCreds(data)
+		if err != nil {
+			return "", "", fmt.Errorf("%s: %w", path, err)
+		}
+		return token, seed, nil
+	}}
+}
+
+// readCreds is a creds file's user JWT and seed. Its errors quote neither.
+func readCreds(creds []byte) (token, seed string, err error) {
+	if token, err = jwt.ParseDecoratedJWT(creds); err != nil {
+		return "", "", fmt.Errorf("reading the creds: %w", err)
 	}
 	kp, err := jwt.ParseDecoratedUserNKey(creds)
 	if err != nil {
-		return nil, fmt.Errorf("reading the creds: %w", err)
+		return "", "", fmt.Errorf("reading the creds: %w", err)
 	}
-	seed, err := kp.Seed()
+	raw, err := kp.Seed()
 	if err != nil {
-		return nil, fmt.Errorf("reading the creds: %w", err)
+		return "", "", fmt.Errorf("reading the creds: %w", err)
 	}
-	return nats.UserJWTAndSeed(token, string(seed)), nil
+	return token, string(raw), nil
 }
 
 // DialJWT is the JWT backend of the external bus m describes: the operator's system user
@@ -43,7 +69,7 @@ func CredsLogin(creds []byte) (nats.Option, error) {
 // its address, which no answer carries: every push and reading then says it did not answer.
 // The caller closes the backend's Resolver.Conn.
 func DialJWT(ctx context.Context, m *model.Mesh, op Operator, store *state.Store) (JWT, error) {
-	login, err := CredsLogin(op.SystemCreds)
+	cred, err := CredsCredential(SystemUser, op.SystemCreds)
 	if err != nil {
 		return JWT{}, fmt.Errorf("the operator's system user: %w", err)
 	}
@@ -51,14 +77,13 @@ func DialJWT(ctx context.Context, m *model.Mesh, op Operator, store *state.Store
 	if err != nil {
 		return JWT{}, err
 	}
-	cred := busclient.Credential{User: SystemUser}
-	conn, err := busclient.Dial(ctx, target, cred, login, nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+	conn, err := dialSystem(ctx, target, cred)
 	if err != nil {
-		return JWT{}, fmt.Errorf("connecting as the operator's system user: %w", err)
+		return JWT{}, err
 	}
 	var names []string
 	for _, srv := range m.Bus.Servers {
-		name := serverName(ctx, m.Bus, srv, cred, login)
+		name := serverName(ctx, m.Bus, srv, cred)
 		if slices.Contains(names, name) {
 			conn.Close()
 			return JWT{}, fmt.Errorf("two servers of bus.servers answer as server %s: each must be a server of its own", name)
@@ -68,15 +93,39 @@ func DialJWT(ctx context.Context, m *model.Mesh, op Operator, store *state.Store
 	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: names}}, nil
 }
 
+// DialJWTServer is the JWT backend of a bus of one server at t, the embedded bus: the
+// operator's system user connected to it, and the server named as it names itself.
+func DialJWTServer(ctx context.Context, t busclient.Target, op Operator, store *state.Store) (JWT, error) {
+	cred, err := CredsCredential(SystemUser, op.SystemCreds)
+	if err != nil {
+		return JWT{}, fmt.Errorf("the operator's system user: %w", err)
+	}
+	conn, err := dialSystem(ctx, t, cred)
+	if err != nil {
+		return JWT{}, err
+	}
+	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: []string{conn.ConnectedServerName()}}}, nil
+}
+
+// dialSystem connects as the operator's system user, reconnecting for as long as the backend
+// lives.
+func dialSystem(ctx context.Context, t busclient.Target, cred busclient.Credential) (*busclient.Conn, error) {
+	conn, err := busclient.Dial(ctx, t, cred, nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+	if err != nil {
+		return nil, fmt.Errorf("connecting as the operator's system user: %w", err)
+	}
+	return conn, nil
+}
+
 // serverName is the name srv gives itself, or its address where it cannot be reached.
-func serverName(ctx context.Context, b model.Bus, srv model.Server, cred busclient.Credential, login nats.Option) string {
+func serverName(ctx context.Context, b model.Bus, srv model.Server, cred busclient.Credential) string {
 	t, err := serverTarget(b, srv)
 	if err != nil {
 		return t.Address()
 	}
 	ctx, cancel := context.WithTimeout(ctx, DefaultWait)
 	defer cancel()
-	c, err := busclient.Dial(ctx, t, cred, login, nats.NoReconnect())
+	c, err := busclient.Dial(ctx, t, cred, nats.NoReconnect())
 	if err != nil {
 		return t.Address()
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshbus/meshctl/internal/testnats/opmode"
+	"github.com/meshbus/meshctl/model"
 	"github.com/meshbus/meshctl/render"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
@@ -329,5 +330,41 @@ func TestServerConfigIsWhatTheServersRunOn(t *testing.T) {
 	}
 	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != uint64(len(conns)) {
 		t.Fatalf("stream WORK: %+v (%v); want %d messages", info, err, len(conns))
+	}
+}
+
+// TestLoadOperatorReadsWhatMakeOperatorWrote holds a fresh operator's store as meshctl reads it
+// back on every later run: the same keys, JWTs and system user, and the system account's JWT,
+// which the embedded bus and the servers' static config preload.
+func TestLoadOperatorReadsWhatMakeOperatorWrote(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join(t.TempDir(), "nsc")
+	made, err := MakeOperator(root, "FRESH", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := LoadOperator(model.Operator{Store: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, pair := range map[string][2]string{
+		"name":                {made.Name, read.Name},
+		"public key":          {made.PublicKey, read.PublicKey},
+		"JWT":                 {made.JWT, read.JWT},
+		"system account":      {made.SystemAccount, read.SystemAccount},
+		"system account JWT":  {made.SystemAccountJWT, read.SystemAccountJWT},
+		"system creds":        {string(made.SystemCreds), string(read.SystemCreds)},
+		"account JWT":         {made.AccountJWT, read.AccountJWT},
+		"account":             {made.Account.PublicKey, read.Account.PublicKey},
+		"signer":              {publicKey(t, made.Signer), publicKey(t, read.Signer)},
+		"user signer":         {publicKey(t, made.UserSigner), publicKey(t, read.UserSigner)},
+		"account signing key": {strings.Join(made.Account.SigningKeys, ","), strings.Join(read.Account.SigningKeys, ",")},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("%s read back %.40q; made %.40q", what, pair[1], pair[0])
+		}
+	}
+	if made.Account.JetStream != read.Account.JetStream || made.Account.Name != read.Account.Name {
+		t.Errorf("the mesh's account read back %v; made %v", read.Account, made.Account)
 	}
 }

@@ -94,6 +94,9 @@ func LoadOperator(o model.Operator) (Operator, error) {
 	if op.SystemCreds, err = loadSystemCreds(o, stores, name, op.SystemAccount); err != nil {
 		return Operator{}, err
 	}
+	// Only a server started from this store needs it (resolver_preload): an admin's
+	// servers hold it already, so a store without it is no error.
+	_, op.SystemAccountJWT, _ = systemAccountIn(stores, name, op.SystemAccount)
 	return op, nil
 }
 
@@ -181,24 +184,33 @@ func loadSystemCreds(o model.Operator, stores, operator, system string) ([]byte,
 // storedSystemCreds is the first creds file, by name, that the store keeps for the system
 // account.
 func storedSystemCreds(root, stores, operator, system string) (string, error) {
+	name, _, ok := systemAccountIn(stores, operator, system)
+	if !ok {
+		return "", fmt.Errorf("%w: operator %s's system account %s is not in %s: give a system user's creds as bus.operator.system_creds", ErrOperatorStore, operator, system, filepath.Join(stores, operator, "accounts"))
+	}
+	dir := filepath.Join(root, "keys", "creds", operator, name)
+	creds, _ := filepath.Glob(filepath.Join(dir, "*.creds"))
+	if len(creds) == 0 {
+		return "", fmt.Errorf("%w: no creds of a user of the system account %s under %s: give a system user's creds as bus.operator.system_creds", ErrOperatorStore, name, dir)
+	}
+	slices.Sort(creds)
+	return creds[0], nil
+}
+
+// systemAccountIn is the name and JWT of the operator's system account, system, among the
+// accounts the store keeps; ok is false where it keeps none of that key.
+func systemAccountIn(stores, operator, system string) (name, token string, ok bool) {
 	accounts, _ := os.ReadDir(filepath.Join(stores, operator, "accounts"))
 	for _, a := range accounts {
 		token, err := readToken(filepath.Join(stores, operator, "accounts", a.Name(), a.Name()+".jwt"))
 		if err != nil {
 			continue
 		}
-		if c, err := jwt.DecodeAccountClaims(token); err != nil || c.Subject != system {
-			continue
+		if c, err := jwt.DecodeAccountClaims(token); err == nil && c.Subject == system {
+			return a.Name(), token, true
 		}
-		dir := filepath.Join(root, "keys", "creds", operator, a.Name())
-		creds, _ := filepath.Glob(filepath.Join(dir, "*.creds"))
-		if len(creds) > 0 {
-			slices.Sort(creds)
-			return creds[0], nil
-		}
-		return "", fmt.Errorf("%w: no creds of a user of the system account %s under %s: give a system user's creds as bus.operator.system_creds", ErrOperatorStore, a.Name(), dir)
 	}
-	return "", fmt.Errorf("%w: operator %s's system account %s is not in %s: give a system user's creds as bus.operator.system_creds", ErrOperatorStore, operator, system, filepath.Join(stores, operator, "accounts"))
+	return "", "", false
 }
 
 func userAccount(u *jwt.UserClaims) string {

@@ -68,7 +68,8 @@ func (d *decoder) operator(n *yaml.Node) *rawOperator {
 
 // validateOperator reads bus.operator into b. It belongs to bus.auth: jwt alone, and on an
 // external bus it must name a system user: the servers' operator is an admin's, and only its
-// system account can push the mesh's account to their resolver.
+// system account can push the mesh's account to their resolver. Without it, the operator is
+// the one meshctl makes in its state directory, on the embedded bus or an external one.
 func validateOperator(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 	ro := rb.operator
 	if ro != nil && !b.JWT() {
@@ -96,9 +97,8 @@ func validateOperator(diags *diagnostics, rb *rawBus, b *Bus, external bool) {
 		}
 	}
 	if ro == nil {
-		if external {
-			diags.add(rb.pos, "bus.auth: jwt on an external bus needs bus.operator: the store of the servers' operator (store) and a system-account user's creds (system_creds)")
-		}
+		// A fresh deployment: meshctl makes the operator in its state directory (for an
+		// external bus, `meshctl render -o server` does, printing the servers' config).
 		return
 	}
 	if external && ro.systemCreds.val == "" {

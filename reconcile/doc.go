@@ -12,7 +12,10 @@
 // With bus.auth: jwt the accounts config is the account's JWT (jwt.go): the session connects
 // the operator's system user beside the controller, whose creds it mints once, the plan shows
 // the account's change, and an apply pushes it after the streams and consumers, through the
-// accounts package's JWT backend; nothing of the file backend runs.
+// accounts package's JWT backend; nothing of the file backend runs. The operator is the one
+// bus.operator names, or the one meshctl makes once in <state>/nsc (the embedded bus's first
+// use, or `meshctl render -o server` for an external bus), and the embedded bus then runs in
+// operator mode trusting it.
 //
 // "Whose bus is this" is answered by the accounts package (every accounts file names the store
 // that wrote it); reconcile asks it before a store installs or rewrites anything. And on

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -31,30 +32,157 @@ import (
 // once, its JWT rewritten when the controller's grants change.
 const ControllerCredsFile = "controller.creds"
 
-// connectJWT connects the session to an external bus in operator mode: the operator read from
-// its store, the system user's connection, and the controller's, with its creds minted on
-// first use and the account's JWT pushed first where no server holds it yet.
+// OperatorStoreDir is the directory of the state directory where meshctl keeps the operator
+// it makes where bus.operator names none (accounts.MakeOperator): an nsc store, which nsc and
+// the nats CLI read too.
+const OperatorStoreDir = "nsc"
+
+// FreshOperatorName is the name of the operator meshctl makes.
+const FreshOperatorName = "MESHCTL"
+
+// ErrNoOperatorYet is an external bus in operator mode with no bus.operator whose operator
+// meshctl has not made yet: its servers must first be started on the config `meshctl render -o
+// server` prints, which makes it.
+var ErrNoOperatorYet = errors.New("meshctl has made no operator for this bus yet")
+
+// ErrEmbeddedAuthChange is an embedded bus whose state directory ran it with an accounts file
+// (bus.auth password or nkey) asked to run in operator mode, or the other way round: its
+// streams are kept under the account's name, MESH or the account's public key, and the other
+// mode would not see them.
+var ErrEmbeddedAuthChange = errors.New("the embedded bus holds a mesh of another bus.auth")
+
+// connectJWT connects the session to a bus in operator mode: the operator read from its store
+// (made first, on the embedded bus's first use, where bus.operator names none), the system
+// user's connection, and the controller's, with its creds minted on first use and the
+// account's JWT pushed first where no server holds it yet. The embedded bus is served in
+// operator mode, by this process or by the meshctl process that serves it already.
 func (s *Session) connectJWT(ctx context.Context, m *model.Mesh, l *cycleLock) error {
-	if m.Bus.Embedded() || m.Bus.Operator == nil {
-		return errors.New("bus.auth: jwt is served here for an external bus with bus.operator; the embedded bus in operator mode is not")
-	}
-	op, err := accounts.LoadOperator(*m.Bus.Operator)
+	acquire := func(ctx context.Context) error { return l.acquire(ctx, s.Store.Dir(), true, nil) }
+	op, err := operatorFor(ctx, m, s.Store.Dir(), !s.opts.ReadOnly, acquire, s.logf)
 	if err != nil {
 		return err
 	}
-	if s.Target, err = accounts.BusTarget(m); err != nil {
+	if err := s.dialJWT(ctx, m, op); err != nil {
 		return err
 	}
-	j, err := accounts.DialJWT(ctx, m, op, s.Store)
-	if err != nil {
-		return err
-	}
-	s.jwt = &j
-	s.jwt.OnReissue = s.controllerReissued
 	if err := s.ensureControllerCreds(ctx, m, l); err != nil {
 		return err
 	}
 	return s.connect(ctx)
+}
+
+// dialJWT reaches the bus m names in operator mode, trusting op, and connects the JWT backend
+// to it as the operator's system user: on the embedded bus, its one server, started here where
+// no meshctl process serves it.
+func (s *Session) dialJWT(ctx context.Context, m *model.Mesh, op accounts.Operator) error {
+	var j accounts.JWT
+	var err error
+	if m.Bus.Embedded() {
+		mode := op.OperatorMode()
+		s.operatorMode = &mode
+		if err := s.connectEmbedded(ctx, m, nil); err != nil {
+			return err
+		}
+		j, err = accounts.DialJWTServer(ctx, s.Target, op, s.Store)
+	} else {
+		if s.Target, err = accounts.BusTarget(m); err != nil {
+			return err
+		}
+		j, err = accounts.DialJWT(ctx, m, op, s.Store)
+	}
+	if err != nil {
+		return err
+	}
+	if s.jwt != nil {
+		s.jwt.Close()
+	}
+	s.jwt = &j
+	s.jwt.OnReissue = s.controllerReissued
+	return nil
+}
+
+// embeddedModeKept refuses to serve the embedded bus of stateDir in operator mode (jwt) where
+// it ran with an accounts file, or with one where it ran in operator mode: each mode leaves its
+// mark in the bus directory (accounts.conf, the resolver's jwt/), and the other would serve an
+// empty account beside the mesh's streams.
+func embeddedModeKept(stateDir string, jwt bool) error {
+	mark, was, keep := "accounts.conf", "an accounts file (bus.auth password or nkey)", "password or nkey"
+	if !jwt {
+		mark, was, keep = "jwt", "operator mode (bus.auth: jwt)", "jwt"
+	}
+	dir := filepath.Join(stateDir, "bus")
+	if _, err := os.Stat(filepath.Join(dir, mark)); err != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: the embedded bus in %s ran with %s, and its streams are in that mode's account; "+
+		"changing the embedded bus's bus.auth is not supported yet: keep bus.auth %s, or start the mesh in a new state directory",
+		ErrEmbeddedAuthChange, dir, was, keep)
+}
+
+// operatorFor is the operator whose account the mesh is: read from bus.operator's store, or,
+// where the description names none, from the one meshctl keeps in the state directory
+// (keptOperator).
+func operatorFor(ctx context.Context, m *model.Mesh, stateDir string, mayMake bool, acquire func(context.Context) error, logf func(string, ...any)) (accounts.Operator, error) {
+	if m.Bus.Operator != nil {
+		return accounts.LoadOperator(*m.Bus.Operator)
+	}
+	// An external bus's servers trust the operator only once they run on its config, which
+	// `meshctl render -o server` prints: an apply cannot make one for them.
+	op, err := keptOperator(ctx, stateDir, mayMake && m.Bus.Embedded(), acquire, logf)
+	if errors.Is(err, ErrNoOperatorYet) && m.Bus.Embedded() {
+		return op, fmt.Errorf("%w: no operator in %s yet; 'meshctl apply' makes it", ErrNeedsApply, filepath.Join(stateDir, OperatorStoreDir))
+	}
+	return op, err
+}
+
+// keptOperator reads the operator meshctl keeps in stateDir/nsc, making it first where there
+// is none and mayMake says it may, under the apply lock that acquire takes: two first uses
+// must not make two operators, and a store once made is never replaced (its keys are what
+// the servers trust).
+func keptOperator(ctx context.Context, stateDir string, mayMake bool, acquire func(context.Context) error, logf func(string, ...any)) (accounts.Operator, error) {
+	root := filepath.Join(stateDir, OperatorStoreDir)
+	if !holdsOperator(root) {
+		if !mayMake {
+			return accounts.Operator{}, keptOperatorMissing(root)
+		}
+		if err := acquire(ctx); err != nil {
+			return accounts.Operator{}, err
+		}
+		if !holdsOperator(root) { // or made by the holder waited for
+			o, err := accounts.MakeOperator(root, FreshOperatorName, "")
+			if err != nil {
+				return accounts.Operator{}, err
+			}
+			logf("made operator %s (%s) and its account %s (%s) in %s; its seeds are the keys the bus trusts: keep them as the state directory is kept",
+				o.Name, o.PublicKey, o.Account.Name, o.Account.PublicKey, root)
+		}
+	}
+	return accounts.LoadOperator(model.Operator{Store: root})
+}
+
+// holdsOperator reports whether the store at root holds an operator.
+func holdsOperator(root string) bool {
+	entries, _ := os.ReadDir(filepath.Join(root, "stores"))
+	return slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.IsDir() && !strings.HasPrefix(e.Name(), ".") })
+}
+
+func keptOperatorMissing(root string) error {
+	return fmt.Errorf("%w: no operator in %s; `meshctl render -o server --state DIR` makes it and prints the servers' config (docs/operator-mode.md), "+
+		"and on the embedded bus `meshctl apply` makes it", ErrNoOperatorYet, root)
+}
+
+// FreshOperator is the operator meshctl keeps for m in store's state directory, made there
+// under the apply lock where there is none yet: on an external bus, the operator its servers
+// are then started to trust (Operator.ServerConfig). A description naming bus.operator, or
+// not in operator mode, is refused.
+func FreshOperator(ctx context.Context, m *model.Mesh, store *state.Store, logf func(string, ...any)) (accounts.Operator, error) {
+	if !m.Bus.JWT() || m.Bus.Operator != nil {
+		return accounts.Operator{}, errors.New("meshctl makes an operator only for bus.auth: jwt without bus.operator")
+	}
+	var l cycleLock
+	defer l.release()
+	acquire := func(ctx context.Context) error { return l.acquire(ctx, store.Dir(), true, nil) }
+	return keptOperator(ctx, store.Dir(), true, acquire, logf)
 }
 
 func (s *Session) controllerCredsPath() string {
@@ -171,8 +299,8 @@ func (s *Session) dialControllerJWT(ctx context.Context) (*busclient.Conn, error
 // dialWithCreds connects to t as the controller with the creds file at path, read again at
 // every connection: a reissue rewrites it before the push that cuts the connection.
 func dialWithCreds(ctx context.Context, t busclient.Target, path string) (*busclient.Conn, error) {
-	return busclient.Dial(ctx, t, busclient.Credential{User: render.ControllerUser},
-		nats.UserCredentials(path), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+	return busclient.Dial(ctx, t, accounts.CredsFileCredential(render.ControllerUser, path),
+		nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
 }
 
 // joinWithCreds is joinAsStore in jwt mode: the controller's connection with the creds in the
@@ -242,27 +370,32 @@ func withoutAccountJWT(p *plan.Plan) *plan.Plan {
 
 // OpenJWT is the mesh's account for a change outside a cycle (credentials issue and
 // revoke): the apply lock of store's state directory taken, waiting for an apply in
-// progress, since both push the account's JWT, and the backend connected. done lets both go.
+// progress, since both push the account's JWT, and the backend connected; on the embedded
+// bus, served by this process where no other serves it. done lets all of it go.
 func OpenJWT(ctx context.Context, m *model.Mesh, store *state.Store) (j *accounts.JWT, done func(), err error) {
-	if m.Bus.Embedded() || m.Bus.Operator == nil {
-		return nil, nil, errors.New("bus.auth: jwt is served here for an external bus with bus.operator; the embedded bus in operator mode is not")
+	if m.Bus.Embedded() {
+		if err := embeddedModeKept(store.Dir(), true); err != nil {
+			return nil, nil, err
+		}
 	}
 	unlock, err := lockAccounts(ctx, m, store)
 	if err != nil {
 		return nil, nil, err
 	}
-	op, err := accounts.LoadOperator(*m.Bus.Operator)
+	held := func(context.Context) error { return nil }
+	op, err := operatorFor(ctx, m, store.Dir(), true, held, func(string, ...any) {})
 	if err != nil {
 		unlock()
 		return nil, nil, err
 	}
-	backend, err := accounts.DialJWT(ctx, m, op, store)
-	if err != nil {
+	s := &Session{Store: store, logf: func(string, ...any) {}, opts: Options{ExitsAfterClose: true}, stop: ctx.Done(), bus: m.Bus}
+	if err := s.dialJWT(ctx, m, op); err != nil {
+		s.Close()
 		unlock()
 		return nil, nil, err
 	}
-	return &backend, func() {
-		backend.Close()
+	return s.jwt, func() {
+		s.Close()
 		unlock()
 	}, nil
 }

@@ -86,6 +86,9 @@ type Session struct {
 	installed bool
 	// jwt is the mesh's account with bus.auth: jwt (jwt.go), nil otherwise.
 	jwt *accounts.JWT
+	// operatorMode is what the embedded bus runs in operator mode with, bus.auth: jwt; nil
+	// otherwise, the bus then having an accounts file.
+	operatorMode *bus.OperatorMode
 }
 
 // InstalledAccounts reports whether connecting installed the rendered accounts config so that
@@ -166,6 +169,12 @@ func connectSession(ctx context.Context, m *model.Mesh, store *state.Store, o Op
 	logf := o.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
+	}
+	if m.Bus.Embedded() {
+		// Before anything is minted, made or started for the other mode.
+		if err := embeddedModeKept(store.Dir(), m.Bus.JWT()); err != nil {
+			return nil, err
+		}
 	}
 	if m.Bus.JWT() {
 		s := &Session{Store: store, logf: logf, opts: o, stop: ctx.Done(), bus: m.Bus}
@@ -383,6 +392,11 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, l *cycleLo
 				// server on the same store, and reload it through that process.
 				s.release = release
 				s.Target = busclient.Target{URL: url}
+				if s.operatorMode != nil {
+					// Its accounts are JWTs the session pushes; it has no file to install.
+					s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
+					return nil
+				}
 				s.Accounts = accounts.File{Path: filepath.Join(stateDir, "bus", "accounts.conf"),
 					Reloader: bus.ControlReloader(stateDir), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.WrittenBy(s.manager, s.password)
 				s.logf("using the embedded bus at %s served by meshctl pid %d", url, pid)
@@ -409,11 +423,12 @@ func (s *Session) connectEmbedded(ctx context.Context, m *model.Mesh, l *cycleLo
 }
 
 // startEmbedded starts the embedded bus in this process, first installing the rendered
-// accounts config when the one on disk does not let the controller in.
+// accounts config when the one on disk does not let the controller in; in operator mode
+// (s.operatorMode), trusting the operator, with no accounts file.
 func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 	stateDir := s.Store.Dir()
 	accountsPath := filepath.Join(stateDir, "bus", "accounts.conf")
-	if !s.controllerCanLogIn(accountsPath) {
+	if s.operatorMode == nil && !s.controllerCanLogIn(accountsPath) {
 		if s.opts.ReadOnly {
 			return s.refuseBootstrap(accountsPath)
 		}
@@ -431,7 +446,7 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 	}
 	started := time.Now()
 	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StateDir: stateDir, Listen: m.Bus.Listen, Logger: s.opts.BusLog,
-		Entries: accounts.Entries})
+		Entries: accounts.Entries, Operator: s.operatorMode})
 	if err != nil {
 		return err
 	}
@@ -445,6 +460,9 @@ func (s *Session) startEmbedded(ctx context.Context, m *model.Mesh) error {
 			"`meshctl watch` keeps it up, and diff, apply and credentials then use it", n, stopEstimate(n))
 	}
 	s.Target = busclient.Target{URL: e.URL()}
+	if s.operatorMode != nil {
+		return nil
+	}
 	s.Accounts = accounts.File{Path: e.AccountsFile(), Reloader: e.Reloader(), Target: s.Target, StateDir: stateDir, Verify: s.verifyLogin}.WrittenBy(s.manager, s.password)
 	return nil
 }
@@ -489,7 +507,12 @@ func (s *Session) rejoin(ctx context.Context, m *model.Mesh, l *cycleLock) error
 		s.release()
 		s.release = nil
 	}
-	if err := s.connectEmbedded(ctx, m, l); err != nil {
+	if s.jwt != nil {
+		// The system user's connection too: it reached the bus that has gone.
+		if err := s.dialJWT(ctx, m, s.jwt.Operator); err != nil {
+			return err
+		}
+	} else if err := s.connectEmbedded(ctx, m, l); err != nil {
 		return err
 	}
 	return s.connect(ctx)
