@@ -23,6 +23,21 @@ var ErrOperatorStore = errors.New("the operator's store does not give what the m
 // without storage would switch the account's JetStream off.
 var DefaultJetStream = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 
+// KeptOperatorDir is the directory of a state directory where meshctl keeps the operator it
+// makes where bus.operator names none (MakeOperator): an nsc store, which nsc and the nats CLI
+// read too.
+const KeptOperatorDir = "nsc"
+
+// OperatorOf reads the operator whose account m's mesh is: bus.operator's store, or, where
+// the description names none, the one meshctl keeps in stateDir (KeptOperatorDir). It makes
+// none.
+func OperatorOf(m *model.Mesh, stateDir string) (Operator, error) {
+	if m.Bus.Operator != nil {
+		return LoadOperator(*m.Bus.Operator)
+	}
+	return LoadOperator(model.Operator{Store: filepath.Join(stateDir, KeptOperatorDir)})
+}
+
 // LoadOperator reads what meshctl holds of the operator from an nsc or `nats auth` store (the
 // directory holding stores/ and keys/), as bus.operator names it: the operator's JWT, the
 // mesh's account JWT, an operator key that signs the account JWT, a key of the account that

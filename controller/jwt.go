@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,13 +29,11 @@ import (
 // jwtMesh reports whether the mesh's principals are users of its account in operator mode.
 func (l *loop) jwtMesh() bool { return l.mesh != nil && l.mesh.Bus.JWT() }
 
-// account is the mesh's account with the operator read from its store as reconcile reads it
-// (bus.operator): what signs the users the controller mints.
+// account is the mesh's account with the operator read as reconcile reads it (bus.operator's
+// store, or the one meshctl keeps in the state directory): what signs the users the controller
+// mints.
 func (l *loop) account() (accounts.JWT, error) {
-	if l.mesh.Bus.Operator == nil {
-		return accounts.JWT{}, errors.New("bus.auth: jwt without bus.operator: the controller has no key to sign its nodes' users with")
-	}
-	op, err := accounts.LoadOperator(*l.mesh.Bus.Operator)
+	op, err := accounts.OperatorOf(l.mesh, l.cfg.Store.Dir())
 	if err != nil {
 		return accounts.JWT{}, err
 	}

@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/state"
 	"github.com/meshbus/meshctl/wire"
 )
@@ -84,5 +86,32 @@ modules:
 	}
 	if node, ok, err := Distributes(ctx, st, m, "one.audit"); !ok || node != "one" || err != nil {
 		t.Errorf("the audit on enrolled node one: %s, %v (%v); want the controller to hand it out", node, ok, err)
+	}
+}
+
+// On the embedded bus in operator mode the description names no operator: the controller signs
+// its nodes' users with the one meshctl keeps in the state directory, as apply does.
+func TestTheControllerSignsWithTheOperatorKeptInTheStateDirectory(t *testing.T) {
+	t.Parallel()
+	m := load(t, "bus:\n  auth: jwt\nnodes: [{name: one}]\n")
+	st, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	l := &loop{Controller: &Controller{cfg: Config{Store: st}}, mesh: m}
+	if _, err := l.account(); err == nil {
+		t.Fatal("an account with no operator kept yet")
+	}
+	made, err := accounts.MakeOperator(filepath.Join(st.Dir(), accounts.KeptOperatorDir), "MESHCTL", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := l.account()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Operator.PublicKey != made.PublicKey || j.Operator.Account.PublicKey != made.Account.PublicKey {
+		t.Fatalf("the controller read operator %s, account %s; want %s, %s", j.Operator.PublicKey, j.Operator.Account.PublicKey, made.PublicKey, made.Account.PublicKey)
 	}
 }

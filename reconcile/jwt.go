@@ -35,7 +35,7 @@ const ControllerCredsFile = "controller.creds"
 // OperatorStoreDir is the directory of the state directory where meshctl keeps the operator
 // it makes where bus.operator names none (accounts.MakeOperator): an nsc store, which nsc and
 // the nats CLI read too.
-const OperatorStoreDir = "nsc"
+const OperatorStoreDir = accounts.KeptOperatorDir
 
 // FreshOperatorName is the name of the operator meshctl makes.
 const FreshOperatorName = "MESHCTL"
