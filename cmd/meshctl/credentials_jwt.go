@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/jwt/v2"
@@ -27,6 +28,17 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 		return exitError
 	}
 	defer done()
+	// Every change is kept on the bus too, before the command returns, under the apply lock
+	// on the bus, taken after the state directory's as an apply takes them. A store that never
+	// applied has no controller to join as, and no copy on any bus yet.
+	stop, err := reconcile.KeepOnBus(ctx, c.m, c.st)
+	if err != nil && !errors.Is(err, state.ErrNoController) {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	if stop != nil {
+		defer stop()
+	}
 	if verb == "revoke" {
 		had, err := j.RevokePrincipals(ctx, []string{c.principal})
 		if err != nil {

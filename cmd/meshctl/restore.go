@@ -55,7 +55,11 @@ func runState(ctx context.Context, e *env, args []string) int {
 	if code != exitOK {
 		return code
 	}
-	if *sf.passwordFile == "" {
+	if m.Bus.JWT() && *sf.credsFile == "" {
+		e.errorf("state restore: --controller-creds is required with bus.auth: jwt: the controller's creds are what prove this is the store that manages the bus")
+		return exitError
+	}
+	if !m.Bus.JWT() && *sf.passwordFile == "" {
 		e.errorf("state restore: --controller-password-file is required: the controller's password is what proves this is the store that manages the bus")
 		return exitError
 	}
