@@ -41,6 +41,7 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 	}
 	if verb == "revoke" {
 		had, err := j.RevokePrincipals(ctx, []string{c.principal})
+		behind, err := splitReplicaBehind(err)
 		if err != nil {
 			c.e.errorf("%v", err)
 			return exitError
@@ -49,7 +50,7 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 			c.e.errorf("%s has no credential to revoke", c.principal)
 			return exitError
 		}
-		if code := c.pushJWT(ctx, j, "revoke"); code != exitOK {
+		if code := c.pushJWT(ctx, j, "revoke", behind); code != exitOK {
 			return code
 		}
 		fmt.Fprintf(c.e.stderr, "%s is revoked: every server applies the account's JWT that revokes it, and disconnected it\n", c.principal)
@@ -74,6 +75,7 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 	}
 	p, _ := c.desired.Principal(c.principal)
 	creds, err := j.Issue(ctx, p, req.operation)
+	behind, err := splitReplicaBehind(err)
 	if err != nil {
 		if file != nil {
 			file.abandon()
@@ -81,7 +83,7 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 		c.e.errorf("%v", err)
 		return exitError
 	}
-	code := c.pushJWT(ctx, j, "issue")
+	code := c.pushJWT(ctx, j, "issue", behind)
 	if err := c.deliverCreds(creds, reach, file, credsOut != ""); err != nil {
 		c.e.errorf("%s's credential is minted, but %v; issue it again", c.principal, err)
 		return exitError
@@ -90,10 +92,18 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 }
 
 // pushJWT pushes the account's JWT for the mesh as the store holds it now, and says which
-// servers do not apply it.
-func (c credentialChange) pushJWT(ctx context.Context, j *accounts.JWT, verb string) int {
-	if _, _, err := j.Sync(ctx, c.desired.Principals); err != nil {
-		c.e.errorf("the credential is %sd in the store, but not every server applies the account's JWT that carries it: %v; the next apply pushes it", verb, err)
+// servers do not apply it. behind is a change of the store its copy on the bus did not take,
+// said as the push's own: the change is made, and the command exits 2 all the same.
+func (c credentialChange) pushJWT(ctx context.Context, j *accounts.JWT, verb string, behind error) int {
+	_, _, err := j.Sync(ctx, c.desired.Principals)
+	if b, failed := splitReplicaBehind(err); failed != nil {
+		c.e.errorf("the credential is %sd in the store, but not every server applies the account's JWT that carries it: %v; the next apply pushes it", verb, failed)
+		return exitError
+	} else if b != nil {
+		behind = b
+	}
+	if behind != nil {
+		c.e.errorf("every server applies the account's JWT, but %v", behind)
 		return exitError
 	}
 	return exitOK
