@@ -58,7 +58,8 @@ func RestoreJWT(ctx context.Context, m *model.Mesh, dir, credsFile string, wait 
 	}
 	conn, err := busclient.DialAlone(ctx, t, busclient.Credential{User: render.ControllerUser}, nats.UserCredentials(credsFile))
 	if errors.Is(err, nats.ErrAuthorization) {
-		return nil, "", fmt.Errorf("%w: the bus at %s refuses the creds in %s: %w", ErrWrongControllerCreds, t.Address(), credsFile, err)
+		return nil, "", fmt.Errorf("%w: the bus at %s refuses the creds in %s (a JWT of the controller's that a change of its grants revoked since they were saved?): %w",
+			ErrWrongControllerCreds, t.Address(), credsFile, err)
 	}
 	if err != nil {
 		return nil, "", err
