@@ -109,3 +109,46 @@ func jwtUsersIn(t *testing.T, dir string) string {
 	}
 	return b.String()
 }
+
+// Two watches of a jwt mesh, the second's store restored with the controller's creds: the
+// second stands by while the first leads, follows the users issued through the first, and
+// once the first is killed leads and revokes such a user on every server, planning nothing
+// more after.
+func TestAStandbyOfAJWTMeshTakesOverAndRevokes(t *testing.T) {
+	t.Parallel()
+	c := jwtCluster(t)
+	desc := writeMesh(t, jwtDescription(c, jwtModules))
+	stateA, stateB := t.TempDir(), filepath.Join(t.TempDir(), "b")
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", stateA); code != exitOK {
+		t.Fatalf("the first apply: exit %d\n%s%s", code, out, errOut)
+	}
+	a := watchProcess(t, desc, stateA)
+	a.logged(t, 0, "the first watch leading", "leading the mesh")
+	b := watchProcess(t, desc, stateB, "--controller-creds", filepath.Join(stateA, "controller.creds"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the first watch's log:\n%s\nthe second's:\n%s", a.stderr.String(), b.stderr.String())
+		}
+	})
+	b.logged(t, 0, "the second watch standing by", "standing by: another watch leads the mesh")
+
+	shopCreds := filepath.Join(t.TempDir(), "shop.creds")
+	if code, out, errOut := meshctl(t, "credentials", "issue", "one.shop", "-f", desc, "--state", stateA, "--creds", shopCreds); code != exitOK {
+		t.Fatalf("credentials issue through the leader's store: exit %d\n%s%s", code, out, errOut)
+	}
+	shop := connectCreds(t, c, shopCreds)
+
+	mark := len(b.stderr.String())
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+	b.logged(t, mark, "the standby leading", "leading the mesh")
+	if code, out, errOut := meshctl(t, "credentials", "revoke", "one.shop", "-f", desc, "--state", stateB); code != exitOK {
+		t.Fatalf("credentials revoke through the new leader's store: exit %d\n%s%s", code, out, errOut)
+	}
+	disconnectedEverywhere(t, "the shop revoked by the new leader", shop)
+	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", stateB); code != exitOK {
+		t.Errorf("diff of the new leader's store: exit %d\n%s%s", code, out, errOut)
+	}
+}
