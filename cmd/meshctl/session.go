@@ -12,7 +12,8 @@ import (
 )
 
 // stateFlag is --state: the state directory of every command that uses one; and, for those
-// that may start from an empty one (restorableStateFlag), --controller-password-file.
+// that may start from an empty one (restorableStateFlag), --controller-password-file and
+// --controller-creds.
 type stateFlag struct {
 	dir          *string
 	passwordFile *string
@@ -35,8 +36,9 @@ func (f *flags) restorableStateFlag() stateFlag {
 	return s
 }
 
-// restoreIfEmpty rebuilds the store from the bus where --controller-password-file is given and
-// the state directory holds none; the code is exitOK when the command may go on.
+// restoreIfEmpty rebuilds the store from the bus where --controller-password-file (with
+// bus.auth: jwt, --controller-creds) is given and the state directory holds none; the code is
+// exitOK when the command may go on.
 func (s stateFlag) restoreIfEmpty(ctx context.Context, e *env, m *model.Mesh) int {
 	given := func(p *string) bool { return p != nil && *p != "" }
 	if !given(s.passwordFile) && !given(s.credsFile) {
