@@ -2,6 +2,7 @@ package accounts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -219,8 +220,29 @@ type JWTResult struct {
 // proves it on every server named. Only then are the new JWTs in force and the revocations
 // settled in the store. A push that a server did not take is an ErrPushIncomplete naming
 // it; the store then holds what the next run settles from the servers' JWT.
+//
+// A change of the store its copy on the bus did not take (state.ErrReplicaBehind) stands in
+// the store, and the copy is sent whole at its next change kept: Apply goes on, and returns
+// that error once the rest is done.
 func (j JWT) Apply(ctx context.Context, p JWTPlan) (JWTResult, error) {
-	if err := j.Store.SettleJWT(ctx, p.Promote, p.Drop, p.Settled); err != nil {
+	var behind error
+	stored := func(err error) error {
+		if errors.Is(err, state.ErrReplicaBehind) {
+			behind = err
+			return nil
+		}
+		return err
+	}
+	res, err := j.apply(ctx, p, stored)
+	if err != nil {
+		return res, err
+	}
+	return res, behind
+}
+
+// apply is Apply, with stored told the error of each change of the store: nil from it goes on.
+func (j JWT) apply(ctx context.Context, p JWTPlan, stored func(error) error) (JWTResult, error) {
+	if err := stored(j.Store.SettleJWT(ctx, p.Promote, p.Drop, p.Settled)); err != nil {
 		return JWTResult{}, err
 	}
 	if !p.Pushes() {
@@ -242,7 +264,7 @@ func (j JWT) Apply(ctx context.Context, p JWTPlan) (JWTResult, error) {
 		if err != nil {
 			return JWTResult{}, err
 		}
-		if err := j.Store.SetJWTPending(ctx, r.Principal, token); err != nil {
+		if err := stored(j.Store.SetJWTPending(ctx, r.Principal, token)); err != nil {
 			return JWTResult{}, err
 		}
 		if j.OnReissue != nil {
@@ -261,7 +283,7 @@ func (j JWT) Apply(ctx context.Context, p JWTPlan) (JWTResult, error) {
 		removedAt = max(removedAt, r.At)
 	}
 	// Kept to revoke at least as late as this push revokes them, should it not be proven.
-	if _, err := j.Store.RevokeJWTUsers(ctx, removed, removedAt); err != nil {
+	if _, err := j.Store.RevokeJWTUsers(ctx, removed, removedAt); stored(err) != nil {
 		return JWTResult{}, err
 	}
 	for _, r := range p.Revoke {
@@ -286,7 +308,7 @@ func (j JWT) Apply(ctx context.Context, p JWTPlan) (JWTResult, error) {
 	if res.Status, err = j.Resolver.Prove(ctx, token); err != nil {
 		return res, err
 	}
-	return res, j.Store.SettleJWT(ctx, promote, nil, settle)
+	return res, stored(j.Store.SettleJWT(ctx, promote, nil, settle))
 }
 
 // Sync plans and applies the account for principals: what apply, watch and the credentials

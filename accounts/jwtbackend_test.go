@@ -509,3 +509,42 @@ func TestJWTBackendNamesAStoppedServer(t *testing.T) {
 		t.Errorf("the converged account plans %+v (%v)", p, err)
 	}
 }
+
+// failingReplica is a copy of the store on a bus that does not answer.
+type failingReplica struct{}
+
+func (failingReplica) Write(context.Context, []state.Record) error {
+	return errors.New("nats: timeout")
+}
+
+// A change of the account goes on while the store's copy on the bus does not take the
+// store's changes: they stand in the store (the copy catches up at the next change kept), so
+// the push is made and proven, the new JWT is in force, and what the copy lacks is said.
+func TestJWTBackendGoesOnWhileTheStoresCopyIsBehind(t *testing.T) {
+	t.Parallel()
+	m := startJWTMesh(t, opmode.ClusterOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	b := m.backend
+	ps := principalsOf(t, meshV1)
+	if _, res, err := b.Sync(ctx, ps); err != nil {
+		t.Fatalf("the first sync: %v (%+v)", err, res)
+	}
+	creds, err := b.Issue(ctx, principalNamed(t, ps, "two.audit"), "issue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Store.SetReplica(failingReplica{})
+	ps2 := principalsOf(t, strings.Replace(meshV1, "follows: [shop/order.placed]", "follows: [mailer/sent]", 1))
+	_, res, err := b.Sync(ctx, ps2)
+	if !errors.Is(err, state.ErrReplicaBehind) {
+		t.Fatalf("a sync with the store's copy failing: %v; want ErrReplicaBehind", err)
+	}
+	if res.Pushed == "" || len(res.Status.NotCurrent()) != 0 {
+		t.Errorf("the push was not made and proven on every server: %+v", res)
+	}
+	users, _ := b.Store.JWTUsers(ctx)
+	if u := users["two.audit"]; u.Pending != "" || u.JWT == creds.JWT {
+		t.Errorf("audit's user after the push: %+v; want the new JWT in force", u)
+	}
+}

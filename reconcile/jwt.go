@@ -68,6 +68,9 @@ func (s *Session) connectJWT(ctx context.Context, m *model.Mesh, l *cycleLock) e
 	if err := s.ensureControllerCreds(ctx, m, l); err != nil {
 		return err
 	}
+	// The store is kept on the bus as on any external one: its users and keys to revoke are
+	// what a restore or a standby rebuilds the account's management from.
+	s.onBus.replicas = max(m.Bus.Replicas, 1)
 	return s.connect(ctx)
 }
 

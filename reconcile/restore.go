@@ -50,6 +50,9 @@ func Restore(ctx context.Context, m *model.Mesh, dir, password string, wait bool
 		return nil, "", fmt.Errorf("%w: the embedded bus keeps its store in its state directory, beside it, and the two are lost together; "+
 			"a mesh that must outlive its control host runs on an external server or cluster (bus.url or bus.servers)", ErrNothingToRestore)
 	}
+	if m.Bus.JWT() {
+		return nil, "", errors.New("with bus.auth: jwt the controller logs in with its creds, not a password: restore with the controller's creds file (RestoreJWT)")
+	}
 	records, err := readReplica(ctx, m, password)
 	if err != nil {
 		return nil, "", err
@@ -92,6 +95,12 @@ func readReplica(ctx context.Context, m *model.Mesh, password string) ([]state.R
 		return nil, err
 	}
 	defer conn.Close()
+	return readRecords(ctx, conn, t)
+}
+
+// readRecords reads every record of the store kept on the bus t names, through conn, the
+// controller's.
+func readRecords(ctx context.Context, conn *busclient.Conn, t busclient.Target) ([]state.Record, error) {
 	js, err := jetstream.New(conn.Conn)
 	if err != nil {
 		return nil, err

@@ -59,7 +59,7 @@ func (s *Store) EnrolNode(ctx context.Context, e NodeEnrolment, cost int) (strin
 	now := time.Now()
 	err := s.change(ctx, fmt.Sprintf("enrolling node %s in %s", e.Node, s.dir), func(tx *sql.Tx, c *changes) error {
 		if e.JWT != nil {
-			if err := enrolJWTNode(ctx, tx, e, now); err != nil {
+			if err := enrolJWTNode(ctx, tx, c, e, now); err != nil {
 				return err
 			}
 		} else if err := enrolNode(ctx, tx, c, e, fresh, now); err != nil {

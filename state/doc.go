@@ -6,8 +6,8 @@
 //   - the bcrypt hash of every principal's password (never a plaintext), or for an nkey principal
 //     (bus.auth: nkey) its public key (never its seed), when and why it was minted; with
 //     bus.auth: jwt, each principal's user key and the user JWT last issued for it, a newer one
-//     pending until the push that revokes its predecessor is proven, and the keys still to
-//     revoke (jwt.go; not yet records of the copy on the bus);
+//     pending until the push that revokes its predecessor is proven, and the keys revoked,
+//     to revoke until a proven push carries them and kept settled after (jwt.go);
 //   - meshctl's own password, the only plaintext at rest: the controller's, in
 //     dir/controller.password (0600), minted on first use only and replaced only at the
 //     operator's word (RotateControllerPassword); the passwords of meshctl's other principals
@@ -23,7 +23,8 @@
 //   - the store as records (replica.go, records.go): one JSON record a row a restore needs, under
 //     keys a JetStream KV bucket takes — identity, credential.<principal>,
 //     revocation.<principal>, enrolment.<node>, declaration.<node> (with its sealed copies),
-//     report.<node>, apply.<id>, holder.<id> (ids zero-padded, so keys sort as ids), inventory.
+//     report.<node>, apply.<id>, holder.<id> (ids zero-padded, so keys sort as ids), inventory,
+//     and in a jwt mesh jwt-user.<principal> and jwt-revoked.<user key>.
 //     Refusals, dead letters and password files are not records: the first two are logs, the
 //     others plaintexts.
 //     Snapshot gives them all; SetReplica hands a Replica the records every change commits,
@@ -54,7 +55,8 @@
 //     Mint, MintNkeys, EnrolNode, ControllerPassword, RotateControllerPassword and
 //     SystemPassword return (and DerivedPassword computes), nor hand
 //     one to a replica: the bus's security rests on the plaintext existing once;
-//   - delete a row without leaving a row that says so (a revocation for a credential): a
+//   - delete a row without leaving a row that says so (a revocation for a credential, a
+//     revoked key for a jwt user, a settled key rather than none for a key revoked): a
 //     replica catching up is told of deletions only through such rows (catchUp);
 //   - recreate, truncate or "repair" a database it cannot read: the hashes in it are what lets
 //     every node log in, and an empty store would lock the whole mesh out at the next reload;

@@ -18,7 +18,12 @@ import (
 //   - A new JWT for the same key (grants changed) is pending (SetJWTPending) until the push
 //     revoking the key's older JWTs is proven; then it is the principal's (SettleJWT). A crash
 //     between leaves it pending, and the next run reads the servers' JWT to settle it.
-//   - A revoked key (RevokeJWTUsers) stays to revoke until a proven push carries it.
+//   - A revoked key (RevokeJWTUsers) stays to revoke until a proven push carries it, and is
+//     kept after, settled: the trace of its user's deletion a copy of the store catching up
+//     is told of (replica.go's catchUp).
+//
+// Every change is a change of the store's records (jwt-user.<principal>,
+// jwt-revoked.<key>), sent to its replica as the others are.
 
 // JWTUser is a principal's user in a jwt mesh.
 type JWTUser struct {
@@ -62,9 +67,9 @@ func (s *Store) JWTUsers(ctx context.Context) (map[string]JWTUser, error) {
 	return out, rows.Err()
 }
 
-// JWTRevokedKeys returns the keys still to revoke.
+// JWTRevokedKeys returns the keys still to revoke: those no proven push carried yet.
 func (s *Store) JWTRevokedKeys(ctx context.Context) ([]JWTRevoked, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT user_key, principal, at FROM jwt_revoked ORDER BY user_key")
+	rows, err := s.db.QueryContext(ctx, "SELECT user_key, principal, at FROM jwt_revoked WHERE settled = 0 ORDER BY user_key")
 	if err != nil {
 		return nil, fmt.Errorf("reading the keys to revoke: %w", err)
 	}
@@ -86,11 +91,13 @@ func (s *Store) IssueJWTUser(ctx context.Context, u JWTUser) error {
 	if u.Principal == "" || u.UserKey == "" || u.JWT == "" {
 		return errors.New("recording a user JWT: principal, key and JWT are required")
 	}
-	return s.inWriteTx(ctx, func(tx *sql.Tx) error { return issueJWTUser(ctx, tx, u, time.Now()) })
+	return s.change(ctx, "recording the JWT of "+u.Principal, func(tx *sql.Tx, c *changes) error {
+		return issueJWTUser(ctx, tx, c, u, time.Now())
+	})
 }
 
-func issueJWTUser(ctx context.Context, tx *sql.Tx, u JWTUser, now time.Time) error {
-	if err := revokeJWTUser(ctx, tx, u.Principal, now.Unix(), u.UserKey); err != nil {
+func issueJWTUser(ctx context.Context, tx *sql.Tx, c *changes, u JWTUser, now time.Time) error {
+	if err := revokeJWTUser(ctx, tx, c, u.Principal, now.Unix(), u.UserKey); err != nil {
 		return err
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jwt_users (principal, user_key, jwt, pending, issued_at, operation)
@@ -98,13 +105,14 @@ func issueJWTUser(ctx context.Context, tx *sql.Tx, u JWTUser, now time.Time) err
 	if err != nil {
 		return fmt.Errorf("recording the JWT of %s: %w", u.Principal, err)
 	}
+	c.add(&jwtUserRecords, u.Principal)
 	return nil
 }
 
 // enrolJWTNode is EnrolNode's part in a jwt mesh: the enrolment identity's user is the
 // credential spent (ErrNoEnrolmentCredential where it has none), its key kept to revoke as of
 // now, and e.JWT recorded as the node's user, with OpEnrol.
-func enrolJWTNode(ctx context.Context, tx *sql.Tx, e NodeEnrolment, now time.Time) error {
+func enrolJWTNode(ctx context.Context, tx *sql.Tx, c *changes, e NodeEnrolment, now time.Time) error {
 	var key string
 	err := tx.QueryRowContext(ctx, "SELECT user_key FROM jwt_users WHERE principal = ?", e.EnrolPrincipal).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -113,7 +121,7 @@ func enrolJWTNode(ctx context.Context, tx *sql.Tx, e NodeEnrolment, now time.Tim
 	if err != nil {
 		return err
 	}
-	if err := revokeJWTUser(ctx, tx, e.EnrolPrincipal, now.Unix(), ""); err != nil {
+	if err := revokeJWTUser(ctx, tx, c, e.EnrolPrincipal, now.Unix(), ""); err != nil {
 		return err
 	}
 	u := *e.JWT
@@ -121,42 +129,56 @@ func enrolJWTNode(ctx context.Context, tx *sql.Tx, e NodeEnrolment, now time.Tim
 	if u.UserKey == "" || u.JWT == "" {
 		return errors.New("enrolling a node: its user's key and JWT are required")
 	}
-	return issueJWTUser(ctx, tx, u, now)
+	return issueJWTUser(ctx, tx, c, u, now)
 }
 
 // SetJWTPending records token, a JWT for principal's key, as pending: issued, and in force
 // only once SettleJWT says the push revoking the key's older JWTs was proven.
 func (s *Store) SetJWTPending(ctx context.Context, principal, token string) error {
-	return s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	return s.change(ctx, "recording the new JWT of "+principal, func(tx *sql.Tx, c *changes) error {
 		res, err := tx.ExecContext(ctx, "UPDATE jwt_users SET pending = ? WHERE principal = ?", token, principal)
 		if err != nil {
-			return fmt.Errorf("recording the new JWT of %s: %w", principal, err)
+			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return fmt.Errorf("recording the new JWT of %s: it has no user", principal)
+			return fmt.Errorf("%s has no user", principal)
 		}
+		c.add(&jwtUserRecords, principal)
 		return nil
 	})
 }
 
 // SettleJWT ends what a push left open, in one transaction: the pending JWTs of promote are
 // now their principals' (proven in force), those of drop are dropped (never in force), and
-// the keys of revoked are revoked on every server, so no longer kept to revoke.
+// the keys of revoked are revoked on every server, so no longer to revoke (kept, settled,
+// as the trace a copy of the store catching up is told of). A call that changes no row sends
+// the replica nothing.
 func (s *Store) SettleJWT(ctx context.Context, promote, drop, revoked []string) error {
 	now := formatTime(time.Now())
-	return s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	return s.change(ctx, "settling the users' JWTs", func(tx *sql.Tx, c *changes) error {
+		exec := func(f *family, name string, query string, args ...any) error {
+			res, err := tx.ExecContext(ctx, query, args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n > 0 {
+				c.add(f, name)
+				return err
+			}
+			return nil
+		}
 		for _, p := range promote {
-			if _, err := tx.ExecContext(ctx, "UPDATE jwt_users SET jwt = pending, pending = '', issued_at = ? WHERE principal = ? AND pending != ''", now, p); err != nil {
+			if err := exec(&jwtUserRecords, p, "UPDATE jwt_users SET jwt = pending, pending = '', issued_at = ? WHERE principal = ? AND pending != ''", now, p); err != nil {
 				return fmt.Errorf("recording the new JWT of %s: %w", p, err)
 			}
 		}
 		for _, p := range drop {
-			if _, err := tx.ExecContext(ctx, "UPDATE jwt_users SET pending = '' WHERE principal = ?", p); err != nil {
+			if err := exec(&jwtUserRecords, p, "UPDATE jwt_users SET pending = '' WHERE principal = ? AND pending != ''", p); err != nil {
 				return fmt.Errorf("dropping the new JWT of %s: %w", p, err)
 			}
 		}
 		for _, k := range revoked {
-			if _, err := tx.ExecContext(ctx, "DELETE FROM jwt_revoked WHERE user_key = ?", k); err != nil {
+			if err := exec(&jwtRevokedRecords, k, "UPDATE jwt_revoked SET settled = 1 WHERE user_key = ? AND settled = 0", k); err != nil {
 				return fmt.Errorf("recording the revocation of %s: %w", k, err)
 			}
 		}
@@ -165,10 +187,12 @@ func (s *Store) SettleJWT(ctx context.Context, promote, drop, revoked []string) 
 }
 
 // RevokeJWTUsers drops principals' users, each key kept to revoke as of at (Unix seconds),
-// in one transaction; it reports the principals that had one.
+// in one transaction; it reports the principals that had one. On ErrReplicaBehind the
+// revocations stand, and the principals are reported.
 func (s *Store) RevokeJWTUsers(ctx context.Context, principals []string, at int64) ([]string, error) {
 	var had []string
-	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	err := s.change(ctx, fmt.Sprintf("revoking %d users", len(principals)), func(tx *sql.Tx, c *changes) error {
+		had = nil
 		for _, p := range principals {
 			var key string
 			err := tx.QueryRowContext(ctx, "SELECT user_key FROM jwt_users WHERE principal = ?", p).Scan(&key)
@@ -178,19 +202,23 @@ func (s *Store) RevokeJWTUsers(ctx context.Context, principals []string, at int6
 			if err != nil {
 				return err
 			}
-			if err := revokeJWTUser(ctx, tx, p, at, ""); err != nil {
+			if err := revokeJWTUser(ctx, tx, c, p, at, ""); err != nil {
 				return err
 			}
 			had = append(had, p)
 		}
 		return nil
 	})
+	if err != nil && !errors.Is(err, ErrReplicaBehind) {
+		return nil, err
+	}
 	return had, err
 }
 
 // revokeJWTUser deletes principal's user, its key kept to revoke as of at unless it is
-// except (the key replacing it).
-func revokeJWTUser(ctx context.Context, tx *sql.Tx, principal string, at int64, except string) error {
+// except (the key replacing it), noting both in c. A key revoked again later than a proven
+// push revoked it is to revoke again.
+func revokeJWTUser(ctx context.Context, tx *sql.Tx, c *changes, principal string, at int64, except string) error {
 	var key string
 	err := tx.QueryRowContext(ctx, "SELECT user_key FROM jwt_users WHERE principal = ?", principal).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -201,13 +229,15 @@ func revokeJWTUser(ctx context.Context, tx *sql.Tx, principal string, at int64, 
 	}
 	if key != except {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO jwt_revoked (user_key, principal, at) VALUES (?, ?, ?)
-			ON CONFLICT (user_key) DO UPDATE SET at = max(at, excluded.at)`, key, principal, at); err != nil {
+			ON CONFLICT (user_key) DO UPDATE SET at = max(at, excluded.at), settled = settled AND excluded.at <= at`, key, principal, at); err != nil {
 			return fmt.Errorf("revoking the user of %s: %w", principal, err)
 		}
+		c.add(&jwtRevokedRecords, key)
 	}
 	if _, err := tx.ExecContext(ctx, "DELETE FROM jwt_users WHERE principal = ?", principal); err != nil {
 		return fmt.Errorf("revoking the user of %s: %w", principal, err)
 	}
+	c.add(&jwtUserRecords, principal)
 	return nil
 }
 

@@ -201,6 +201,13 @@ var migrations = []string{
 		principal TEXT NOT NULL,
 		at        INTEGER NOT NULL
 	) STRICT;`,
+
+	// 11: a key to revoke is kept once a proven push carried its revocation, marked settled,
+	// rather than deleted: it is the trace of the user dropped and of the revocation done that
+	// a copy of the store on the bus, behind, is told of (replica.go's catchUp). Deleted, a
+	// copy that missed it would keep both, and a store restored from it would revoke the key
+	// again and hold the dropped principal's user as its own.
+	`ALTER TABLE jwt_revoked ADD COLUMN settled INTEGER NOT NULL DEFAULT 0 CHECK (settled IN (0, 1));`,
 }
 
 // schemaVersion is the version this binary writes.

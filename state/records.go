@@ -22,13 +22,15 @@ var (
 	applies             = family{prefix: "apply", byID: true, read: readApplies, restore: restoreApply}
 	holderChangeRecords = family{prefix: "holder", byID: true, read: readHolderChanges, restore: restoreHolderChange}
 	inventoryRecord     = family{prefix: "inventory", singleton: true, read: readInventoryRecord, restore: restoreInventory}
+	jwtUserRecords      = family{prefix: "jwt-user", read: readJWTUsers, restore: restoreJWTUser}
+	jwtRevokedRecords   = family{prefix: "jwt-revoked", read: readJWTRevoked, restore: restoreJWTRevoked}
 )
 
 // families is every kind of record, in the order Restore inserts them: a row after those its
 // foreign keys refer to.
 var families = []*family{
 	&identityRecord, &credentials, &revocations, &enrolments, &declarations, &reports, &applies,
-	&holderChangeRecords, &inventoryRecord,
+	&holderChangeRecords, &inventoryRecord, &jwtUserRecords, &jwtRevokedRecords,
 }
 
 type identityValue struct {
@@ -380,4 +382,71 @@ func restoreInventory(ctx context.Context, f *family, tx *sql.Tx, data []byte) (
 		inv.Holders = append(inv.Holders, Holder(h))
 	}
 	return f.key(nil), replaceInventory(ctx, tx, inv)
+}
+
+// jwtUserValue is a principal's user in a jwt mesh (jwt.go): its key and JWTs, none secret.
+type jwtUserValue struct {
+	Principal string `json:"principal"`
+	UserKey   string `json:"user_key"`
+	JWT       string `json:"jwt"`
+	Pending   string `json:"pending"`
+	IssuedAt  string `json:"issued_at"`
+	Operation string `json:"operation"`
+}
+
+func readJWTUsers(ctx context.Context, f *family, q querier, names []any) ([]Record, error) {
+	var out []Record
+	err := selectRows(ctx, q, "SELECT principal, user_key, jwt, pending, issued_at, operation FROM jwt_users", "principal", names, func(rows *sql.Rows) error {
+		var v jwtUserValue
+		if err := rows.Scan(&v.Principal, &v.UserKey, &v.JWT, &v.Pending, &v.IssuedAt, &v.Operation); err != nil {
+			return err
+		}
+		r, err := f.record(v.Principal, v)
+		out = append(out, r)
+		return err
+	})
+	return out, err
+}
+
+func restoreJWTUser(ctx context.Context, f *family, tx *sql.Tx, data []byte) (string, error) {
+	var v jwtUserValue
+	if err := json.Unmarshal(data, &v); err != nil {
+		return "", err
+	}
+	_, err := tx.ExecContext(ctx, "INSERT INTO jwt_users (principal, user_key, jwt, pending, issued_at, operation) VALUES (?, ?, ?, ?, ?, ?)",
+		v.Principal, v.UserKey, v.JWT, v.Pending, v.IssuedAt, v.Operation)
+	return f.key(v.Principal), err
+}
+
+// jwtRevokedValue is a user key revoked, of principal, as of at (Unix seconds); settled once
+// a proven push carried it.
+type jwtRevokedValue struct {
+	UserKey   string `json:"user_key"`
+	Principal string `json:"principal"`
+	At        int64  `json:"at"`
+	Settled   bool   `json:"settled"`
+}
+
+func readJWTRevoked(ctx context.Context, f *family, q querier, names []any) ([]Record, error) {
+	var out []Record
+	err := selectRows(ctx, q, "SELECT user_key, principal, at, settled FROM jwt_revoked", "user_key", names, func(rows *sql.Rows) error {
+		var v jwtRevokedValue
+		if err := rows.Scan(&v.UserKey, &v.Principal, &v.At, &v.Settled); err != nil {
+			return err
+		}
+		r, err := f.record(v.UserKey, v)
+		out = append(out, r)
+		return err
+	})
+	return out, err
+}
+
+func restoreJWTRevoked(ctx context.Context, f *family, tx *sql.Tx, data []byte) (string, error) {
+	var v jwtRevokedValue
+	if err := json.Unmarshal(data, &v); err != nil {
+		return "", err
+	}
+	_, err := tx.ExecContext(ctx, "INSERT INTO jwt_revoked (user_key, principal, at, settled) VALUES (?, ?, ?, ?)",
+		v.UserKey, v.Principal, v.At, v.Settled)
+	return f.key(v.UserKey), err
 }

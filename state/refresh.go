@@ -27,7 +27,7 @@ var refreshedTables = []string{
 	"declared_credentials", "declarations", "enrolments", "reports",
 	"holder_changes", "applies",
 	"inventory_holders", "inventory_instances", "inventory_seats", "inventory_nodes",
-	"credentials", "revocations",
+	"credentials", "revocations", "jwt_users", "jwt_revoked",
 }
 
 // Refresh makes the store equal to records, a replica's whole content as the bus holds it

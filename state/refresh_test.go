@@ -212,8 +212,7 @@ func TestRefreshClearsEveryTableOfTheRecords(t *testing.T) {
 			return err
 		}
 		switch name {
-		// The jwt users are not records yet: the copy on the bus does not carry them.
-		case "identity", "refusals", "dead_letters", "dead_letter_messages", "replica", "sqlite_sequence", "jwt_users", "jwt_revoked":
+		case "identity", "refusals", "dead_letters", "dead_letter_messages", "replica", "sqlite_sequence":
 		default:
 			tables = append(tables, name)
 		}

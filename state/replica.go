@@ -251,15 +251,21 @@ func snapshot(ctx context.Context, q querier) ([]Record, error) {
 
 // catchUp is every record, with a deletion of every key the store may have held and no longer
 // does, so that a replica holding any older copy of the store is made equal to it. The only
-// rows the store deletes are credentials and revocations, and each leaves the other in its
-// place (Revoke and EnrolNode record a revocation, a mint deletes it): so the keys it may have
-// dropped are the credential of every revoked principal and the revocation of every principal
-// holding a credential. A change that deletes another kind of row must leave such a trace too,
-// or a replica behind would keep the row for ever.
+// rows the store deletes are credentials, revocations and jwt users, and each leaves a trace in
+// its place: a credential and a revocation each the other (Revoke and EnrolNode record a
+// revocation, a mint deletes it), and a jwt user its key kept revoked, never deleted (jwt.go).
+// So the keys it may have dropped are the credential of every revoked principal, the
+// revocation of every principal holding a credential, and the jwt user of every principal
+// with a revoked key and no user now. A change that deletes another kind of row must leave
+// such a trace too, or a replica behind would keep the row for ever.
 func catchUp(ctx context.Context, q querier) ([]Record, error) {
 	records, err := snapshot(ctx, q)
 	if err != nil {
 		return nil, err
+	}
+	have := make(map[string]bool, len(records))
+	for _, r := range records {
+		have[r.Key] = true
 	}
 	for _, r := range slices.Clone(records) {
 		if name, ok := strings.CutPrefix(r.Key, credentials.prefix+"."); ok {
@@ -267,6 +273,16 @@ func catchUp(ctx context.Context, q querier) ([]Record, error) {
 		}
 		if name, ok := strings.CutPrefix(r.Key, revocations.prefix+"."); ok {
 			records = append(records, Record{Key: credentials.prefix + "." + name})
+		}
+		if strings.HasPrefix(r.Key, jwtRevokedRecords.prefix+".") {
+			var v jwtRevokedValue
+			if err := json.Unmarshal(r.Value, &v); err != nil {
+				return nil, fmt.Errorf("record %s: %w", r.Key, err)
+			}
+			if k := jwtUserRecords.key(v.Principal); !have[k] {
+				have[k] = true // a principal with several keys revoked is deleted once
+				records = append(records, Record{Key: k})
+			}
 		}
 	}
 	sortRecords(records)

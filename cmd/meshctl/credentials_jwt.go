@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -35,8 +36,20 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 		return exitError
 	}
 	defer done()
+	// Every change is kept on the bus too, before the command returns, under the apply lock
+	// on the bus, taken after the state directory's as an apply takes them. A store that never
+	// applied has no controller to join as, and no copy on any bus yet.
+	stop, err := reconcile.KeepOnBus(ctx, c.m, c.st)
+	if err != nil && !errors.Is(err, state.ErrNoController) {
+		c.e.errorf("%v", err)
+		return exitError
+	}
+	if stop != nil {
+		defer stop()
+	}
 	if verb == "revoke" {
 		had, err := j.RevokePrincipals(ctx, []string{c.principal})
+		behind, err := splitReplicaBehind(err)
 		if err != nil {
 			c.e.errorf("%v", err)
 			return exitError
@@ -45,7 +58,7 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 			c.e.errorf("%s has no credential to revoke", c.principal)
 			return exitError
 		}
-		if code := c.pushJWT(ctx, j, "revoke"); code != exitOK {
+		if code := c.pushJWT(ctx, j, "revoke", behind); code != exitOK {
 			return code
 		}
 		fmt.Fprintf(c.e.stderr, "%s is revoked: every server applies the account's JWT that revokes it, and disconnected it\n", c.principal)
@@ -70,6 +83,7 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 	}
 	p, _ := c.desired.Principal(c.principal)
 	creds, err := j.Issue(ctx, p, req.operation)
+	behind, err := splitReplicaBehind(err)
 	if err != nil {
 		if file != nil {
 			file.abandon()
@@ -77,7 +91,7 @@ func (c credentialChange) jwtChange(ctx context.Context, verb string, req issueR
 		c.e.errorf("%v", err)
 		return exitError
 	}
-	code := c.pushJWT(ctx, j, "issue")
+	code := c.pushJWT(ctx, j, "issue", behind)
 	if err := c.deliverCreds(creds, reach, file, credsOut != ""); err != nil {
 		c.e.errorf("%s's credential is minted, but %v; issue it again", c.principal, err)
 		return exitError
@@ -107,10 +121,18 @@ func (c credentialChange) heldByAnAgent(ctx context.Context) int {
 }
 
 // pushJWT pushes the account's JWT for the mesh as the store holds it now, and says which
-// servers do not apply it.
-func (c credentialChange) pushJWT(ctx context.Context, j *accounts.JWT, verb string) int {
-	if _, _, err := j.Sync(ctx, c.desired.Principals); err != nil {
-		c.e.errorf("the credential is %sd in the store, but not every server applies the account's JWT that carries it: %v; the next apply pushes it", verb, err)
+// servers do not apply it. behind is a change of the store its copy on the bus did not take,
+// said as the push's own: the change is made, and the command exits 2 all the same.
+func (c credentialChange) pushJWT(ctx context.Context, j *accounts.JWT, verb string, behind error) int {
+	_, _, err := j.Sync(ctx, c.desired.Principals)
+	if b, failed := splitReplicaBehind(err); failed != nil {
+		c.e.errorf("the credential is %sd in the store, but not every server applies the account's JWT that carries it: %v; the next apply pushes it", verb, failed)
+		return exitError
+	} else if b != nil {
+		behind = b
+	}
+	if behind != nil {
+		c.e.errorf("every server applies the account's JWT, but %v", behind)
 		return exitError
 	}
 	return exitOK
@@ -183,6 +205,7 @@ func (c credentialChange) rotateControllerJWT(ctx context.Context) int {
 	defer done()
 	p, _ := c.desired.Principal(render.ControllerUser)
 	creds, err := j.Issue(ctx, p, "credentials rotate")
+	behind, err := splitReplicaBehind(err)
 	if err != nil {
 		c.e.errorf("%v", err)
 		return exitError
@@ -192,7 +215,7 @@ func (c credentialChange) rotateControllerJWT(ctx context.Context) int {
 		c.e.errorf("the controller's new user is minted, but %s could not be written: %v; rotate it again", path, err)
 		return exitError
 	}
-	if code := c.pushJWT(ctx, j, "rotate"); code != exitOK {
+	if code := c.pushJWT(ctx, j, "rotate", behind); code != exitOK {
 		return code
 	}
 	fmt.Fprintf(c.e.stderr, "the controller's user is rotated: %s holds the new creds, and every server applies the account's JWT that revokes the previous key; "+

@@ -15,6 +15,7 @@ func init() {
 
 const stateHelp = `
 Usage: meshctl state restore -f DIR --state NEWDIR --controller-password-file FILE
+       meshctl state restore -f DIR --state NEWDIR --controller-creds FILE   (bus.auth: jwt)
 
 On an external bus or cluster, meshctl keeps a copy of its state store on the bus itself:
 every credential's hash and revocation, every enrolled node's key and sealed membership,
@@ -32,11 +33,23 @@ password, so the restored store sees each server serve its config with one login
 writes and reloads nothing there; a config it cannot prove that way (one an earlier
 meshctl wrote) is written once more, with the same users, and seen served.
 
+With bus.auth: jwt the copy also holds each principal's user key and the user JWT last
+issued for it, and the keys still to revoke; the controller logs in with its creds, not
+a password. restore joins the bus with the creds in --controller-creds FILE (the lost
+host's STATE/controller.creds, kept with your other secrets), checks they are the
+restored store's controller, and keeps them in NEWDIR/controller.creds. It writes
+nothing to the servers: every issued user still logs in, a plan afterwards is the one the
+lost store would have made, and a revocation through it takes effect. The controller is
+not minted anew: a new key would be a second controller until a push revoked the old
+one, and a standby restored that way would revoke its leader's. The operator store
+(bus.operator) is the admin's, read where the description names it.
+
 NEWDIR must hold no store. The embedded bus keeps its store beside it, in its state
 directory: the two are lost together, and there is nothing on the bus to restore.
 
 Example:
   meshctl state restore -f mesh/ --state /var/lib/meshctl --controller-password-file /root/controller.password
+  meshctl state restore -f mesh/ --state /var/lib/meshctl --controller-creds /root/controller.creds
 `
 
 func runState(ctx context.Context, e *env, args []string) int {
@@ -48,14 +61,18 @@ func runState(ctx context.Context, e *env, args []string) int {
 		return code
 	}
 	if len(positional) != 1 || positional[0] != "restore" {
-		e.errorf("state: want the verb restore (meshctl state restore -f DIR --state NEWDIR --controller-password-file FILE)")
+		e.errorf("state: want the verb restore (meshctl state restore -f DIR --state NEWDIR --controller-password-file FILE, or with bus.auth: jwt --controller-creds FILE)")
 		return exitError
 	}
 	m, code := loadDescription(ctx, e, *dir)
 	if code != exitOK {
 		return code
 	}
-	if *sf.passwordFile == "" {
+	if m.Bus.JWT() && *sf.credsFile == "" {
+		e.errorf("state restore: --controller-creds is required with bus.auth: jwt: the controller's creds are what prove this is the store that manages the bus")
+		return exitError
+	}
+	if !m.Bus.JWT() && *sf.passwordFile == "" {
 		e.errorf("state restore: --controller-password-file is required: the controller's password is what proves this is the store that manages the bus")
 		return exitError
 	}

@@ -12,10 +12,14 @@ import (
 )
 
 // stateFlag is --state: the state directory of every command that uses one; and, for those
-// that may start from an empty one (restorableStateFlag), --controller-password-file.
+// that may start from an empty one (restorableStateFlag), --controller-password-file and
+// --controller-creds.
 type stateFlag struct {
 	dir          *string
 	passwordFile *string
+	// credsFile, with bus.auth: jwt, is --controller-creds: the controller's creds that a
+	// restore joins the bus with and keeps (nil: the command takes none).
+	credsFile *string
 	// wait, when set, is the command's --wait: whether a restore waits for the apply lock on
 	// the bus (nil: it waits).
 	wait *bool
@@ -28,13 +32,16 @@ type stateFlag struct {
 func (f *flags) restorableStateFlag() stateFlag {
 	s := f.stateFlag()
 	s.passwordFile = f.String("controller-password-file", "", "with a state directory holding no store: rebuild it from the copy kept on the bus first (as 'meshctl state restore'), proving the same authority with the controller's password in this file")
+	s.credsFile = f.String("controller-creds", "", "with bus.auth: jwt, as --controller-password-file: the controller's creds file (the lost host's STATE/controller.creds), kept in the restored state directory")
 	return s
 }
 
-// restoreIfEmpty rebuilds the store from the bus where --controller-password-file is given and
-// the state directory holds none; the code is exitOK when the command may go on.
+// restoreIfEmpty rebuilds the store from the bus where --controller-password-file (with
+// bus.auth: jwt, --controller-creds) is given and the state directory holds none; the code is
+// exitOK when the command may go on.
 func (s stateFlag) restoreIfEmpty(ctx context.Context, e *env, m *model.Mesh) int {
-	if s.passwordFile == nil || *s.passwordFile == "" {
+	given := func(p *string) bool { return p != nil && *p != "" }
+	if !given(s.passwordFile) && !given(s.credsFile) {
 		return exitOK
 	}
 	if ok, err := state.Exists(*s.dir); err != nil || ok {
@@ -44,12 +51,27 @@ func (s stateFlag) restoreIfEmpty(ctx context.Context, e *env, m *model.Mesh) in
 		}
 		return exitOK
 	}
-	password, err := readPasswordFile(*s.passwordFile)
-	if err != nil {
-		e.errorf("%v", err)
+	wait := s.wait == nil || *s.wait
+	var st *state.Store
+	var what string
+	var err error
+	switch {
+	case m.Bus.JWT() && !given(s.credsFile):
+		e.errorf("with bus.auth: jwt the controller logs in with its creds: give --controller-creds (the lost host's STATE/controller.creds) to restore the store from the bus")
 		return exitError
+	case m.Bus.JWT():
+		st, what, err = reconcile.RestoreJWT(ctx, m, *s.dir, *s.credsFile, wait)
+	case !given(s.passwordFile):
+		e.errorf("--controller-creds is for bus.auth: jwt; this mesh's controller proves itself with --controller-password-file")
+		return exitError
+	default:
+		var password string
+		if password, err = readPasswordFile(*s.passwordFile); err != nil {
+			e.errorf("%v", err)
+			return exitError
+		}
+		st, what, err = reconcile.Restore(ctx, m, *s.dir, password, wait)
 	}
-	st, what, err := reconcile.Restore(ctx, m, *s.dir, password, s.wait == nil || *s.wait)
 	if err != nil {
 		hint := ""
 		if errors.Is(err, state.ErrLocked) {

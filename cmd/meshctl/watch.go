@@ -101,7 +101,7 @@ func runWatch(ctx context.Context, e *env, args []string) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	if *sf.passwordFile != "" {
+	if *sf.passwordFile != "" || *sf.credsFile != "" {
 		// Read here only to restore from: watch itself reads the description at each cycle,
 		// and keeps running through an invalid one.
 		m, code := loadDescription(ctx, e, *dir)
