@@ -14,6 +14,7 @@
 package hosttest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -148,18 +149,59 @@ func (b *Mesh) start(t testing.TB, n int) {
 	// the rest: what an embedded bus is given when it starts.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for i, srv := range b.Cluster.Servers {
+	for _, srv := range b.Cluster.Servers {
 		if err := os.WriteFile(srv.AccountsFile, conf, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := each[i].Reloader.Reload(ctx); err != nil {
+		if err := reload(ctx, srv); err != nil {
 			t.Fatal(err)
 		}
-		b.waitLogin(ctx, t, servers[i], render.ControllerUser)
 	}
 	b.files = each[0]
 	b.files.StateDir, b.files.Others = t.TempDir(), each[1:]
-	b.create(t, b.files, plan.Live{})
+	b.whileWriting(t, func() { b.create(t, b.files, plan.Live{}) })
+}
+
+// whileWriting runs write, which writes the servers' accounts files through b.files, and
+// waits until every server whose file it changed has finished reloading it. The login that
+// proves a file served (accounts.File.Write) is let in midway through the server's reload:
+// the account's JetStream is taken up again after the users, and a request in between is
+// answered "no responders". An embedded bus, reloaded by a call, never showed that moment.
+func (b *Mesh) whileWriting(t testing.TB, write func()) {
+	t.Helper()
+	type loaded struct {
+		file []byte
+		at   time.Time
+	}
+	before := make([]loaded, len(b.Cluster.Servers))
+	for i, srv := range b.Cluster.Servers {
+		file, err := os.ReadFile(srv.AccountsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := srv.ConfigLoadTime()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[i] = loaded{file, at}
+	}
+	write()
+	for i, srv := range b.Cluster.Servers {
+		file, err := os.ReadFile(srv.AccountsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(file, before[i].file) {
+			continue
+		}
+		testwait.Until(t, srv.Name+" finishing its reload", func() error {
+			at, err := srv.ConfigLoadTime()
+			if err == nil && !at.After(before[i].at) {
+				err = fmt.Errorf("its config load time is still %s", at)
+			}
+			return err
+		})
+	}
 }
 
 // StartTLS is Start on a nats-server process of its own serving TLS as tls says
@@ -348,7 +390,8 @@ func (b *Mesh) Reload(ctx context.Context) error {
 
 // reload signals srv to reload and waits until its monitoring port says it has: a reload by
 // signal is done in the server's own time, and its config load time moves only once the new
-// config, with every connection checked against it, is in force.
+// config, with every connection checked against it and the account's JetStream taken up
+// again, is in force.
 func reload(ctx context.Context, srv *bustest.TestClusterServer) error {
 	before, err := srv.ConfigLoadTime()
 	if err != nil {
@@ -436,11 +479,13 @@ func (b *Mesh) Install(t testing.TB, principals []render.Principal) {
 	if b.Cluster == nil {
 		t.Fatal("Install: only Start's and StartCluster's accounts files are written by the test")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
-	defer cancel()
-	if err := b.files.Write(ctx, render.AccountsConfig(principals, b.hashes)); err != nil {
-		t.Fatal(err)
-	}
+	b.whileWriting(t, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
+		defer cancel()
+		if err := b.files.Write(ctx, render.AccountsConfig(principals, b.hashes)); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // WaitControllerHears waits, as the controller (which follows it), for one event on subject
