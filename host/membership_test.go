@@ -147,7 +147,7 @@ func TestJoin(t *testing.T) {
 	if got := h.Conn().NewInbox(); !strings.HasPrefix(got, "_INBOX.two.audit.") {
 		t.Errorf("inbox %s is not under the user's own prefix", got)
 	}
-	if h.User() != "two.audit" || h.Address() != b.Bus.URL() {
+	if h.User() != "two.audit" || h.Address() != b.Cluster.Servers[0].URL {
 		t.Errorf("joined as %s at %s", h.User(), h.Address())
 	}
 
@@ -156,12 +156,12 @@ func TestJoin(t *testing.T) {
 	if !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("a wrong password: got %v, want an authorization error", err)
 	}
-	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), b.Bus.URL()) {
-		t.Errorf("the error should name %s and not the password: %v", b.Bus.URL(), err)
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), b.Cluster.Servers[0].URL) {
+		t.Errorf("the error should name %s and not the password: %v", b.Cluster.Servers[0].URL, err)
 	}
 
 	m = b.Membership("two.audit")
-	m.Address = "nats://two.audit:" + secret + "@" + strings.TrimPrefix(b.Bus.URL(), "nats://")
+	m.Address = "nats://two.audit:" + secret + "@" + strings.TrimPrefix(b.Cluster.Servers[0].URL, "nats://")
 	if _, err := host.Join(ctx, m); err == nil || strings.Contains(err.Error(), secret) {
 		t.Errorf("a password inside the address: got %v, want it refused without quoting it", err)
 	}

@@ -59,7 +59,7 @@ func TestAnAckAfterAReloadTakes(t *testing.T) {
 	if n := ackPending(t, ctx, b, render.StreamEvents, "two_audit"); n != 1 {
 		t.Fatalf("%d deliveries await an ack before the reload, want the one in flight", n)
 	}
-	if err := b.Bus.Reload(); err != nil {
+	if err := b.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := audit.Ack(ctx, m); err != nil {
@@ -112,7 +112,7 @@ func TestAnAckAfterAReloadTakes(t *testing.T) {
 		if err := holder.Ack(ctx, before); err != nil {
 			t.Fatalf("before a reload, allow_responses should let the ack through: %v", err)
 		}
-		if err := b.Bus.Reload(); err != nil {
+		if err := b.Reload(ctx); err != nil {
 			t.Fatal(err)
 		}
 		err = holder.Ack(ctx, after)

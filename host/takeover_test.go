@@ -38,7 +38,7 @@ func TestANodeCannotAskToEnrolItself(t *testing.T) {
 	user := render.NodeUser(node)
 
 	refused := make(chan error, 16)
-	nc, err := nats.Connect(b.Bus.URL(), nats.UserInfo(user, b.Membership(user).Password),
+	nc, err := nats.Connect(b.Cluster.Servers[0].URL, nats.UserInfo(user, b.Membership(user).Password),
 		nats.CustomInboxPrefix(render.Inbox(user)), nats.NoReconnect(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {

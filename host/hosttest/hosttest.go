@@ -7,16 +7,18 @@
 // JWT is pushed to the servers, and every principal a user of it, holding a user JWT with
 // exactly its grants and the seed of its key.
 //
-// One bus per call, on a random port in the test's own directory: tests that shared a bus
-// deleted each other's objects. Passwords are hashed at bcrypt's lowest cost: tests prove
+// One bus per call, nats-server processes on random ports in the test's own directory: tests
+// that shared a bus deleted each other's objects, and a server embedded in the test's process
+// that is reloaded trips the race detector inside nats-server (StartConsumers). Passwords are hashed at bcrypt's lowest cost: tests prove
 // permissions, not hashing.
 package hosttest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +34,7 @@ import (
 	"github.com/meshbus/meshctl/bus/bustest"
 	"github.com/meshbus/meshctl/busclient"
 	"github.com/meshbus/meshctl/host"
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/internal/testwait"
 	"github.com/meshbus/meshctl/jsapi"
 	"github.com/meshbus/meshctl/model"
@@ -44,8 +47,7 @@ import (
 
 // Mesh is one test's bus and the mesh it carries.
 type Mesh struct {
-	// Bus is the embedded bus of Start; nil for StartCluster's, whose servers are Cluster's.
-	Bus     *bus.Embedded
+	// Cluster is the nats-server processes of Start (one) and StartCluster.
 	Cluster *bustest.TestCluster
 	// Server is StartTLS's nats-server process: renew its certificates on disk and Reload or
 	// Restart it.
@@ -58,6 +60,8 @@ type Mesh struct {
 	JWT *JWTAccount
 
 	target busclient.Target // every server, as memberships list them
+	// files is Cluster's accounts files, written, reloaded and proven as an apply does.
+	files accounts.File
 
 	passwords map[string]string
 	hashes    map[string]string
@@ -80,6 +84,12 @@ func Start(t testing.TB, dir string) *Mesh {
 // StartConsumers is Start with the mesh's consumers of kind (model.ConsumersPull or
 // model.ConsumersPush) whatever bus.consumers says, "" keeping the description's own: one
 // description proves both kinds.
+//
+// The bus is a nats-server process of its own (a TestCluster of one), not a server embedded in
+// the test's process: nats-server 2.15 races with itself when a server that answered a
+// JetStream request is reloaded and its response timer fires two minutes later
+// (docs/nats-behaviour.md, "Reload"). In a process of its own, the race detector of the test's
+// process never sees it, however long the package runs.
 func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 	t.Helper()
 	b := newMesh(t, dir, func(m *model.Mesh) {
@@ -87,11 +97,7 @@ func StartConsumers(t testing.TB, dir, kind string) *Mesh {
 			m.Bus.Consumers = kind
 		}
 	})
-	b.Bus = bustest.StartTestBus(t, render.AccountsConfig(b.Desired.Principals, b.hashes))
-	b.target = busclient.Target{URL: b.Bus.URL()}
-	t.Cleanup(b.closeHosts)
-	b.create(t, accounts.File{Path: b.Bus.AccountsFile(), Reloader: b.Bus.Reloader(),
-		Target: b.target, StateDir: t.TempDir()}, plan.Live{})
+	b.start(t, 1)
 	return b
 }
 
@@ -113,9 +119,20 @@ func StartCluster(t testing.TB, dir string, n int) *Mesh {
 			m.Seats[i].Stream.Replicas = n
 		}
 	})
+	b.start(t, n)
+	return b
+}
+
+// start runs the mesh on n nats-server processes, one standalone server when n is 1: the
+// mesh's users written to every server's accounts file, then the streams, consumers and
+// accounts config created by the controller through the first server's file, as an apply does.
+func (b *Mesh) start(t testing.TB, n int) {
+	t.Helper()
 	b.Cluster = bustest.StartTestCluster(t, n)
-	// Streams of n replicas are placed only once every server is a current peer.
-	b.Cluster.WaitForEveryPeer()
+	if n > 1 {
+		// Streams of n replicas are placed only once every server is a current peer.
+		b.Cluster.WaitForEveryPeer()
+	}
 	conf := render.AccountsConfig(b.Desired.Principals, b.hashes)
 	var servers []busclient.Target
 	var each []accounts.File
@@ -129,22 +146,62 @@ func StartCluster(t testing.TB, dir string, n int) *Mesh {
 	t.Cleanup(b.closeHosts)
 
 	// The mesh's users first, on every server, so that the controller can log in to create
-	// the rest: what Start's bus is given when it starts.
+	// the rest: what an embedded bus is given when it starts.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for i, srv := range b.Cluster.Servers {
+	for _, srv := range b.Cluster.Servers {
 		if err := os.WriteFile(srv.AccountsFile, conf, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := each[i].Reloader.Reload(ctx); err != nil {
+		if err := reload(ctx, srv); err != nil {
 			t.Fatal(err)
 		}
-		b.waitLogin(ctx, t, servers[i], render.ControllerUser)
 	}
-	first := each[0]
-	first.StateDir, first.Others = t.TempDir(), each[1:]
-	b.create(t, first, plan.Live{})
-	return b
+	b.files = each[0]
+	b.files.StateDir, b.files.Others = t.TempDir(), each[1:]
+	b.whileWriting(t, func() { b.create(t, b.files, plan.Live{}) })
+}
+
+// whileWriting runs write, which writes the servers' accounts files through b.files, and
+// waits until every server whose file it changed has finished reloading it. The login that
+// proves a file served (accounts.File.Write) is let in midway through the server's reload:
+// the account's JetStream is taken up again after the users, and a request in between is
+// answered "no responders". An embedded bus, reloaded by a call, never showed that moment.
+func (b *Mesh) whileWriting(t testing.TB, write func()) {
+	t.Helper()
+	type loaded struct {
+		file []byte
+		at   time.Time
+	}
+	before := make([]loaded, len(b.Cluster.Servers))
+	for i, srv := range b.Cluster.Servers {
+		file, err := os.ReadFile(srv.AccountsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := srv.ConfigLoadTime()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[i] = loaded{file, at}
+	}
+	write()
+	for i, srv := range b.Cluster.Servers {
+		file, err := os.ReadFile(srv.AccountsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(file, before[i].file) {
+			continue
+		}
+		testwait.Until(t, srv.Name+" finishing its reload", func() error {
+			at, err := srv.ConfigLoadTime()
+			if err == nil && !at.After(before[i].at) {
+				err = fmt.Errorf("its config load time is still %s", at)
+			}
+			return err
+		})
+	}
 }
 
 // StartTLS is Start on a nats-server process of its own serving TLS as tls says
@@ -242,7 +299,7 @@ func newMesh(t testing.TB, dir string, adjust func(*model.Mesh)) *Mesh {
 // process or a cluster just reloaded may leave a call unanswered while its leaders settle, or
 // refuse it while it enables JetStream for the account anew; the apply is then made again, as
 // the next `meshctl apply` would (testwait.Until): each of its calls is one that a second time
-// finds done. The embedded bus answers, or the test fails at once.
+// finds done.
 func (b *Mesh) create(t testing.TB, conf accounts.File, live plan.Live) {
 	t.Helper()
 	api, err := jsapi.New(b.MustJoin(t, render.ControllerUser).Conn().Conn)
@@ -261,9 +318,6 @@ func (b *Mesh) create(t testing.TB, conf accounts.File, live plan.Live) {
 		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
 		defer cancel()
 		_, err := reconcile.Apply(ctx, p, api, conf, nil)
-		if err != nil && b.Bus != nil {
-			t.Fatalf("the controller could not create the mesh: %v", err)
-		}
 		return err
 	})
 }
@@ -307,22 +361,52 @@ func (b *Mesh) Reissue(t testing.TB, user string) string {
 	return old
 }
 
-// AccountsFile is the accounts file Start's bus serves, or "" where the mesh's users are not
-// in a file this test can read.
+// AccountsFile is the accounts file Start's server serves, or "" where the mesh's users are not
+// in one file this test can read (a cluster's servers have one each).
 func (b *Mesh) AccountsFile() string {
-	if b.Bus == nil {
+	if b.Cluster == nil || len(b.Cluster.Servers) != 1 {
 		return ""
 	}
-	return b.Bus.AccountsFile()
+	return b.Cluster.Servers[0].AccountsFile
 }
 
-// Reload is what every change of the accounts config does to the hosts connected: Start's bus
-// reloads its accounts file, StartJWT's servers are pushed the account's JWT anew.
+// Reload is what every change of the accounts config does to the hosts connected: Start's and
+// StartCluster's servers reload their accounts files, StartJWT's are pushed the account's JWT
+// anew. It returns once every server has reloaded.
 func (b *Mesh) Reload(ctx context.Context) error {
 	if b.JWT != nil {
 		return b.JWT.Push(ctx)
 	}
-	return b.Bus.Reload()
+	if b.Cluster == nil {
+		return errors.New("reloading the test's bus: only Start's, StartCluster's and StartJWT's reload")
+	}
+	for _, srv := range b.Cluster.Servers {
+		if err := reload(ctx, srv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reload signals srv to reload and waits until its monitoring port says it has: a reload by
+// signal is done in the server's own time, and its config load time moves only once the new
+// config, with every connection checked against it and the account's JetStream taken up
+// again, is in force.
+func reload(ctx context.Context, srv *bustest.TestClusterServer) error {
+	before, err := srv.ConfigLoadTime()
+	if err != nil {
+		return fmt.Errorf("reloading %s: %w", srv.Name, err)
+	}
+	if err := bus.PIDFileReloader(srv.PIDFile).Reload(ctx); err != nil {
+		return fmt.Errorf("reloading %s: %w", srv.Name, err)
+	}
+	if !backoff.Retry(ctx, backoff.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}, func() bool {
+		at, err := srv.ConfigLoadTime()
+		return err == nil && at.After(before)
+	}) {
+		return fmt.Errorf("%s did not reload (its config load time stayed %s): %w", srv.Name, before, ctx.Err())
+	}
+	return nil
 }
 
 // Dial joins as user on a connection of its own, closed when t ends.
@@ -386,26 +470,22 @@ func (b *Mesh) closeHosts() {
 	}
 }
 
-// Install makes principals the bus's users (Start's bus alone), with the mesh's passwords:
-// checked by the server's parser, written beside the live file and renamed over it (the server never reads half a
-// file), and reloaded — live for every connection at once.
+// Install makes principals the bus's users (Start's and StartCluster's), with the mesh's
+// passwords, as an apply does (accounts.File.Write): checked by the server's parser, written
+// over the live file, reloaded, and proven served by a login before it returns — live for every
+// connection at once.
 func (b *Mesh) Install(t testing.TB, principals []render.Principal) {
 	t.Helper()
-	conf := render.AccountsConfig(principals, b.hashes)
-	path := b.Bus.AccountsFile()
-	if err := bus.CheckAccounts(conf, filepath.Dir(path)); err != nil {
-		t.Fatal(err)
+	if b.Cluster == nil {
+		t.Fatal("Install: only Start's and StartCluster's accounts files are written by the test")
 	}
-	next := path + ".next"
-	if err := os.WriteFile(next, conf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(next, path); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Bus.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	b.whileWriting(t, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit)
+		defer cancel()
+		if err := b.files.Write(ctx, render.AccountsConfig(principals, b.hashes)); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // WaitControllerHears waits, as the controller (which follows it), for one event on subject
