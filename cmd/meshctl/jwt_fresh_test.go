@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -147,8 +148,15 @@ func TestApplyDiffAndCredentialsOnTheEmbeddedBusInOperatorMode(t *testing.T) {
 			return nil
 		})
 	}
-	inSync("watch serving the bus")
-	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK || !strings.Contains(out, "in sync") || !strings.Contains(errOut, "served by meshctl pid") {
+	// Waited for in watch's log: a command run before watch's bus is up starts a bus of its
+	// own for a moment, which watch's start then retries around.
+	testwait.Until(t, "watch serving the bus", func() error {
+		if !strings.Contains(stderr.String(), "started the embedded bus") {
+			return errors.New("watch has not started the embedded bus")
+		}
+		return nil
+	})
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st, "--wait"); code != exitOK || !strings.Contains(out, "in sync") || !strings.Contains(errOut, "served by meshctl pid") {
 		t.Fatalf("apply of the mesh applied: exit %d; want in sync on watch's bus\n%s%s", code, out, errOut)
 	}
 
@@ -204,10 +212,15 @@ func TestApplyDiffAndCredentialsOnTheEmbeddedBusInOperatorMode(t *testing.T) {
 	}
 	inSync("watch applying a permission change")
 	disconnectedEverywhere(t, "the audit's old JWT", []*nats.Conn{auditConn})
-	users, err := openedJWTUsers(t, st)
-	if err != nil || !strings.Contains(users["two.audit"], "mesh.mod.mailer.event.sent") {
-		t.Errorf("the audit's JWT in force after the change does not grant its new event: %v", err)
-	}
+	// watch records the new JWT in force once its push is proven, just after the servers
+	// apply it (what the diff saw).
+	testwait.Until(t, "the store holding the audit's new JWT in force", func() error {
+		users, err := openedJWTUsers(t, st)
+		if err != nil || !strings.Contains(users["two.audit"], "mesh.mod.mailer.event.sent") {
+			return fmt.Errorf("the audit's JWT in force does not grant its new event (%v)", err)
+		}
+		return nil
+	})
 	if !shopConn.IsConnected() {
 		t.Errorf("the shop, whose grants did not change, was disconnected: %v", shopConn.LastError())
 	}
@@ -292,7 +305,7 @@ func TestRenderedServerConfigRunsAFreshExternalBus(t *testing.T) {
 	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
 		t.Fatalf("diff after apply: exit %d\n%s%s", code, out, errOut)
 	}
-	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK || !strings.Contains(out, "in sync") {
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st, "--wait"); code != exitOK || !strings.Contains(out, "in sync") {
 		t.Fatalf("apply of the mesh applied: exit %d; want in sync\n%s%s", code, out, errOut)
 	}
 	mem := issueMembership(t, "two.audit", desc, st)
