@@ -69,6 +69,23 @@ type JWTPlan struct {
 	// permissions denying everything, the signing key of its users, the JWT itself on the
 	// servers).
 	Owned []string
+	// Revocations and Size are what the JWT the plan pushes would carry: its revocations and
+	// its length in bytes, encoded at the time of planning. Limit is the longest the servers
+	// take (Resolver.Limit), and MaxPayload their least max_payload (0 where unknown). A plan
+	// that pushes nothing leaves them 0.
+	Revocations int
+	Size        int
+	Limit       int64
+	MaxPayload  int64
+}
+
+// TooLarge is the error an apply of p would meet: its JWT past the servers' limit (see the
+// package's TooLarge), or nil.
+func (p JWTPlan) TooLarge(account string) error {
+	if p.Size == 0 {
+		return nil
+	}
+	return TooLarge(account, p.Size, p.Revocations, p.Limit, p.MaxPayload)
 }
 
 // Pushes reports whether the plan pushes the account's JWT: a change, or a server to bring
@@ -106,7 +123,35 @@ func (j JWT) Plan(ctx context.Context, principals []render.Principal) (JWTPlan, 
 		p.Owned = append(p.Owned, NotOnServers)
 		p.Behind = slices.Clone(j.Resolver.Servers)
 	}
-	return p, nil
+	if p.Pushes() {
+		err = j.measure(&p, time.Now())
+	}
+	return p, err
+}
+
+// measure sets p's Revocations and Size from the JWT its apply would push, encoded now: each
+// key of a reissued principal revoked a second before now, as its new JWT is issued now. The
+// numbers of a Unix time are as long either way, so the size is the push's to the byte but
+// for a clock past 2286.
+func (j JWT) measure(p *JWTPlan, now time.Time) error {
+	a, err := j.account(p.Held)
+	if err != nil {
+		return err
+	}
+	revoke := map[string]int64{}
+	for _, r := range p.Reissue {
+		revoke[r.UserKey] = max(now.Unix(), r.After+1) - 1
+	}
+	for _, r := range append(slices.Clone(p.Remove), p.Revoke...) {
+		revoke[r.UserKey] = max(revoke[r.UserKey], r.At)
+	}
+	token, n, err := a.successor(j.Operator.Signer, p.Held, now, revoke)
+	if err != nil {
+		return err
+	}
+	p.Revocations, p.Size = n, len(token)
+	p.Limit, p.MaxPayload = j.Resolver.Limit(), j.Resolver.maxPayload()
+	return nil
 }
 
 // PlanJWT is Plan's pure part: the change from held, the account's JWT the change starts

@@ -57,31 +57,36 @@ func DialJWT(ctx context.Context, m *model.Mesh, op Operator, store *state.Store
 		return JWT{}, fmt.Errorf("connecting as the operator's system user: %w", err)
 	}
 	var names []string
+	var maxPayload int64
 	for _, srv := range m.Bus.Servers {
-		name := serverName(ctx, m.Bus, srv, cred, login)
+		name, mp := serverName(ctx, m.Bus, srv, cred, login)
 		if slices.Contains(names, name) {
 			conn.Close()
 			return JWT{}, fmt.Errorf("two servers of bus.servers answer as server %s: each must be a server of its own", name)
 		}
 		names = append(names, name)
+		if mp > 0 && (maxPayload == 0 || mp < maxPayload) {
+			maxPayload = mp
+		}
 	}
-	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: names}}, nil
+	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: names, MaxPayload: maxPayload}}, nil
 }
 
-// serverName is the name srv gives itself, or its address where it cannot be reached.
-func serverName(ctx context.Context, b model.Bus, srv model.Server, cred busclient.Credential, login nats.Option) string {
+// serverName is the name srv gives itself and the max_payload it announces, or its address
+// and 0 where it cannot be reached.
+func serverName(ctx context.Context, b model.Bus, srv model.Server, cred busclient.Credential, login nats.Option) (string, int64) {
 	t, err := serverTarget(b, srv)
 	if err != nil {
-		return t.Address()
+		return t.Address(), 0
 	}
 	ctx, cancel := context.WithTimeout(ctx, DefaultWait)
 	defer cancel()
 	c, err := busclient.Dial(ctx, t, cred, login, nats.NoReconnect())
 	if err != nil {
-		return t.Address()
+		return t.Address(), 0
 	}
 	defer c.Close()
-	return c.ConnectedServerName()
+	return c.ConnectedServerName(), c.MaxPayload()
 }
 
 // Change is the plan's change of the account's JWT ("" when none): each principal whose JWT
@@ -136,6 +141,14 @@ func (p JWTPlan) Change(users map[string]state.JWTUser) (plan.Change, bool) {
 	}
 	if len(p.Behind) > 0 {
 		why = append(why, "behind on "+strings.Join(p.Behind, ", "))
+	}
+	if p.Size > 0 {
+		why = append(why, fmt.Sprintf("the JWT pushed holds %d revocation(s) in %d bytes, of the %d the servers take", p.Revocations, p.Size, p.Limit))
+		if hc, err := jwt.DecodeAccountClaims(p.Held); err == nil {
+			if err := p.TooLarge(hc.Subject); err != nil {
+				c.Refused = err.Error()
+			}
+		}
 	}
 	c.Reason = strings.Join(why, "; ")
 	return c, true

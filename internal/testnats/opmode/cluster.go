@@ -28,6 +28,8 @@ type ClusterOptions struct {
 	ResolverInterval string
 	// OperatorName names the operator; "" means "MESHTEST".
 	OperatorName string
+	// MaxPayload is each server's max_payload in bytes; 0 leaves the server's default (1 MiB).
+	MaxPayload int
 }
 
 // Cluster is a JetStream cluster of nats-server processes in operator mode for one test: each
@@ -129,6 +131,9 @@ log_file: %q
 jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 256MB }
 `, srv.Name, ports[i], ports[2*n+i], srv.LogFile, trust(srv.ResolverDir, interval),
 			filepath.Join(sdir, "js"))
+		if opts.MaxPayload > 0 {
+			conf += fmt.Sprintf("max_payload: %d\n", opts.MaxPayload)
+		}
 		if n > 1 {
 			conf += fmt.Sprintf("cluster { name: opmode-test, listen: \"127.0.0.1:%d\", routes: [%s] }\n", ports[n+i], strings.Join(routes, ", "))
 		}
