@@ -2,12 +2,14 @@ package accounts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 
+	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
@@ -77,6 +79,12 @@ type JWTPlan struct {
 	Size        int
 	Limit       int64
 	MaxPayload  int64
+	// Superseded are the hosts the store holds a credential of the file modes for (a bcrypt
+	// hash or an nkey public key, plan.FileCredentialHolders): bus.auth was password or nkey,
+	// and on servers in operator mode none of them logs in. An apply drops them once the
+	// account's JWT is proven on every server, so that none comes back should bus.auth
+	// return to a file mode; each host needs a new membership (plan.AuthMigration).
+	Superseded []string
 }
 
 // TooLarge is the error an apply of p would meet: its JWT past the servers' limit (see the
@@ -117,6 +125,11 @@ func (j JWT) Plan(ctx context.Context, principals []render.Principal) (JWTPlan, 
 	if err != nil {
 		return JWTPlan{}, err
 	}
+	hashes, err := j.Store.Hashes(ctx)
+	if err != nil {
+		return JWTPlan{}, err
+	}
+	p.Superseded = plan.FileCredentialHolders(principals, hashes)
 	if onServers {
 		p.Behind = st.NotCurrent()
 	} else {
@@ -269,7 +282,8 @@ func (j JWT) Apply(ctx context.Context, p JWTPlan) (JWTResult, error) {
 		return JWTResult{}, err
 	}
 	if !p.Pushes() {
-		return JWTResult{}, nil
+		// Every server named applies the JWT the plan read (no server behind).
+		return JWTResult{}, j.dropSuperseded(ctx, p)
 	}
 	a, err := j.account(p.Held)
 	if err != nil {
@@ -331,7 +345,24 @@ func (j JWT) Apply(ctx context.Context, p JWTPlan) (JWTResult, error) {
 	if res.Status, err = j.Resolver.Prove(ctx, token); err != nil {
 		return res, err
 	}
-	return res, j.Store.SettleJWT(ctx, promote, nil, settle)
+	if err := j.Store.SettleJWT(ctx, promote, nil, settle); err != nil {
+		return res, err
+	}
+	return res, j.dropSuperseded(ctx, p)
+}
+
+// dropSuperseded revokes, in the store, the credentials of the file modes that p found
+// superseded by bus.auth: jwt, once the account's JWT is proven on every server: the
+// servers run in operator mode with the mesh's account, where none of them logs in.
+func (j JWT) dropSuperseded(ctx context.Context, p JWTPlan) error {
+	if len(p.Superseded) == 0 {
+		return nil
+	}
+	err := j.Store.RevokeAll(ctx, p.Superseded)
+	if err != nil && !errors.Is(err, state.ErrReplicaBehind) {
+		return fmt.Errorf("dropping the %d credential(s) of the accounts config bus.auth: jwt supersedes: %w", len(p.Superseded), err)
+	}
+	return nil
 }
 
 // Sync plans and applies the account for principals: what apply, watch and the credentials

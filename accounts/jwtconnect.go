@@ -92,9 +92,10 @@ func serverName(ctx context.Context, b model.Bus, srv model.Server, cred busclie
 // Change is the plan's change of the account's JWT ("" when none): each principal whose JWT
 // is reissued with the subjects it gains and loses, marked CredentialReissue where an
 // operator issued it and must give its host the new one; each removed or revoked; and what
-// of meshctl's own the JWT lacks, and which servers are behind.
-func (p JWTPlan) Change(users map[string]state.JWTUser) (plan.Change, bool) {
-	if !p.Pushes() {
+// of meshctl's own the JWT lacks, and which servers are behind; and the hosts whose
+// credentials of the file modes bus.auth: jwt supersedes, refused unless o allows reissuing.
+func (p JWTPlan) Change(users map[string]state.JWTUser, o plan.Options) (plan.Change, bool) {
+	if !p.Pushes() && len(p.Superseded) == 0 {
 		return plan.Change{}, false
 	}
 	c := plan.Change{Kind: plan.KindAccounts, Name: "JWT", Action: plan.Update, Risk: plan.RiskNone}
@@ -151,6 +152,19 @@ func (p JWTPlan) Change(users map[string]state.JWTUser) (plan.Change, bool) {
 		}
 	}
 	c.Reason = strings.Join(why, "; ")
+	// A host already issued its user JWT holds its new membership: only its old credential
+	// is dropped.
+	var hosts []string
+	for _, h := range p.Superseded {
+		if _, ok := users[h]; !ok {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) < len(p.Superseded) {
+		why := fmt.Sprintf("dropping %d credential(s) of the accounts config that bus.auth: jwt supersedes", len(p.Superseded))
+		c.Reason = strings.TrimPrefix(c.Reason+"; "+why, "; ")
+	}
+	plan.AuthMigration{To: model.AuthJWT, Hosts: hosts}.Mark(&c, o)
 	return c, true
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/meshbus/meshctl/internal/testnats/opmode"
+	"github.com/meshbus/meshctl/plan"
 )
 
 // userKeys are n fresh user public keys, each revoked at at.
@@ -125,12 +126,12 @@ func TestPlanShowsTheJWTsSizeAndRefusesOnePastTheLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := JWTPlan{Held: held, Revoke: []Revoke{{Principal: "one.shop", UserKey: "U…"}}, Revocations: 1, Size: 1200, Limit: 1 << 20}
-	c, ok := p.Change(nil)
+	c, ok := p.Change(nil, plan.Options{})
 	if !ok || c.Refused != "" || !strings.Contains(c.Reason, "1 revocation(s) in 1200 bytes, of the 1048576 the servers take") {
 		t.Fatalf("a push that fits: %+v", c)
 	}
 	p.Size, p.Limit, p.MaxPayload = 20_000, 16<<10, 16<<10
-	c, _ = p.Change(nil)
+	c, _ = p.Change(nil, plan.Options{})
 	if c.Refused == "" || !strings.Contains(c.Refused, "max_payload is 16384 bytes") {
 		t.Fatalf("a push past max_payload is not refused, or not said why: %+v", c)
 	}

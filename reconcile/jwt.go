@@ -189,8 +189,9 @@ func joinWithCreds(ctx context.Context, m *model.Mesh, store *state.Store) (*bus
 	return conn, t, err
 }
 
-// planJWT replaces, in p, the file backend's accounts change with the account JWT's.
-func (s *Session) planJWT(ctx context.Context, m *model.Mesh, p *plan.Plan) error {
+// planJWT replaces, in p, the file backend's accounts change with the account JWT's, planned
+// with o (a change of bus.auth to jwt is refused unless o allows reissuing).
+func (s *Session) planJWT(ctx context.Context, m *model.Mesh, p *plan.Plan, o plan.Options) error {
 	p.Changes = slices.DeleteFunc(p.Changes, func(c plan.Change) bool { return c.Kind == plan.KindAccounts })
 	p.Accounts = nil
 	jp, err := s.jwt.Plan(ctx, render.DerivePrincipals(m, nil))
@@ -201,7 +202,7 @@ func (s *Session) planJWT(ctx context.Context, m *model.Mesh, p *plan.Plan) erro
 	if err != nil {
 		return err
 	}
-	if c, ok := jp.Change(users); ok {
+	if c, ok := jp.Change(users, o); ok {
 		c.After = jp
 		p.Changes = append(p.Changes, c)
 	}

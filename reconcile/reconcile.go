@@ -82,6 +82,15 @@ func desired(ctx context.Context, store *state.Store, m *model.Mesh) (plan.Targe
 	}
 	t := plan.TargetOfMesh(m, graces, hashes).ForMesh(id)
 	t.Known = known
+	if m.Bus.Auth != model.AuthJWT {
+		users, err := store.JWTUsers(ctx)
+		if err != nil {
+			return plan.Target{}, err
+		}
+		for u := range users {
+			t.JWTUsers = append(t.JWTUsers, u)
+		}
+	}
 	return t, nil
 }
 
@@ -128,7 +137,7 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	}
 	p := plan.Compute(t, live, o)
 	if s.jwt != nil {
-		if err := s.planJWT(ctx, m, p); err != nil {
+		if err := s.planJWT(ctx, m, p, o); err != nil {
 			return nil, t, err
 		}
 	}
@@ -283,6 +292,9 @@ func (s *Session) applyAndRecord(ctx context.Context, m *model.Mesh, p *plan.Pla
 		if verr != nil {
 			err = errors.Join(err, verr) // keeps a conflict said beside it
 		}
+	}
+	if err == nil {
+		err = s.dropJWTUsers(ctx, p, t)
 	}
 	err = s.diskError(err)
 	id, rerr := s.record(ctx, o.Dir, started, p, historyOutcome(err))
