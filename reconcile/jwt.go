@@ -228,10 +228,11 @@ func (s *Session) applyJWT(ctx context.Context, p *plan.Plan) (int, error) {
 }
 
 // withoutAccountJWT is p without its account JWT change, which apply does not know (applyJWT
-// pushes it); p itself where it has none.
+// pushes it); p itself where it has none, or where p is blocked: a refused account JWT change
+// (a change of bus.auth, a JWT too large) must stop the whole apply, which apply refuses.
 func withoutAccountJWT(p *plan.Plan) *plan.Plan {
 	isJWT := func(c plan.Change) bool { _, ok := c.After.(accounts.JWTPlan); return ok }
-	if !slices.ContainsFunc(p.Changes, isJWT) {
+	if p.Blocked() || !slices.ContainsFunc(p.Changes, isJWT) {
 		return p
 	}
 	q := *p

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshbus/meshctl/state"
+	"github.com/meshbus/meshctl/wire"
+)
+
+// storedHashes is the store's credentials of the file modes, by principal.
+func storedHashes(t *testing.T, ctx context.Context, dir string) map[string]string {
+	t.Helper()
+	store, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	hashes, err := store.Hashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hashes
+}
+
+// TestBusAuthPasswordToJWTIsAGuardedMigration holds a change of bus.auth from password to
+// jwt: a mesh applied with passwords, one host issued its membership, then pointed at servers
+// in operator mode (its state kept). The apply refuses, naming the host for a new membership,
+// and creates nothing of the mesh's nor drops the host's hash (before the fix it applied
+// everything: the refused account JWT change was taken out before apply checked); allowed, it creates the mesh's streams in the account, and drops the
+// host's bcrypt hash once the account's JWT is proven; the host is then issued creds that log
+// in on every server, and the mesh is converged.
+func TestBusAuthPasswordToJWTIsAGuardedMigration(t *testing.T) {
+	t.Parallel()
+	st := t.TempDir()
+	pw := writeMesh(t, map[string]string{"mesh.yaml": "bus:\n  listen: 127.0.0.1:0\nnodes: [{name: one}, {name: two}]\nmodules:\n" + jwtModules})
+	if code, out, errOut := meshctl(t, "apply", "-f", pw, "--state", st); code != exitOK {
+		t.Fatalf("apply with passwords: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := meshctl(t, "credentials", "issue", "two.audit", "-f", pw, "--state", st); code != exitOK || !strings.Contains(out, `"password"`) {
+		t.Fatalf("credentials issue with passwords: exit %d\n%s", code, errOut)
+	}
+	c := jwtCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	if storedHashes(t, ctx, st)["two.audit"] == "" {
+		t.Fatal("the store holds no hash for the host issued")
+	}
+	desc := writeMesh(t, jwtDescription(c, jwtModules))
+
+	code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st)
+	if code == exitOK || !strings.Contains(out+errOut, "two.audit (credential reissue)") || !strings.Contains(out+errOut, "--allow-reissue") {
+		t.Fatalf("apply moving to jwt without --allow-reissue: exit %d\n%s%s", code, out, errOut)
+	}
+	if storedHashes(t, ctx, st)["two.audit"] == "" {
+		t.Fatal("the refused apply dropped the host's hash")
+	}
+	if code, out, errOut = meshctl(t, "apply", "-f", desc, "--state", st, "--allow-reissue"); code != exitOK {
+		t.Fatalf("apply --allow-reissue: exit %d\n%s%s", code, out, errOut)
+	}
+	if h, ok := storedHashes(t, ctx, st)["two.audit"]; ok {
+		t.Fatalf("the allowed apply kept the host's credential of the accounts config (%d bytes)", len(h))
+	}
+	code, out, errOut = meshctl(t, "credentials", "issue", "two.audit", "-f", desc, "--state", st)
+	var mem wire.Membership
+	if err := json.Unmarshal([]byte(out), &mem); code != exitOK || err != nil || mem.JWT == "" || mem.Seed == "" {
+		t.Fatalf("credentials issue after the migration: exit %d (%v)\n%s", code, err, errOut)
+	}
+	loginEverywhere(t, c, mem.JWT, mem.Seed)
+	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("diff after the migration: exit %d\n%s%s", code, out, errOut)
+	}
+}
