@@ -43,6 +43,7 @@ func Compute(target Target, live Live, o Options) *Plan {
 		c := Change{Kind: KindAccounts, Name: "config", Action: Update, Risk: RiskNone}
 		AuthMigration{To: target.Auth(), Hosts: hosts}.Mark(&c, o)
 		accounts = append(accounts, c)
+		p.Accounts = target.Rendering()
 	}
 
 	sortChanges(d.conflicts)

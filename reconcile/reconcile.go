@@ -283,6 +283,12 @@ func (s *Session) applyAndRecord(ctx context.Context, m *model.Mesh, p *plan.Pla
 		n, err = s.applyJWT(ctx, p)
 		res.Applied += n
 	}
+	if err == nil && len(t.JWTUsers) > 0 {
+		// The accounts config is served (apply proved the reload): the user JWTs it
+		// supersedes go, and the read-back compares with a store that holds none.
+		err = s.dropJWTUsers(ctx, p, t)
+		t.JWTUsers = nil
+	}
 	gate.stop()
 	if err == nil || errors.Is(err, ErrConflict) {
 		// Claimed only once seen: a call the server acknowledged is not yet a bus that
@@ -292,9 +298,6 @@ func (s *Session) applyAndRecord(ctx context.Context, m *model.Mesh, p *plan.Pla
 		if verr != nil {
 			err = errors.Join(err, verr) // keeps a conflict said beside it
 		}
-	}
-	if err == nil {
-		err = s.dropJWTUsers(ctx, p, t)
 	}
 	err = s.diskError(err)
 	id, rerr := s.record(ctx, o.Dir, started, p, historyOutcome(err))

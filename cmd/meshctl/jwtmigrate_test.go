@@ -74,3 +74,57 @@ func TestBusAuthPasswordToJWTIsAGuardedMigration(t *testing.T) {
 		t.Fatalf("diff after the migration: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestBusAuthJWTToPasswordIsAGuardedMigration holds the reverse: a mesh applied in operator
+// mode, one host issued its creds, then pointed at a bus on meshctl's accounts config. The
+// apply refuses, naming the host; allowed, it drops the host's user JWT once the accounts
+// config is served, its key kept to revoke should bus.auth return to jwt, and the controller's
+// user kept; the host is then issued a password that logs in.
+func TestBusAuthJWTToPasswordIsAGuardedMigration(t *testing.T) {
+	t.Parallel()
+	st := t.TempDir()
+	c := jwtCluster(t)
+	desc := writeMesh(t, jwtDescription(c, jwtModules))
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("apply in operator mode: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := meshctl(t, "credentials", "issue", "two.audit", "-f", desc, "--state", st); code != exitOK {
+		t.Fatalf("credentials issue in operator mode: exit %d\n%s", code, errOut)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	pw := writeMesh(t, map[string]string{"mesh.yaml": "bus:\n  listen: 127.0.0.1:0\nnodes: [{name: one}, {name: two}]\nmodules:\n" + jwtModules})
+
+	code, out, errOut := meshctl(t, "apply", "-f", pw, "--state", st)
+	if code == exitOK || !strings.Contains(out+errOut, "two.audit (credential reissue") || !strings.Contains(out+errOut, "changing bus.auth from jwt") {
+		t.Fatalf("apply leaving jwt without --allow-reissue: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut = meshctl(t, "apply", "-f", pw, "--state", st, "--allow-reissue"); code != exitOK {
+		t.Fatalf("apply --allow-reissue: exit %d\n%s%s", code, out, errOut)
+	}
+	store, err := state.Open(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := store.JWTUsers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked, err := store.JWTRevokedKeys(ctx)
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := users["two.audit"]; ok || len(users) != 1 {
+		t.Fatalf("the users JWT kept after leaving jwt: %v; want the controller's only", users)
+	}
+	if len(revoked) != 1 || revoked[0].Principal != "two.audit" {
+		t.Fatalf("the keys kept to revoke: %+v; want two.audit's", revoked)
+	}
+	if code, out, errOut = meshctl(t, "credentials", "issue", "two.audit", "-f", pw, "--state", st); code != exitOK || !strings.Contains(out, `"password"`) {
+		t.Fatalf("credentials issue after leaving jwt: exit %d\n%s", code, errOut)
+	}
+	if code, out, errOut := meshctl(t, "diff", "-f", pw, "--state", st); code != exitOK {
+		t.Fatalf("diff after leaving jwt: exit %d\n%s%s", code, out, errOut)
+	}
+}
