@@ -46,7 +46,7 @@ func TooLarge(account string, size, revocations int, limit, maxPayload int64) er
 		of = fmt.Sprintf("the servers' max_payload is %d bytes", maxPayload)
 	}
 	return fmt.Errorf("account %s: %w: it would be %d bytes with %d revocation(s), and %s. "+
-		"Each removed principal's key stays revoked until every user JWT it revokes has expired, and user JWTs that do not expire keep it for ever. "+
+		"Each revocation (a principal removed, a credential replaced, grants changed) stays until every user JWT it revokes has expired: for ever where they do not expire. "+
 		"Raise max_payload where it is below 1 MiB, or move the mesh to a fresh account and issue every host anew; "+
 		"the servers also refuse every user signed by a key the account's JWT no longer lists, so a new signing key for the users would make the revocations of the old key's users unneeded, which meshctl does not do yet",
 		account, ErrJWTTooLarge, size, revocations, of)

@@ -365,13 +365,15 @@ func (j JWT) dropSuperseded(ctx context.Context, p JWTPlan) error {
 	return nil
 }
 
-// Sync plans and applies the account for principals: what apply, watch and the credentials
-// commands each end with.
+// Sync plans and applies the account for principals: what the credentials commands end
+// with. It leaves the credentials of the file modes (Superseded) to an apply, whose plan
+// refuses to drop them unless the operator allows it.
 func (j JWT) Sync(ctx context.Context, principals []render.Principal) (JWTPlan, JWTResult, error) {
 	p, err := j.Plan(ctx, principals)
 	if err != nil {
 		return p, JWTResult{}, err
 	}
+	p.Superseded = nil
 	res, err := j.Apply(ctx, p)
 	return p, res, err
 }

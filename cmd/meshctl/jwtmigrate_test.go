@@ -27,10 +27,12 @@ func storedHashes(t *testing.T, ctx context.Context, dir string) map[string]stri
 }
 
 // TestBusAuthPasswordToJWTIsAGuardedMigration holds a change of bus.auth from password to
-// jwt: a mesh applied with passwords, one host issued its membership, then pointed at servers
+// jwt: a mesh applied with passwords, two hosts issued their memberships, then pointed at servers
 // in operator mode (its state kept). The apply refuses, naming the host for a new membership,
 // and creates nothing of the mesh's nor drops the host's hash (before the fix it applied
-// everything: the refused account JWT change was taken out before apply checked); allowed, it creates the mesh's streams in the account, and drops the
+// everything: the refused account JWT change was taken out before apply checked). A host
+// issued its creds meanwhile is no longer counted, and the issue leaves the other host's hash
+// alone; allowed, it creates the mesh's streams in the account, and drops the
 // host's bcrypt hash once the account's JWT is proven; the host is then issued creds that log
 // in on every server, and the mesh is converged.
 func TestBusAuthPasswordToJWTIsAGuardedMigration(t *testing.T) {
@@ -40,8 +42,10 @@ func TestBusAuthPasswordToJWTIsAGuardedMigration(t *testing.T) {
 	if code, out, errOut := meshctl(t, "apply", "-f", pw, "--state", st); code != exitOK {
 		t.Fatalf("apply with passwords: exit %d\n%s%s", code, out, errOut)
 	}
-	if code, out, errOut := meshctl(t, "credentials", "issue", "two.audit", "-f", pw, "--state", st); code != exitOK || !strings.Contains(out, `"password"`) {
-		t.Fatalf("credentials issue with passwords: exit %d\n%s", code, errOut)
+	for _, host := range []string{"two.audit", "one.shop"} {
+		if code, out, errOut := meshctl(t, "credentials", "issue", host, "-f", pw, "--state", st); code != exitOK || !strings.Contains(out, `"password"`) {
+			t.Fatalf("credentials issue %s with passwords: exit %d\n%s", host, code, errOut)
+		}
 	}
 	c := jwtCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
@@ -58,12 +62,29 @@ func TestBusAuthPasswordToJWTIsAGuardedMigration(t *testing.T) {
 	if storedHashes(t, ctx, st)["two.audit"] == "" {
 		t.Fatal("the refused apply dropped the host's hash")
 	}
+	// A host issued its creds before the apply: its new membership is made, and the other
+	// host's hash is left to the apply the operator allows.
+	code, out, errOut = meshctl(t, "credentials", "issue", "one.shop", "-f", desc, "--state", st)
+	var shop wire.Membership
+	if err := json.Unmarshal([]byte(out), &shop); code != exitOK || err != nil || shop.JWT == "" {
+		t.Fatalf("credentials issue one.shop before the apply: exit %d (%v)\n%s", code, err, errOut)
+	}
+	if storedHashes(t, ctx, st)["two.audit"] == "" {
+		t.Fatal("credentials issue dropped another host's hash, which only an allowed apply may")
+	}
+	code, out, errOut = meshctl(t, "apply", "-f", desc, "--state", st)
+	if code == exitOK || !strings.Contains(out+errOut, "1 host(s) holding one") || strings.Contains(out+errOut, "one.shop (credential reissue)") {
+		t.Fatalf("apply with one host issued its creds: exit %d\n%s%s", code, out, errOut)
+	}
 	if code, out, errOut = meshctl(t, "apply", "-f", desc, "--state", st, "--allow-reissue"); code != exitOK {
 		t.Fatalf("apply --allow-reissue: exit %d\n%s%s", code, out, errOut)
 	}
-	if h, ok := storedHashes(t, ctx, st)["two.audit"]; ok {
-		t.Fatalf("the allowed apply kept the host's credential of the accounts config (%d bytes)", len(h))
+	for _, host := range []string{"two.audit", "one.shop"} {
+		if h, ok := storedHashes(t, ctx, st)[host]; ok {
+			t.Fatalf("the allowed apply kept %s's credential of the accounts config (%d bytes)", host, len(h))
+		}
 	}
+	loginEverywhere(t, c, shop.JWT, shop.Seed)
 	code, out, errOut = meshctl(t, "credentials", "issue", "two.audit", "-f", desc, "--state", st)
 	var mem wire.Membership
 	if err := json.Unmarshal([]byte(out), &mem); code != exitOK || err != nil || mem.JWT == "" || mem.Seed == "" {
