@@ -26,6 +26,32 @@ var ErrNoJetStream = errors.New("the account JWT sets no JetStream storage limit
 // by anything else is still stored and answered 200 by every server, and applied by none.
 var ErrNotOperatorKey = errors.New("an account JWT must be signed by the operator or one of its signing keys")
 
+// ErrJWTTooLarge is an account JWT longer than the servers take: jwt/v2 refuses to decode a
+// token past 1 MiB (jwt.MaxTokenSize), and a push is one message, which may not pass the
+// servers' max_payload. A revocation adds about 93 bytes, and with user JWTs that never
+// expire each removed principal's stays in the list for ever, so a long-lived mesh reaches
+// the limit; none is encoded or pushed past it.
+var ErrJWTTooLarge = errors.New("the account JWT is too large for the servers")
+
+// TooLarge is the error of an account JWT of size bytes, carrying revocations, that does not
+// fit limit bytes (the least of jwt.MaxTokenSize and the servers' max_payload, maxPayload; 0
+// where no server was asked), or nil when it fits. It says what shortens the list, and only
+// what is true of the servers and of meshctl.
+func TooLarge(account string, size, revocations int, limit, maxPayload int64) error {
+	if int64(size) <= limit {
+		return nil
+	}
+	of := fmt.Sprintf("an account JWT may not pass %d bytes", jwt.MaxTokenSize)
+	if maxPayload > 0 && maxPayload < jwt.MaxTokenSize {
+		of = fmt.Sprintf("the servers' max_payload is %d bytes", maxPayload)
+	}
+	return fmt.Errorf("account %s: %w: it would be %d bytes with %d revocation(s), and %s. "+
+		"Each revocation (a principal removed, a credential replaced, grants changed) stays until every user JWT it revokes has expired: for ever where they do not expire. "+
+		"Raise max_payload where it is below 1 MiB, or move the mesh to a fresh account and issue every host anew; "+
+		"the servers also refuse every user signed by a key the account's JWT no longer lists, so a new signing key for the users would make the revocations of the old key's users unneeded, which meshctl does not do yet",
+		account, ErrJWTTooLarge, size, revocations, of)
+}
+
 // Account is the mesh's account as its JWT states it.
 type Account struct {
 	// Name is the account's name tag in the JWT.
@@ -68,21 +94,34 @@ func (a Account) Encode(signer nkeys.KeyPair, previous string, now time.Time, re
 // imports and exports, tags, scoped signing keys) is kept. meshctl owns only its JetStream
 // limits, the signing keys it adds, the revocations and the default permissions.
 func (a Account) EncodeRevoking(signer nkeys.KeyPair, previous string, now time.Time, revoke map[string]int64) (string, error) {
+	token, revocations, err := a.successor(signer, previous, now, revoke)
+	if err != nil {
+		return "", err
+	}
+	if err := TooLarge(a.PublicKey, len(token), revocations, jwt.MaxTokenSize, 0); err != nil {
+		return "", fmt.Errorf("encoding the account JWT: %w", err)
+	}
+	return token, nil
+}
+
+// successor is EncodeRevoking without the check of its size, and the number of revocations
+// the JWT carries: what a plan shows of the JWT a push would carry, even one too large.
+func (a Account) successor(signer nkeys.KeyPair, previous string, now time.Time, revoke map[string]int64) (string, int, error) {
 	if !nkeys.IsValidPublicAccountKey(a.PublicKey) {
-		return "", fmt.Errorf("encoding the account JWT: %q is not an account public key", a.PublicKey)
+		return "", 0, fmt.Errorf("encoding the account JWT: %q is not an account public key", a.PublicKey)
 	}
 	if err := operatorKey(signer); err != nil {
-		return "", fmt.Errorf("encoding the account JWT of %s: %w", a.PublicKey, err)
+		return "", 0, fmt.Errorf("encoding the account JWT of %s: %w", a.PublicKey, err)
 	}
 	c := jwt.NewAccountClaims(a.PublicKey)
 	var prevIAT int64
 	if previous != "" {
 		prev, err := jwt.DecodeAccountClaims(previous)
 		if err != nil {
-			return "", fmt.Errorf("encoding the account JWT of %s: reading the JWT it replaces: %w", a.PublicKey, err)
+			return "", 0, fmt.Errorf("encoding the account JWT of %s: reading the JWT it replaces: %w", a.PublicKey, err)
 		}
 		if prev.Subject != a.PublicKey {
-			return "", fmt.Errorf("encoding the account JWT of %s: the JWT it replaces is account %s's", a.PublicKey, prev.Subject)
+			return "", 0, fmt.Errorf("encoding the account JWT of %s: the JWT it replaces is account %s's", a.PublicKey, prev.Subject)
 		}
 		prevIAT = prev.IssuedAt
 		revs := prev.Revocations
@@ -112,18 +151,19 @@ func (a Account) EncodeRevoking(signer nkeys.KeyPair, previous string, now time.
 	keys := slices.Sorted(maps.Keys(revoke))
 	for _, key := range keys {
 		if key != jwt.All && !nkeys.IsValidPublicUserKey(key) {
-			return "", fmt.Errorf("encoding the account JWT of %s: revoking %q, which is not a user public key", a.PublicKey, key)
+			return "", 0, fmt.Errorf("encoding the account JWT of %s: revoking %q, which is not a user public key", a.PublicKey, key)
 		}
 		c.RevokeAt(key, time.Unix(revoke[key], 0))
 	}
 	if err := checkAccountClaims(c); err != nil {
-		return "", fmt.Errorf("encoding the account JWT of %s: %w", a.PublicKey, err)
+		return "", 0, fmt.Errorf("encoding the account JWT of %s: %w", a.PublicKey, err)
 	}
 	iat := now.Unix()
 	if iat <= prevIAT {
 		iat = prevIAT + 1
 	}
-	return encodeAccountAt(c, signer, iat)
+	token, err := encodeAccountAt(c, signer, iat)
+	return token, len(c.Revocations), err
 }
 
 // revocationExpired reports whether every user JWT a revocation made at `at` revokes has
@@ -176,13 +216,18 @@ func operatorKey(kp nkeys.KeyPair) error {
 
 // encodeAccountAt writes and signs the JWT of c as jwt/v2's Encode does, but with the `iat`
 // given: Encode always stamps the clock's second, which a push in the same second as the last
-// would tie. The result is decoded again, so a JWT the library would not read never leaves.
+// would tie. The result is decoded again, so a JWT the library would not read never leaves,
+// except one past jwt.MaxTokenSize, which the caller refuses by its size.
 func encodeAccountAt(c *jwt.AccountClaims, signer nkeys.KeyPair, iat int64) (string, error) {
 	c.Type = jwt.AccountClaim
 	c.Version = 2 // jwt/v2's claim version
 	token, err := encodeAt(&c.ClaimsData, c, signer, iat)
 	if err != nil {
 		return "", fmt.Errorf("encoding the account JWT: %w", err)
+	}
+	if len(token) > jwt.MaxTokenSize {
+		// No library decodes it: its size is what the caller says it by (TooLarge).
+		return token, nil
 	}
 	back, err := jwt.DecodeAccountClaims(token)
 	if err != nil {
@@ -231,10 +276,13 @@ func encodeAt(data *jwt.ClaimsData, claims any, signer nkeys.KeyPair, iat int64)
 }
 
 // checkPushable refuses, before anything is sent, an account JWT that would do harm: one that
-// does not decode, is not an account's, was not signed by an operator key, or sets no
-// JetStream storage.
-func checkPushable(accountJWT string) (*jwt.AccountClaims, error) {
+// does not decode, is not an account's, was not signed by an operator key, sets no JetStream
+// storage, or is longer than limit bytes (TooLarge).
+func checkPushable(accountJWT string, limit, maxPayload int64) (*jwt.AccountClaims, error) {
 	c, err := jwt.DecodeAccountClaims(accountJWT)
+	if errors.Is(err, jwt.ErrTokenTooLarge) {
+		return nil, fmt.Errorf("pushing the account JWT: %w", TooLarge("(unread: the JWT does not decode)", len(accountJWT), 0, limit, maxPayload))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the account JWT: %w", err)
 	}
@@ -243,6 +291,9 @@ func checkPushable(accountJWT string) (*jwt.AccountClaims, error) {
 	}
 	if err := checkAccountClaims(c); err != nil {
 		return nil, fmt.Errorf("pushing the account JWT of %s: %w", c.Subject, err)
+	}
+	if err := TooLarge(c.Subject, len(accountJWT), len(c.Revocations), limit, maxPayload); err != nil {
+		return nil, fmt.Errorf("pushing the account JWT: %w", err)
 	}
 	return c, nil
 }

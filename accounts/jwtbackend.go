@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 
+	"github.com/meshbus/meshctl/plan"
 	"github.com/meshbus/meshctl/render"
 	"github.com/meshbus/meshctl/state"
 )
@@ -70,6 +71,29 @@ type JWTPlan struct {
 	// permissions denying everything, the signing key of its users, the JWT itself on the
 	// servers).
 	Owned []string
+	// Revocations and Size are what the JWT the plan pushes would carry: its revocations and
+	// its length in bytes, encoded at the time of planning. Limit is the longest the servers
+	// take (Resolver.Limit), and MaxPayload their least max_payload (0 where unknown). A plan
+	// that pushes nothing leaves them 0.
+	Revocations int
+	Size        int
+	Limit       int64
+	MaxPayload  int64
+	// Superseded are the hosts the store holds a credential of the file modes for (a bcrypt
+	// hash or an nkey public key, plan.FileCredentialHolders): bus.auth was password or nkey,
+	// and on servers in operator mode none of them logs in. An apply drops them once the
+	// account's JWT is proven on every server, so that none comes back should bus.auth
+	// return to a file mode; each host needs a new membership (plan.AuthMigration).
+	Superseded []string
+}
+
+// TooLarge is the error an apply of p would meet: its JWT past the servers' limit (see the
+// package's TooLarge), or nil.
+func (p JWTPlan) TooLarge(account string) error {
+	if p.Size == 0 {
+		return nil
+	}
+	return TooLarge(account, p.Size, p.Revocations, p.Limit, p.MaxPayload)
 }
 
 // Pushes reports whether the plan pushes the account's JWT: a change, or a server to bring
@@ -101,13 +125,46 @@ func (j JWT) Plan(ctx context.Context, principals []render.Principal) (JWTPlan, 
 	if err != nil {
 		return JWTPlan{}, err
 	}
+	hashes, err := j.Store.Hashes(ctx)
+	if err != nil {
+		return JWTPlan{}, err
+	}
+	p.Superseded = plan.FileCredentialHolders(principals, hashes)
 	if onServers {
 		p.Behind = st.NotCurrent()
 	} else {
 		p.Owned = append(p.Owned, NotOnServers)
 		p.Behind = slices.Clone(j.Resolver.Servers)
 	}
-	return p, nil
+	if p.Pushes() {
+		err = j.measure(&p, time.Now())
+	}
+	return p, err
+}
+
+// measure sets p's Revocations and Size from the JWT its apply would push, encoded now: each
+// key of a reissued principal revoked a second before now, as its new JWT is issued now. The
+// numbers of a Unix time are as long either way, so the size is the push's to the byte but
+// for a clock past 2286.
+func (j JWT) measure(p *JWTPlan, now time.Time) error {
+	a, err := j.account(p.Held)
+	if err != nil {
+		return err
+	}
+	revoke := map[string]int64{}
+	for _, r := range p.Reissue {
+		revoke[r.UserKey] = max(now.Unix(), r.After+1) - 1
+	}
+	for _, r := range append(slices.Clone(p.Remove), p.Revoke...) {
+		revoke[r.UserKey] = max(revoke[r.UserKey], r.At)
+	}
+	token, n, err := a.successor(j.Operator.Signer, p.Held, now, revoke)
+	if err != nil {
+		return err
+	}
+	p.Revocations, p.Size = n, len(token)
+	p.Limit, p.MaxPayload = j.Resolver.Limit(), j.Resolver.maxPayload()
+	return nil
 }
 
 // PlanJWT is Plan's pure part: the change from held, the account's JWT the change starts
@@ -246,7 +303,8 @@ func (j JWT) apply(ctx context.Context, p JWTPlan, stored func(error) error) (JW
 		return JWTResult{}, err
 	}
 	if !p.Pushes() {
-		return JWTResult{}, nil
+		// Every server named applies the JWT the plan read (no server behind).
+		return JWTResult{}, j.dropSuperseded(ctx, p)
 	}
 	a, err := j.account(p.Held)
 	if err != nil {
@@ -308,16 +366,35 @@ func (j JWT) apply(ctx context.Context, p JWTPlan, stored func(error) error) (JW
 	if res.Status, err = j.Resolver.Prove(ctx, token); err != nil {
 		return res, err
 	}
-	return res, stored(j.Store.SettleJWT(ctx, promote, nil, settle))
+	if err := stored(j.Store.SettleJWT(ctx, promote, nil, settle)); err != nil {
+		return res, err
+	}
+	return res, j.dropSuperseded(ctx, p)
 }
 
-// Sync plans and applies the account for principals: what apply, watch and the credentials
-// commands each end with.
+// dropSuperseded revokes, in the store, the credentials of the file modes that p found
+// superseded by bus.auth: jwt, once the account's JWT is proven on every server: the
+// servers run in operator mode with the mesh's account, where none of them logs in.
+func (j JWT) dropSuperseded(ctx context.Context, p JWTPlan) error {
+	if len(p.Superseded) == 0 {
+		return nil
+	}
+	err := j.Store.RevokeAll(ctx, p.Superseded)
+	if err != nil && !errors.Is(err, state.ErrReplicaBehind) {
+		return fmt.Errorf("dropping the %d credential(s) of the accounts config bus.auth: jwt supersedes: %w", len(p.Superseded), err)
+	}
+	return nil
+}
+
+// Sync plans and applies the account for principals: what the credentials commands end
+// with. It leaves the credentials of the file modes (Superseded) to an apply, whose plan
+// refuses to drop them unless the operator allows it.
 func (j JWT) Sync(ctx context.Context, principals []render.Principal) (JWTPlan, JWTResult, error) {
 	p, err := j.Plan(ctx, principals)
 	if err != nil {
 		return p, JWTResult{}, err
 	}
+	p.Superseded = nil
 	res, err := j.Apply(ctx, p)
 	return p, res, err
 }

@@ -287,6 +287,10 @@ func TestJWTBackendManagesOnlyItsAccount(t *testing.T) {
 	if !slices.Contains(p.Owned, "the account's JWT is on no server yet") || res.Pushed == "" {
 		t.Fatalf("the first sync planned %+v and pushed %q", p, res.Pushed)
 	}
+	if p.Size != len(res.Pushed) || p.Revocations != 0 || p.Limit != jwt.MaxTokenSize {
+		t.Errorf("the plan measured %d bytes and %d revocations against %d; the push was %d bytes, against the servers' 1 MiB",
+			p.Size, p.Revocations, p.Limit, len(res.Pushed))
+	}
 	if c := decodeAccount(t, res.Pushed); !c.Limits.IsJSEnabled() || !deniesEverything(c.DefaultPermissions) {
 		t.Errorf("the account's JWT pushed lacks JetStream or default permissions denying everything: %+v", c.Limits)
 	}

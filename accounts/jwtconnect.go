@@ -82,15 +82,19 @@ func DialJWT(ctx context.Context, m *model.Mesh, op Operator, store *state.Store
 		return JWT{}, err
 	}
 	var names []string
+	var maxPayload int64
 	for _, srv := range m.Bus.Servers {
-		name := serverName(ctx, m.Bus, srv, cred)
+		name, mp := serverName(ctx, m.Bus, srv, cred)
 		if slices.Contains(names, name) {
 			conn.Close()
 			return JWT{}, fmt.Errorf("two servers of bus.servers answer as server %s: each must be a server of its own", name)
 		}
 		names = append(names, name)
+		if mp > 0 && (maxPayload == 0 || mp < maxPayload) {
+			maxPayload = mp
+		}
 	}
-	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: names}}, nil
+	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: names, MaxPayload: maxPayload}}, nil
 }
 
 // DialJWTServer is the JWT backend of a bus of one server at t, the embedded bus: the
@@ -104,7 +108,7 @@ func DialJWTServer(ctx context.Context, t busclient.Target, op Operator, store *
 	if err != nil {
 		return JWT{}, err
 	}
-	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: []string{conn.ConnectedServerName()}}}, nil
+	return JWT{Operator: op, Store: store, Resolver: Resolver{Conn: conn.Conn, Servers: []string{conn.ConnectedServerName()}, MaxPayload: conn.MaxPayload()}}, nil
 }
 
 // dialSystem connects as the operator's system user, reconnecting for as long as the backend
@@ -117,28 +121,30 @@ func dialSystem(ctx context.Context, t busclient.Target, cred busclient.Credenti
 	return conn, nil
 }
 
-// serverName is the name srv gives itself, or its address where it cannot be reached.
-func serverName(ctx context.Context, b model.Bus, srv model.Server, cred busclient.Credential) string {
+// serverName is the name srv gives itself and the max_payload it announces, or its address
+// and 0 where it cannot be reached.
+func serverName(ctx context.Context, b model.Bus, srv model.Server, cred busclient.Credential) (string, int64) {
 	t, err := serverTarget(b, srv)
 	if err != nil {
-		return t.Address()
+		return t.Address(), 0
 	}
 	ctx, cancel := context.WithTimeout(ctx, DefaultWait)
 	defer cancel()
 	c, err := busclient.Dial(ctx, t, cred, nats.NoReconnect())
 	if err != nil {
-		return t.Address()
+		return t.Address(), 0
 	}
 	defer c.Close()
-	return c.ConnectedServerName()
+	return c.ConnectedServerName(), c.MaxPayload()
 }
 
 // Change is the plan's change of the account's JWT ("" when none): each principal whose JWT
 // is reissued with the subjects it gains and loses, marked CredentialReissue where an
 // operator issued it and must give its host the new one; each removed or revoked; and what
-// of meshctl's own the JWT lacks, and which servers are behind.
-func (p JWTPlan) Change(users map[string]state.JWTUser) (plan.Change, bool) {
-	if !p.Pushes() {
+// of meshctl's own the JWT lacks, and which servers are behind; and the hosts whose
+// credentials of the file modes bus.auth: jwt supersedes, refused unless o allows reissuing.
+func (p JWTPlan) Change(users map[string]state.JWTUser, o plan.Options) (plan.Change, bool) {
+	if !p.Pushes() && len(p.Superseded) == 0 {
 		return plan.Change{}, false
 	}
 	c := plan.Change{Kind: plan.KindAccounts, Name: "JWT", Action: plan.Update, Risk: plan.RiskNone}
@@ -186,7 +192,28 @@ func (p JWTPlan) Change(users map[string]state.JWTUser) (plan.Change, bool) {
 	if len(p.Behind) > 0 {
 		why = append(why, "behind on "+strings.Join(p.Behind, ", "))
 	}
+	if p.Size > 0 {
+		why = append(why, fmt.Sprintf("the JWT pushed holds %d revocation(s) in %d bytes, of the %d the servers take", p.Revocations, p.Size, p.Limit))
+		if hc, err := jwt.DecodeAccountClaims(p.Held); err == nil {
+			if err := p.TooLarge(hc.Subject); err != nil {
+				c.Refused = err.Error()
+			}
+		}
+	}
 	c.Reason = strings.Join(why, "; ")
+	// A host already issued its user JWT holds its new membership: only its old credential
+	// is dropped.
+	var hosts []string
+	for _, h := range p.Superseded {
+		if _, ok := users[h]; !ok {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) < len(p.Superseded) {
+		why := fmt.Sprintf("dropping %d credential(s) of the accounts config that bus.auth: jwt supersedes", len(p.Superseded))
+		c.Reason = strings.TrimPrefix(c.Reason+"; "+why, "; ")
+	}
+	plan.AuthMigration{To: model.AuthJWT, Hosts: hosts}.Mark(&c, o)
 	return c, true
 }
 

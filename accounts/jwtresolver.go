@@ -37,6 +37,28 @@ type Resolver struct {
 	Servers []string
 	// Wait bounds how long a request waits for the last server named; 0 is DefaultWait.
 	Wait time.Duration
+	// MaxPayload is the least max_payload the servers named announce (INFO max_payload),
+	// learnt by a connection to each; 0 where none was asked, and then Conn's server's is
+	// taken. A push is one message, which a server refuses past its max_payload.
+	MaxPayload int64
+}
+
+// Limit is the longest account JWT the servers take, in bytes: the least of the 1 MiB jwt/v2
+// decodes, MaxPayload, and the max_payload of the server Conn is connected to.
+func (r Resolver) Limit() int64 {
+	if mp := r.maxPayload(); mp > 0 {
+		return min(jwt.MaxTokenSize, mp)
+	}
+	return jwt.MaxTokenSize
+}
+
+// maxPayload is the least max_payload known of the servers, 0 where none is.
+func (r Resolver) maxPayload() int64 {
+	mp := r.MaxPayload
+	if r.Conn != nil && r.Conn.MaxPayload() > 0 && (mp == 0 || r.Conn.MaxPayload() < mp) {
+		mp = r.Conn.MaxPayload()
+	}
+	return mp
 }
 
 // PushState is what one server did with a pushed JWT.
@@ -86,11 +108,11 @@ func (p PushResult) Err() error {
 
 // Push sends accountJWT to every server's resolver on $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE
 // and gathers each server's answer. A JWT that would do harm (Encode's checks: JetStream
-// storage, an operator's signature) is refused before anything is sent. A server that stores
-// the JWT applies it before it answers, but one that does not trust its signer still answers
-// that it stored it: Status says whether each server holds it.
+// storage, an operator's signature) or does not fit Limit is refused before anything is
+// sent. A server that stores the JWT applies it before it answers, but one that does not
+// trust its signer still answers that it stored it: Status says whether each server holds it.
 func (r Resolver) Push(ctx context.Context, accountJWT string) (PushResult, error) {
-	c, err := checkPushable(accountJWT)
+	c, err := checkPushable(accountJWT, r.Limit(), r.maxPayload())
 	if err != nil {
 		return PushResult{}, err
 	}

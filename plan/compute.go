@@ -37,6 +37,13 @@ func Compute(target Target, live Live, o Options) *Plan {
 		authChange(&c, target, live, o)
 		accounts = append(accounts, c)
 		p.Accounts = target.Accounts
+	} else if hosts := JWTHolders(target.JWTUsers); len(hosts) > 0 {
+		// The config in use is the rendering, yet hosts still hold user JWTs of a jwt mesh
+		// (an apply stopped before it dropped them).
+		c := Change{Kind: KindAccounts, Name: "config", Action: Update, Risk: RiskNone}
+		AuthMigration{To: target.Auth(), Hosts: hosts}.Mark(&c, o)
+		accounts = append(accounts, c)
+		p.Accounts = target.Rendering()
 	}
 
 	sortChanges(d.conflicts)

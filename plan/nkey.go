@@ -43,8 +43,12 @@ const CredentialReissue = "reissue"
 // credential is of the old kind is locked out at the reload until it is issued a new
 // membership — by `meshctl credentials issue`, or by the controller for a module instance on
 // an enrolled node, once the node itself enrolled again. A change of bus.auth with no
-// credential in use is said, and not refused.
+// credential in use is said, and not refused. A change from jwt is an AuthMigration.
 func authChange(c *Change, target Target, live Live, o Options) {
+	if hosts := JWTHolders(target.JWTUsers); len(hosts) > 0 {
+		AuthMigration{To: target.Auth(), Hosts: hosts}.Mark(c, o)
+		return
+	}
 	reissue := 0
 	for _, u := range c.Users {
 		if u.Credential == CredentialReissue {

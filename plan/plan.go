@@ -248,6 +248,9 @@ type Target struct {
 	// Mesh is the identity of the store the target is planned for, which every stream and
 	// consumer it derives names (render.MeshKey); "" for a target without a store.
 	Mesh string
+	// JWTUsers are the principals the store holds a user JWT for, in a mesh whose bus.auth
+	// is no longer jwt: each host among them needs a new membership (AuthMigration).
+	JWTUsers []string
 
 	// lazy, in a target made by TargetOfMesh, derives its principals and renders its accounts
 	// config once each is needed, for every copy of the target.

@@ -322,8 +322,9 @@ func joinWithCreds(ctx context.Context, m *model.Mesh, store *state.Store) (*bus
 	return conn, t, err
 }
 
-// planJWT replaces, in p, the file backend's accounts change with the account JWT's.
-func (s *Session) planJWT(ctx context.Context, m *model.Mesh, p *plan.Plan) error {
+// planJWT replaces, in p, the file backend's accounts change with the account JWT's, planned
+// with o (a change of bus.auth to jwt is refused unless o allows reissuing).
+func (s *Session) planJWT(ctx context.Context, m *model.Mesh, p *plan.Plan, o plan.Options) error {
 	p.Changes = slices.DeleteFunc(p.Changes, func(c plan.Change) bool { return c.Kind == plan.KindAccounts })
 	p.Accounts = nil
 	jp, err := s.jwt.Plan(ctx, render.DerivePrincipals(m, nil))
@@ -334,7 +335,7 @@ func (s *Session) planJWT(ctx context.Context, m *model.Mesh, p *plan.Plan) erro
 	if err != nil {
 		return err
 	}
-	if c, ok := jp.Change(users); ok {
+	if c, ok := jp.Change(users, o); ok {
 		c.After = jp
 		p.Changes = append(p.Changes, c)
 	}
@@ -360,10 +361,11 @@ func (s *Session) applyJWT(ctx context.Context, p *plan.Plan) (int, error) {
 }
 
 // withoutAccountJWT is p without its account JWT change, which apply does not know (applyJWT
-// pushes it); p itself where it has none.
+// pushes it); p itself where it has none, or where p is blocked: a refused account JWT change
+// (a change of bus.auth, a JWT too large) must stop the whole apply, which apply refuses.
 func withoutAccountJWT(p *plan.Plan) *plan.Plan {
 	isJWT := func(c plan.Change) bool { _, ok := c.After.(accounts.JWTPlan); return ok }
-	if !slices.ContainsFunc(p.Changes, isJWT) {
+	if p.Blocked() || !slices.ContainsFunc(p.Changes, isJWT) {
 		return p
 	}
 	q := *p

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/model"
@@ -70,5 +71,22 @@ func (s *Session) revokeReissued(ctx context.Context, p *plan.Plan, t plan.Targe
 		// The revocations stand; the store's copy on the bus catches up at its next change.
 		s.logf("%v", err)
 	}
+	return nil
+}
+
+// dropJWTUsers revokes, after an apply of p proven on the bus, the user JWTs of the hosts a
+// change of bus.auth from jwt leaves behind (t.JWTUsers, but the controller's, whose creds
+// meshctl keeps for a return to jwt): none logs in on servers out of operator mode. Each key
+// stays in the store to revoke, so that the account's next JWT, should bus.auth return to
+// jwt, revokes it and it does not come back. A blocked plan is left to apply to refuse.
+func (s *Session) dropJWTUsers(ctx context.Context, p *plan.Plan, t plan.Target) error {
+	hosts := plan.JWTHolders(t.JWTUsers)
+	if p.Blocked() || len(hosts) == 0 {
+		return nil
+	}
+	if _, err := s.Store.RevokeJWTUsers(ctx, hosts, time.Now().Unix()); err != nil {
+		return fmt.Errorf("dropping the %d user JWT(s) bus.auth %s supersedes: %w", len(hosts), t.Auth(), err)
+	}
+	s.logf("bus.auth is %s: dropped %d user JWT(s); each of those hosts needs a new membership", t.Auth(), len(hosts))
 	return nil
 }

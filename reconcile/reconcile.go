@@ -82,6 +82,15 @@ func desired(ctx context.Context, store *state.Store, m *model.Mesh) (plan.Targe
 	}
 	t := plan.TargetOfMesh(m, graces, hashes).ForMesh(id)
 	t.Known = known
+	if m.Bus.Auth != model.AuthJWT {
+		users, err := store.JWTUsers(ctx)
+		if err != nil {
+			return plan.Target{}, err
+		}
+		for u := range users {
+			t.JWTUsers = append(t.JWTUsers, u)
+		}
+	}
 	return t, nil
 }
 
@@ -128,7 +137,7 @@ func (s *Session) plan(ctx context.Context, m *model.Mesh, o plan.Options) (*pla
 	}
 	p := plan.Compute(t, live, o)
 	if s.jwt != nil {
-		if err := s.planJWT(ctx, m, p); err != nil {
+		if err := s.planJWT(ctx, m, p, o); err != nil {
 			return nil, t, err
 		}
 	}
@@ -273,6 +282,12 @@ func (s *Session) applyAndRecord(ctx context.Context, m *model.Mesh, p *plan.Pla
 		var n int
 		n, err = s.applyJWT(ctx, p)
 		res.Applied += n
+	}
+	if err == nil && len(t.JWTUsers) > 0 {
+		// The accounts config is served (apply proved the reload): the user JWTs it
+		// supersedes go, and the read-back compares with a store that holds none.
+		err = s.dropJWTUsers(ctx, p, t)
+		t.JWTUsers = nil
 	}
 	gate.stop()
 	if err == nil || errors.Is(err, ErrConflict) {

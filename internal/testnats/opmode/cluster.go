@@ -32,6 +32,8 @@ type ClusterOptions struct {
 	// thousands of instances reserves its streams' max_bytes against it: a benchmark sets it
 	// larger. Nothing is allocated for it.
 	MaxFileStore string
+	// MaxPayload is each server's max_payload in bytes; 0 leaves the server's default (1 MiB).
+	MaxPayload int
 }
 
 // Cluster is a JetStream cluster of nats-server processes in operator mode for one test: each
@@ -137,6 +139,9 @@ log_file: %q
 jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: %s }
 `, srv.Name, ports[i], ports[2*n+i], srv.LogFile, trust(srv.ResolverDir, interval),
 			filepath.Join(sdir, "js"), fileStore)
+		if opts.MaxPayload > 0 {
+			conf += fmt.Sprintf("max_payload: %d\n", opts.MaxPayload)
+		}
 		if n > 1 {
 			conf += fmt.Sprintf("cluster { name: opmode-test, listen: \"127.0.0.1:%d\", routes: [%s] }\n", ports[n+i], strings.Join(routes, ", "))
 		}
