@@ -211,7 +211,9 @@ func clusterJS(ctx context.Context, t *testing.T, c *bustest.TestCluster) jetstr
 	// The servers take the new users one after another; asked until one lets the user in. A
 	// server that has taken them may not yet have enabled JetStream for the account
 	// ("JetStream not enabled for account"): asked until the account answers too.
-	testwait.Until(t, "the cluster letting the user into its JetStream", func() error {
+	// Each ask is bounded on its own: a request no server answers yet (the meta group still
+	// electing) would otherwise wait out the test's whole context.
+	testwait.Until(t, "the cluster letting the user into its JetStream", attempt(ctx, func(ctx context.Context) error {
 		nc, err := nats.Connect(strings.Join(urls, ","), login, nats.MaxReconnects(-1))
 		if err != nil {
 			return err
@@ -225,7 +227,7 @@ func clusterJS(ctx context.Context, t *testing.T, c *bustest.TestCluster) jetstr
 		}
 		t.Cleanup(nc.Close)
 		return nil
-	})
+	}))
 	return js
 }
 
