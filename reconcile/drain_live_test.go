@@ -54,7 +54,8 @@ const renames = 10
 // publishes to it up to 333 times a second, waiting for each PubAck, and the holder takes and
 // acknowledges the work. The sender uses whichever of the old and the new name the bus lets it,
 // as a sender does while a rename is rolled out; the holder binds the new seat's worker as soon
-// as it may. Every publish the bus acknowledged must reach the holder exactly once. Deleting the
+// as it may. Every publish the bus acknowledged must reach the holder, and once only unless
+// its first delivery went unacknowledged past the ack wait (docs/safety.md). Deleting the
 // old queue as planned, without looking at it again, deletes with it the work published between
 // the plan and the deletion (tens of messages in ten renames), and a holder that loses its grants
 // on the old queue with work in hand cannot acknowledge it.
