@@ -78,6 +78,9 @@ func loopJobs() []job {
 					return err
 				}
 				defer unsubscribe(as, sub)
+				if err := b.WaitRouted(ctx, as); err != nil {
+					return err
+				}
 				for _, n := range []string{"one", "two"} {
 					node, err := b.Join(render.NodeUser(n))
 					if err != nil {
@@ -155,6 +158,10 @@ func advisoryJob(name, subject string, act func(ctx context.Context, js jetstrea
 			return err
 		}
 		defer unsubscribe(as, sub)
+		// The advisory comes from whichever server leads the probe stream.
+		if err := b.WaitRouted(ctx, as); err != nil {
+			return err
+		}
 		stream := "PROBE_" + rand.Text()
 		js := as.JetStream()
 		var want string

@@ -30,15 +30,22 @@ func TestEveryPrincipalDoesItsJobs(t *testing.T) {
 	eachKind(t, func(t *testing.T, kind string) { everyPrincipalDoesItsJobs(t, hosttest.StartConsumers, kind) })
 }
 
-// The same on operator-mode servers (bus.auth: jwt): every principal is a user of the mesh's
-// account, holding a user JWT with exactly its grants (accounts.GrantsOf) and its seed.
+// The same on a cluster of three operator-mode servers (bus.auth: jwt), every stream of three
+// replicas: every principal is a user of the mesh's account, holding a user JWT with exactly
+// its grants (accounts.GrantsOf) and its seed, and joined to a server of its own in turn, so
+// that a job and its counterparts meet across the cluster's routes.
 func TestEveryPrincipalDoesItsJobsAsAJWTUser(t *testing.T) {
-	eachKind(t, func(t *testing.T, kind string) { everyPrincipalDoesItsJobs(t, hosttest.StartJWT, kind) })
+	eachKind(t, func(t *testing.T, kind string) { everyPrincipalDoesItsJobs(t, startJWTCluster, kind) })
 }
 
 // startMesh starts the matrix mesh's bus with consumers of kind: hosttest.StartConsumers, its
-// principals password users, or hosttest.StartJWT, operator-mode users.
+// principals password users, or startJWTCluster, operator-mode users.
 type startMesh func(t testing.TB, dir, kind string) *hosttest.Mesh
+
+// startJWTCluster is the matrix mesh on three operator-mode servers.
+func startJWTCluster(t testing.TB, dir, kind string) *hosttest.Mesh {
+	return hosttest.StartJWTCluster(t, dir, kind, 3)
+}
 
 func everyPrincipalDoesItsJobs(t *testing.T, start startMesh, kind string) {
 	t.Parallel()
@@ -230,6 +237,9 @@ func refusals() []refusal {
 					return err
 				}
 				defer unsubscribe(h, sub)
+				if err := b.WaitRouted(ctx, h); err != nil {
+					return err
+				}
 				nodeHost, err := b.Join("node.one")
 				if err != nil {
 					return helper("node.one", err)
@@ -314,9 +324,9 @@ func TestEveryPrincipalIsRefusedWhatIsNotItsJob(t *testing.T) {
 	})
 }
 
-// The same on operator-mode servers, every principal refused by its user JWT's grants.
+// The same on three operator-mode servers, every principal refused by its user JWT's grants.
 func TestEveryPrincipalIsRefusedWhatIsNotItsJobAsAJWTUser(t *testing.T) {
-	eachKind(t, func(t *testing.T, kind string) { everyPrincipalIsRefusedWhatIsNotItsJob(t, hosttest.StartJWT, kind) })
+	eachKind(t, func(t *testing.T, kind string) { everyPrincipalIsRefusedWhatIsNotItsJob(t, startJWTCluster, kind) })
 }
 
 func everyPrincipalIsRefusedWhatIsNotItsJob(t *testing.T, start startMesh, kind string) {

@@ -126,6 +126,9 @@ func observerJobs() []job {
 				return err
 			}
 			defer unsubscribe(as, sub)
+			if err := b.WaitRouted(ctx, as); err != nil {
+				return err
+			}
 			for _, n := range []string{"one", "two"} {
 				node, err := b.Join(render.NodeUser(n))
 				if err != nil {

@@ -336,6 +336,11 @@ const readBatch = 256
 // delivery stalls (docs/nats-behaviour.md, "Consumers"). A pull request and its answers need only
 // `$JS.API.>` and the controller's inbox. It reads until the consumer has nothing pending, so
 // a record written meanwhile is read too; the latest message of each key wins.
+//
+// On a cluster the consumer reads the stream from the replica it is placed on, which may not
+// yet hold a write the stream's leader has acknowledged: its pending count says nothing of
+// those. So it also reads until it has been handed the last message the leader reported before
+// the read, unless a whole batch's wait passes without it (the stream was purged meanwhile).
 func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 	fail := func(err error) ([]state.Record, error) {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -344,6 +349,12 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 		return nil, fmt.Errorf("reading the store's bucket %s: %w", render.StateBucket, err)
 	}
 	prefix := strings.TrimSuffix(render.StateSubjects, ">")
+	// Stream info is answered by the stream's leader.
+	stream, err := k.js.Stream(ctx, render.StateStream)
+	if err != nil {
+		return fail(err)
+	}
+	last := stream.CachedInfo().State.LastSeq
 	// Memory storage, one replica, acks none: a read leaves nothing to keep. Deleted when done;
 	// InactiveThreshold removes it when the reader died first.
 	cons, err := k.js.CreateConsumer(ctx, render.StateStream, jetstream.ConsumerConfig{
@@ -362,8 +373,9 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 	defer k.js.DeleteConsumer(context.WithoutCancel(ctx), render.StateStream, info.Name)
 
 	latest := map[string][]byte{}
-	for pending := info.NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, readBatch)), jetstream.FetchContext(ctx))
+	var through uint64 // the highest stream sequence handed over
+	for pending := info.NumPending; pending > 0 || through < last; {
+		batch, err := cons.Fetch(int(min(max(pending, 1), readBatch)), jetstream.FetchContext(ctx))
 		if err != nil {
 			return fail(err)
 		}
@@ -374,7 +386,7 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 			if err != nil {
 				return fail(err)
 			}
-			pending = meta.NumPending
+			pending, through = meta.NumPending, max(through, meta.Sequence.Stream)
 			key := strings.TrimPrefix(m.Subject(), prefix)
 			if key == FenceKey {
 				continue
@@ -395,6 +407,7 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 		if got == 0 {
 			// Nothing came though something was pending: the stream changed under the read
 			// (purged). Ask again what is left rather than wait for messages that are gone.
+			last = 0
 			ci, err := cons.Info(ctx)
 			if err != nil {
 				return fail(err)

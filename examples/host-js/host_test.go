@@ -169,13 +169,15 @@ func TestTheJavaScriptHostDoesTheSeedJobs(t *testing.T) {
 	}
 }
 
-// The same in operator mode (bus.auth: jwt): every membership carries a user JWT granting
-// exactly the principal's grants, and its seed; what is not a principal's job is refused by
-// its JWT.
+// The same in operator mode (bus.auth: jwt), on three servers with every stream of three
+// replicas: every membership carries a user JWT granting exactly the principal's grants, and
+// its seed, and names a server of its own first, so the shop, the postman and the controller
+// meet across the cluster's routes; what is not a principal's job is refused by its JWT.
 func TestTheJavaScriptHostDoesTheSeedJobsAsAJWTUser(t *testing.T) {
 	t.Parallel()
+	startJWTCluster := func(t testing.TB, dir, kind string) *hosttest.Mesh { return hosttest.StartJWTCluster(t, dir, kind, 3) }
 	for _, kind := range []string{model.ConsumersPull, model.ConsumersPush} {
-		t.Run(kind, func(t *testing.T) { javaScriptHostDoesTheSeedJobs(t, hosttest.StartJWT, kind) })
+		t.Run(kind, func(t *testing.T) { javaScriptHostDoesTheSeedJobs(t, startJWTCluster, kind) })
 	}
 }
 

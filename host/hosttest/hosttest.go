@@ -69,6 +69,9 @@ type Mesh struct {
 	creds map[string]accounts.Creds
 	seeds map[string]string
 
+	// probes are StartJWTCluster's connections that see a subscription reach every server.
+	probes *probes
+
 	mu    sync.Mutex
 	hosts map[string]*host.Host // joined once and shared by whatever needs a counterpart
 }
@@ -239,28 +242,40 @@ func StartTLS(t testing.TB, dir string, tls bustest.ServerTLS, trust busclient.T
 // apply's, so the plan is made against a bus whose accounts config is already the target's.
 func StartJWT(t testing.TB, dir, kind string) *Mesh {
 	t.Helper()
+	return StartJWTCluster(t, dir, kind, 1)
+}
+
+// StartJWTCluster is StartJWT on a JetStream cluster of n operator-mode servers, every stream
+// of n replicas, as StartCluster is in password mode. Each principal's membership lists every
+// server but names its own first, the principals spread over the servers in turn, so that a
+// principal and its counterparts talk across the cluster's routes. A subscription made
+// through one server reaches the others a moment later: a test that hears a subject live
+// waits for it with WaitRouted before a counterpart publishes.
+func StartJWTCluster(t testing.TB, dir, kind string, n int) *Mesh {
+	t.Helper()
 	b := newMesh(t, dir, func(m *model.Mesh) {
 		if kind != "" {
 			m.Bus.Consumers = kind
 		}
 		// The test servers store 256 MB each, less than the default EVENTS alone reserves:
 		// every stream is held to a size they place.
+		m.Bus.Replicas = n
 		for _, s := range []*model.StreamSettings{&m.Bus.Streams.Control, &m.Bus.Streams.Events, &m.Bus.Streams.Nodes, &m.Bus.Streams.Seats} {
-			s.MaxBytes = jwtStreamBytes
+			s.MaxBytes, s.Replicas = jwtStreamBytes, n
 		}
 		for i := range m.Seats {
-			m.Seats[i].Stream.MaxBytes = jwtStreamBytes
+			m.Seats[i].Stream.MaxBytes, m.Seats[i].Stream.Replicas = jwtStreamBytes, n
 		}
 	})
-	// One server, as Start's: on a cluster a subscription made through one server is known to
-	// the others a moment later, and a job that hears a subject live, or a direct get of a
-	// stream just created, would race it.
-	b.JWT = StartJWTAccount(t, 1)
+	b.JWT = StartJWTAccount(t, n)
 	b.target = b.JWT.Target()
 	b.creds, b.seeds = map[string]accounts.Creds{}, map[string]string{}
 	for _, p := range b.Desired.Principals {
 		c := b.JWT.Mint(t, p.User, accounts.GrantsOf(p))
 		b.creds[p.User], b.seeds[p.User] = c, SeedOf(t, c)
+	}
+	if n > 1 {
+		b.probes = newProbes(t, b.JWT)
 	}
 	t.Cleanup(b.closeHosts)
 	b.create(t, accounts.File{}, plan.Live{Accounts: b.Target().Accounts, AccountsKnown: true})
@@ -341,7 +356,7 @@ func (b *Mesh) Target() plan.Target { return plan.TargetOf(b.Desired, b.hashes) 
 // StartJWT's bus its seed and user JWT.
 func (b *Mesh) Membership(user string) host.Membership {
 	if b.JWT != nil {
-		return host.MembershipOf(b.target, user, b.seeds[user], true).WithJWT(b.creds[user].JWT)
+		return host.MembershipOf(b.targetOf(user), user, b.seeds[user], true).WithJWT(b.creds[user].JWT)
 	}
 	return host.MembershipOf(b.target, user, b.passwords[user], false)
 }
