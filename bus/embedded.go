@@ -127,9 +127,10 @@ accounts {
 // relative: nats-server resolves an include against the directory of the file that contains it
 // (conf/parse.go joins it to that directory, so even a leading '/' stays inside it). The server
 // is built from those two files parsed in memory, as Reload parses them (serverConfig), with
-// server.conf as its config file, so the server's own reload from file reads the same. No
-// system account is configured: the server creates its default $SYS with no users, which
-// reload and JetStream need nothing more from.
+// server.conf as its config file, so the server's own reload from file reads the same but for
+// one block: an accounts config that names no system account is given an empty one for the
+// server's default, $SYS, with no users (addSystemAccount), which reload and JetStream need
+// nothing more from.
 //
 // In operator mode (Operator set) server.conf holds the operator-mode statements instead of
 // the include (OperatorMode.Statements, the resolver's directory StateDir/bus/jwt), and no
@@ -362,6 +363,8 @@ func (c serverConfig) file() string {
 		b.WriteString("# system account; nothing here changes when they do.\n")
 	} else {
 		b.WriteString("# The users live in accounts.conf, which apply replaces and the bus reloads.\n")
+		b.WriteString("# meshctl adds an empty block for the system account, $SYS, when accounts.conf\n")
+		b.WriteString("# names none: a reload then rebuilds its exports rather than rewriting them.\n")
 	}
 	for _, s := range c.settings {
 		b.WriteString(s + "\n")
@@ -389,12 +392,33 @@ func (c serverConfig) options(accounts []byte) (*server.Options, error) {
 	if err := opts.ProcessConfigString(text.String()); err != nil {
 		return nil, err
 	}
+	addSystemAccount(opts)
 	// A reload refuses a config file that differs from the one the server started with.
 	opts.ConfigFile = c.path
 	// Signals belong to meshctl, not to a library inside it; a reload is Reload().
 	opts.NoSigs = true
 	opts.NoLog = c.noLog
 	return opts, nil
+}
+
+// addSystemAccount gives options that configure accounts but no system account an empty block
+// for the server's default one, $SYS, as server.conf's comment says. Without one, every reload
+// rewrites, unlocked for the reader, the account of the system account's $JS.API.> export that
+// the response timer of the last JetStream request reads; with one, the reload rebuilds that
+// account's exports and the timer keeps the export it had (docs/nats-behaviour.md, "Reload").
+// The block cannot be written into server.conf: the accounts file's own accounts block would
+// replace it. Options with no accounts (an open bus) get none: the server would then give the
+// global account a login of its own, and a client's user and password would be refused.
+func addSystemAccount(opts *server.Options) {
+	if len(opts.Accounts) == 0 || opts.SystemAccount != "" || len(opts.TrustedOperators) > 0 {
+		return
+	}
+	for _, a := range opts.Accounts {
+		if a.Name == server.DEFAULT_SYSTEM_ACCOUNT {
+			return
+		}
+	}
+	opts.Accounts = append(opts.Accounts, server.NewAccount(server.DEFAULT_SYSTEM_ACCOUNT))
 }
 
 // confQuote writes s as a double-quoted nats-server config string. Quoted, a value is never read

@@ -40,6 +40,9 @@ func TestTheInMemoryConfigIsTheFilesConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	fromFile.NoSigs, fromFile.NoLog = true, true
+	// The system account's block is the one thing meshctl adds to what server.conf reads
+	// (addSystemAccount): the accounts file's accounts block would replace one written there.
+	addSystemAccount(fromFile)
 	accounts, err := os.ReadFile(e.AccountsFile())
 	if err != nil {
 		t.Fatal(err)
