@@ -349,8 +349,17 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 		return nil, fmt.Errorf("reading the store's bucket %s: %w", render.StateBucket, err)
 	}
 	prefix := strings.TrimSuffix(render.StateSubjects, ">")
-	// Stream info is answered by the stream's leader.
-	stream, err := k.js.Stream(ctx, render.StateStream)
+	// Stream info is answered by the stream's leader. A server that has just let this user in
+	// at a reload may not serve the account's JetStream yet, and a stream electing a leader
+	// answers nothing: "no responders" is asked again, within a bound.
+	var stream jetstream.Stream
+	var err error
+	window, cancel := context.WithTimeout(ctx, ackWait)
+	defer cancel()
+	backoff.Retry(window, backoff.Backoff{Min: 50 * time.Millisecond, Max: republishEvery}, func() bool {
+		stream, err = k.js.Stream(ctx, render.StateStream)
+		return !errors.Is(err, nats.ErrNoResponders)
+	})
 	if err != nil {
 		return fail(err)
 	}
