@@ -142,3 +142,14 @@ func (o *Operator) rooted(root string) {
 		}
 	}
 }
+
+// SameOperator reports whether two bus.operator blocks name the same store, keys and system
+// user, wherever they are written.
+func SameOperator(a, b *Operator) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.Pos, y.Pos = Pos{}, Pos{}
+	return x == y
+}

@@ -206,7 +206,7 @@ func (c *Cycles) drop(o CycleOptions, m *model.Mesh, busChanged bool) {
 // the operator (the controller and the system user log in by it). Replicas and the events'
 // max age are the plan's business, not the connection's.
 func sameBus(a, b model.Bus) bool {
-	return a.JWT() == b.JWT() && sameOperator(a.Operator, b.Operator) &&
+	return a.JWT() == b.JWT() && model.SameOperator(a.Operator, b.Operator) &&
 		a.URL == b.URL && a.Fingerprint == b.Fingerprint && a.CAFile == b.CAFile &&
 		a.CertFile == b.CertFile && a.KeyFile == b.KeyFile && a.AccountsFile == b.AccountsFile &&
 		a.Listen == b.Listen && a.Reload.PIDFile == b.Reload.PIDFile &&

@@ -7,11 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats.go"
 
 	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/busclient"
@@ -32,18 +30,8 @@ import (
 // once, its JWT rewritten when the controller's grants change.
 const ControllerCredsFile = "controller.creds"
 
-// OperatorStoreDir is the directory of the state directory where meshctl keeps the operator
-// it makes where bus.operator names none (accounts.MakeOperator): an nsc store, which nsc and
-// the nats CLI read too.
+// OperatorStoreDir is where in the state directory meshctl keeps the operator it makes.
 const OperatorStoreDir = accounts.KeptOperatorDir
-
-// FreshOperatorName is the name of the operator meshctl makes.
-const FreshOperatorName = "MESHCTL"
-
-// ErrNoOperatorYet is an external bus in operator mode with no bus.operator whose operator
-// meshctl has not made yet: its servers must first be started on the config `meshctl render -o
-// server` prints, which makes it.
-var ErrNoOperatorYet = errors.New("meshctl has made no operator for this bus yet")
 
 // ErrEmbeddedAuthChange is an embedded bus whose state directory ran it with an accounts file
 // (bus.auth password or nkey) asked to run in operator mode, or the other way round: its
@@ -124,54 +112,18 @@ func embeddedModeKept(stateDir string, jwt bool) error {
 
 // operatorFor is the operator whose account the mesh is: read from bus.operator's store, or,
 // where the description names none, from the one meshctl keeps in the state directory
-// (keptOperator).
+// (accounts.KeptOperator).
 func operatorFor(ctx context.Context, m *model.Mesh, stateDir string, mayMake bool, acquire func(context.Context) error, logf func(string, ...any)) (accounts.Operator, error) {
 	if m.Bus.Operator != nil {
 		return accounts.LoadOperator(*m.Bus.Operator)
 	}
 	// An external bus's servers trust the operator only once they run on its config, which
 	// `meshctl render -o server` prints: an apply cannot make one for them.
-	op, err := keptOperator(ctx, stateDir, mayMake && m.Bus.Embedded(), acquire, logf)
-	if errors.Is(err, ErrNoOperatorYet) && m.Bus.Embedded() {
+	op, err := accounts.KeptOperator(ctx, stateDir, mayMake && m.Bus.Embedded(), acquire, logf)
+	if errors.Is(err, accounts.ErrNoOperatorYet) && m.Bus.Embedded() {
 		return op, fmt.Errorf("%w: no operator in %s yet; 'meshctl apply' makes it", ErrNeedsApply, filepath.Join(stateDir, OperatorStoreDir))
 	}
 	return op, err
-}
-
-// keptOperator reads the operator meshctl keeps in stateDir/nsc, making it first where there
-// is none and mayMake says it may, under the apply lock that acquire takes: two first uses
-// must not make two operators, and a store once made is never replaced (its keys are what
-// the servers trust).
-func keptOperator(ctx context.Context, stateDir string, mayMake bool, acquire func(context.Context) error, logf func(string, ...any)) (accounts.Operator, error) {
-	root := filepath.Join(stateDir, OperatorStoreDir)
-	if !holdsOperator(root) {
-		if !mayMake {
-			return accounts.Operator{}, keptOperatorMissing(root)
-		}
-		if err := acquire(ctx); err != nil {
-			return accounts.Operator{}, err
-		}
-		if !holdsOperator(root) { // or made by the holder waited for
-			o, err := accounts.MakeOperator(root, FreshOperatorName, "")
-			if err != nil {
-				return accounts.Operator{}, err
-			}
-			logf("made operator %s (%s) and its account %s (%s) in %s; its seeds are the keys the bus trusts: keep them as the state directory is kept",
-				o.Name, o.PublicKey, o.Account.Name, o.Account.PublicKey, root)
-		}
-	}
-	return accounts.LoadOperator(model.Operator{Store: root})
-}
-
-// holdsOperator reports whether the store at root holds an operator.
-func holdsOperator(root string) bool {
-	entries, _ := os.ReadDir(filepath.Join(root, "stores"))
-	return slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.IsDir() && !strings.HasPrefix(e.Name(), ".") })
-}
-
-func keptOperatorMissing(root string) error {
-	return fmt.Errorf("%w: no operator in %s; `meshctl render -o server --state DIR` makes it and prints the servers' config (docs/operator-mode.md), "+
-		"and on the embedded bus `meshctl apply` makes it", ErrNoOperatorYet, root)
 }
 
 // FreshOperator is the operator meshctl keeps for m in store's state directory, made there
@@ -185,7 +137,7 @@ func FreshOperator(ctx context.Context, m *model.Mesh, store *state.Store, logf 
 	var l cycleLock
 	defer l.release()
 	acquire := func(ctx context.Context) error { return l.acquire(ctx, store.Dir(), true, nil) }
-	return keptOperator(ctx, store.Dir(), true, acquire, logf)
+	return accounts.KeptOperator(ctx, store.Dir(), true, acquire, logf)
 }
 
 func (s *Session) controllerCredsPath() string {
@@ -296,14 +248,7 @@ func (s *Session) controllerReissued(_ context.Context, principal, token string)
 
 // dialControllerJWT connects as the controller with its creds file.
 func (s *Session) dialControllerJWT(ctx context.Context) (*busclient.Conn, error) {
-	return dialWithCreds(ctx, s.Target, s.controllerCredsPath())
-}
-
-// dialWithCreds connects to t as the controller with the creds file at path, read again at
-// every connection: a reissue rewrites it before the push that cuts the connection.
-func dialWithCreds(ctx context.Context, t busclient.Target, path string) (*busclient.Conn, error) {
-	return busclient.Dial(ctx, t, accounts.CredsFileCredential(render.ControllerUser, path),
-		nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort())
+	return accounts.DialController(ctx, s.Target, s.controllerCredsPath())
 }
 
 // joinWithCreds is joinAsStore in jwt mode: the controller's connection with the creds in the
@@ -318,7 +263,7 @@ func joinWithCreds(ctx context.Context, m *model.Mesh, store *state.Store) (*bus
 	if err != nil {
 		return nil, t, err
 	}
-	conn, err := dialWithCreds(ctx, t, path)
+	conn, err := accounts.DialController(ctx, t, path)
 	return conn, t, err
 }
 
@@ -403,15 +348,4 @@ func OpenJWT(ctx context.Context, m *model.Mesh, store *state.Store) (j *account
 		s.Close()
 		unlock()
 	}, nil
-}
-
-// sameOperator reports whether two bus.operator blocks name the same store, keys and system
-// user, wherever they are written.
-func sameOperator(a, b *model.Operator) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	x, y := *a, *b
-	x.Pos, y.Pos = model.Pos{}, model.Pos{}
-	return x == y
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshbus/meshctl/accounts"
 	"github.com/meshbus/meshctl/host"
 	"github.com/meshbus/meshctl/internal/lockedbuf"
 	"github.com/meshbus/meshctl/internal/testnats/opmode"
@@ -34,7 +35,7 @@ func embeddedJWTMesh(modules string) string {
 // system user of the operator meshctl made in stateDir: when it last loaded its config.
 func embeddedConfigLoadTime(t *testing.T, url, stateDir string) time.Time {
 	t.Helper()
-	creds := filepath.Join(stateDir, reconcile.OperatorStoreDir, "keys", "creds", reconcile.FreshOperatorName, "SYSTEM", "sys.creds")
+	creds := filepath.Join(stateDir, reconcile.OperatorStoreDir, "keys", "creds", accounts.FreshOperatorName, "SYSTEM", "sys.creds")
 	nc, err := nats.Connect(url, nats.UserCredentials(creds), nats.NoReconnect())
 	if err != nil {
 		t.Fatalf("logging in as the fresh operator's system user: %v", err)
@@ -93,7 +94,7 @@ func TestApplyDiffAndCredentialsOnTheEmbeddedBusInOperatorMode(t *testing.T) {
 	desc := writeMesh(t, map[string]string{"mesh.yaml": embeddedJWTMesh(modules)})
 	st := filepath.Join(t.TempDir(), "state")
 
-	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK || !strings.Contains(errOut, "made operator "+reconcile.FreshOperatorName) {
+	if code, out, errOut := meshctl(t, "apply", "-f", desc, "--state", st); code != exitOK || !strings.Contains(errOut, "made operator "+accounts.FreshOperatorName) {
 		t.Fatalf("first apply: exit %d\n%s%s", code, out, errOut)
 	}
 	if code, out, errOut := meshctl(t, "diff", "-f", desc, "--state", st); code != exitOK {
@@ -251,7 +252,7 @@ func TestApplyDiffAndCredentialsOnTheEmbeddedBusInOperatorMode(t *testing.T) {
 func TestRenderedServerConfigRunsAFreshExternalBus(t *testing.T) {
 	t.Parallel()
 	st := filepath.Join(t.TempDir(), "state")
-	sysCreds := filepath.Join(st, reconcile.OperatorStoreDir, "keys", "creds", reconcile.FreshOperatorName, "SYSTEM", "sys.creds")
+	sysCreds := filepath.Join(st, reconcile.OperatorStoreDir, "keys", "creds", accounts.FreshOperatorName, "SYSTEM", "sys.creds")
 	streams := "  jetstream:\n    streams:\n      control: {max_bytes: 16MiB}\n      events: {max_bytes: 16MiB}\n      nodes: {max_bytes: 16MiB}\n      seats: {max_bytes: 16MiB}\n"
 	describe := func(urls []string) string {
 		var b strings.Builder
