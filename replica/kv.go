@@ -382,11 +382,19 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 	defer k.js.DeleteConsumer(context.WithoutCancel(ctx), render.StateStream, info.Name)
 
 	latest := map[string][]byte{}
+	pulls := backoff.Backoff{Min: 20 * time.Millisecond, Max: republishEvery}
 	var through uint64 // the highest stream sequence handed over
 	for pending := info.NumPending; pending > 0 || through < last; {
 		batch, err := cons.Fetch(int(min(max(pending, 1), readBatch)), jetstream.FetchContext(ctx))
 		if err != nil {
 			return fail(err)
+		}
+		// On a cluster the consumer just made may live on another server than this
+		// connection's, whose interest in its pull requests reaches this one a moment later:
+		// until then a pull is answered "no responders", and is asked again within a bound.
+		if err := batch.Error(); errors.Is(err, nats.ErrNoResponders) && window.Err() == nil {
+			backoff.Sleep(window, pulls.Next())
+			continue
 		}
 		got := 0
 		for m := range batch.Messages() {
