@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/meshbus/meshctl/internal/atomicfile"
+	"github.com/meshbus/meshctl/internal/backoff"
 	"github.com/meshbus/meshctl/internal/redact"
 	"github.com/meshbus/meshctl/model"
 )
@@ -41,6 +42,14 @@ const (
 // not lock its JetStream store, so two servers on one store would both write it; use
 // RunningEmbedded's URL instead of starting a second.
 var ErrAlreadyRunning = errors.New("an embedded bus is already running from this state directory")
+
+// lockRetry bounds how long StartEmbedded asks again for a state directory's lock that no
+// recorded bus holds.
+const lockRetry = 5 * time.Second
+
+// lockHeld is called each time StartEmbedded finds the lock held by no recorded bus: a test's
+// hook.
+var lockHeld = func() {}
 
 // EmbeddedOptions configure the bus meshctl runs in-process when the mesh names no bus.url.
 type EmbeddedOptions struct {
@@ -161,6 +170,20 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions) (*Embedded, error) {
 		return nil, fmt.Errorf("starting the embedded bus: %w", err)
 	}
 	unlock, err := lockDir(filepath.Join(dir, lockName))
+	if errors.Is(err, ErrAlreadyRunning) {
+		if _, ok := RunningEmbedded(stateDir); !ok {
+			// Held with no bus recorded: a bus starting, or, for a moment after a bus stopped,
+			// a child process that a fork gave a copy of the lock's file and that has not yet
+			// exec'd (which closes it). Asked again, within a bound.
+			wait, cancel := context.WithTimeout(ctx, lockRetry)
+			backoff.Retry(wait, backoff.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}, func() bool {
+				lockHeld()
+				unlock, err = lockDir(filepath.Join(dir, lockName))
+				return !errors.Is(err, ErrAlreadyRunning)
+			})
+			cancel()
+		}
+	}
 	if err != nil {
 		if errors.Is(err, ErrAlreadyRunning) {
 			if u, ok := RunningEmbedded(stateDir); ok {

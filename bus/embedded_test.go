@@ -261,3 +261,44 @@ func TestARevokedSubscriptionIsReportedAfterReload(t *testing.T) {
 		t.Fatalf("a permission change disconnected the client: %v", c.Status())
 	}
 }
+
+// A state directory's lock can outlive its bus for a moment: a process forked while the bus
+// ran holds a copy of the lock's file until it execs. A start then waits for it rather than
+// report a bus running that is not. Not parallel: it sets the package's hook.
+func TestAStartWaitsForALockNoRecordedBusHolds(t *testing.T) {
+	stateDir := t.TempDir()
+	dir := filepath.Join(stateDir, busDirName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lockDir(filepath.Join(dir, lockName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{}, 1)
+	lockHeld = func() {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+	}
+	defer func() { lockHeld = func() {} }()
+	started := make(chan error, 1)
+	go func() {
+		e, err := StartEmbedded(context.Background(), EmbeddedOptions{StateDir: stateDir, Listen: "127.0.0.1:-1"})
+		if err == nil {
+			e.Shutdown()
+		}
+		started <- err
+	}()
+	// Let go once the start has found the lock held.
+	select {
+	case <-held:
+	case err := <-started:
+		t.Fatalf("the start did not wait for the lock: %v", err)
+	}
+	unlock()
+	if err := <-started; err != nil {
+		t.Fatalf("the start once the lock was let go: %v", err)
+	}
+}
