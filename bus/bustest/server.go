@@ -1,8 +1,10 @@
 package bustest
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,7 @@ type TestServer struct {
 	Fingerprint string
 
 	bin, conf, addr string
+	monitor         string
 	cmd             *exec.Cmd
 }
 
@@ -50,7 +53,8 @@ func StartTestServer(tb testnats.TB, dir string) *TestServer {
 func StartTestServerTLS(tb testnats.TB, dir string, tls ServerTLS) *TestServer {
 	tb.Helper()
 	port := testnats.FreePort(tb)
-	x := &TestServer{Dir: dir, URL: fmt.Sprintf("tls://127.0.0.1:%d", port),
+	monitorPort := testnats.FreePort(tb)
+	x := &TestServer{Dir: dir, URL: fmt.Sprintf("tls://127.0.0.1:%d", port), monitor: fmt.Sprintf("http://127.0.0.1:%d", monitorPort),
 		AccountsFile: filepath.Join(dir, "mesh-accounts.conf"), PIDFile: filepath.Join(dir, "nats.pid"),
 		bin: testnats.NATSServerBinary(tb), conf: filepath.Join(dir, "server.conf"), addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	if err := os.WriteFile(x.AccountsFile, []byte("accounts { MESH { jetstream: enabled } }\n"), 0o600); err != nil {
@@ -64,12 +68,13 @@ func StartTestServerTLS(tb testnats.TB, dir string, tls ServerTLS) *TestServer {
 		block += ", verify: true"
 	}
 	conf := fmt.Sprintf(`listen: %q
+http: "127.0.0.1:%d"
 server_name: operators-bus
 pid_file: %q
 jetstream { store_dir: %q }
 tls { %s }
 include "mesh-accounts.conf"
-`, x.addr, x.PIDFile, filepath.Join(dir, "js"), block)
+`, x.addr, monitorPort, x.PIDFile, filepath.Join(dir, "js"), block)
 	if err := os.WriteFile(x.conf, []byte(conf), 0o600); err != nil {
 		tb.Fatalf("%v", err)
 	}
@@ -146,4 +151,20 @@ modules:
     on: [alpha]
     emits: [order.placed]
 `, x.URL, fingerprint, x.AccountsFile, x.PIDFile)
+}
+
+// ConfigLoadTime is when the server last finished loading its config (/varz): a reload is
+// done only once it moves.
+func (x *TestServer) ConfigLoadTime() (time.Time, error) {
+	var v struct {
+		ConfigLoadTime time.Time `json:"config_load_time"`
+	}
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(x.monitor + "/varz")
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&v)
+	return v.ConfigLoadTime, err
 }

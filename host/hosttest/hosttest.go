@@ -226,9 +226,19 @@ func StartTLS(t testing.TB, dir string, tls bustest.ServerTLS, trust busclient.T
 	if err := os.WriteFile(b.Server.AccountsFile, render.AccountsConfig(b.Desired.Principals, b.hashes), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	loaded, err := b.Server.ConfigLoadTime()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := conf.Reloader.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A server lets the new users in before its reload is done: done once its config load
+	// time moves.
+	testwait.Until(t, "the server finishing its reload", func() bool {
+		at, err := b.Server.ConfigLoadTime()
+		return err == nil && at.After(loaded)
+	})
 	b.waitLogin(ctx, t, b.target, render.ControllerUser)
 	b.create(t, conf, plan.Live{})
 	return b
