@@ -24,35 +24,12 @@ import (
 	"github.com/meshbus/meshctl/wire"
 )
 
-// userJWT is a user JWT for the public key of seed, signed by a fresh account key: enough for
-// what is read without a server.
-func userJWT(t *testing.T, seed string) string {
-	t.Helper()
-	kp, err := nkeys.FromSeed([]byte(seed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	account, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := jwt.NewUserClaims(pub).Encode(account)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return token
-}
-
 // An operator-mode principal's membership carries its user JWT beside the seed, and reads back
 // as it was built and printed; printed by mistake, it shows neither the seed nor the JWT.
 func TestReadMembershipReadsAUserJWT(t *testing.T) {
 	t.Parallel()
 	seed := hosttest.UserSeed(t)
-	token := userJWT(t, seed)
+	token := hosttest.UserJWT(t, seed)
 	want := wire.NewMembership([]string{"nats://127.0.0.1:4222"}, "", "beta.postman", seed, true).WithJWT(token)
 	line, err := json.Marshal(want)
 	if err != nil {
@@ -81,7 +58,7 @@ func TestReadMembershipReadsAUserJWT(t *testing.T) {
 func TestReadMembershipWantsAUserJWTWithItsSeed(t *testing.T) {
 	t.Parallel()
 	seed, other := hosttest.UserSeed(t), hosttest.UserSeed(t)
-	token := userJWT(t, seed)
+	token := hosttest.UserJWT(t, seed)
 	account, err := nkeys.CreateAccount()
 	if err != nil {
 		t.Fatal(err)

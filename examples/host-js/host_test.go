@@ -15,9 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/meshbus/meshctl/bus"
@@ -354,7 +352,7 @@ func TestTheJavaScriptHostRefusesABadMembership(t *testing.T) {
 	defer cancel()
 	const secret = "hunter2-do-not-print"
 	seed, other := hosttest.UserSeed(t), hosttest.UserSeed(t)
-	token := userJWT(t, seed)
+	token := hosttest.UserJWT(t, seed)
 	for _, tc := range []struct{ content, want string }{
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop","pasword":"` + secret + `"}`, `unknown field(s) "pasword"`},
 		{`{"address":"nats://127.0.0.1:1","user":"alpha.shop"` + secret, "not JSON"},
@@ -565,29 +563,6 @@ func TestAPinnedJavaScriptHostSurvivesAPlannedRotation(t *testing.T) {
 	publishOrder(ctx, t, node, shop, "order-2")
 	h.waitPrinted(ctx, t, "event mesh.mod.shop.event.order.placed order-2")
 	h.interrupt(ctx, t)
-}
-
-// userJWT is a user JWT for the public key of seed, signed by a fresh account key: enough for
-// what the host reads before it dials.
-func userJWT(t *testing.T, seed string) string {
-	t.Helper()
-	kp, err := nkeys.FromSeed([]byte(seed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	account, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := jwt.NewUserClaims(pub).Encode(account)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return token
 }
 
 // In operator mode a JavaScript host is given a new credential by writing it over its

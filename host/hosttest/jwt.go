@@ -124,3 +124,26 @@ func SeedOf(t testing.TB, creds accounts.Creds) string {
 	}
 	return string(seed)
 }
+
+// UserJWT is a user JWT for seed's public key, signed by a throwaway account: one a membership
+// can carry, which no server trusts.
+func UserJWT(t testing.TB, seed string) string {
+	t.Helper()
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := jwt.NewUserClaims(pub).Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
