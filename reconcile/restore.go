@@ -105,7 +105,8 @@ func readRecords(ctx context.Context, conn *busclient.Conn, t busclient.Target) 
 	if err != nil {
 		return nil, err
 	}
-	kv, err := replica.Bind(ctx, js)
+	// Bound through a server that may not serve the account's JetStream yet: asked again.
+	kv, err := jsapi.RetryCall(ctx, func(ctx context.Context) (*replica.KV, error) { return replica.Bind(ctx, js) })
 	if errors.Is(err, replica.ErrNoReplica) {
 		return nil, fmt.Errorf("%w at %s: %w", ErrNothingToRestore, t.Address(), err)
 	}

@@ -93,7 +93,7 @@ func (s *Standby) Behind(ctx context.Context) (uint64, error) {
 }
 
 func (s *Standby) lastSeq(ctx context.Context) (uint64, error) {
-	st, err := s.js.Stream(ctx, render.StateStream)
+	st, err := jsapi.RetryCall(ctx, func(ctx context.Context) (jetstream.Stream, error) { return s.js.Stream(ctx, render.StateStream) })
 	if err != nil {
 		return 0, fmt.Errorf("reading the store's bucket on the bus at %s: %w", s.target.Address(), err)
 	}

@@ -349,24 +349,28 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 		return nil, fmt.Errorf("reading the store's bucket %s: %w", render.StateBucket, err)
 	}
 	prefix := strings.TrimSuffix(render.StateSubjects, ">")
-	// Stream info is answered by the stream's leader. A server that has just let this user in
-	// at a reload may not serve the account's JetStream yet, and a stream electing a leader
-	// answers nothing: "no responders" is asked again, within a bound.
-	var stream jetstream.Stream
-	var err error
+	// A server that has just let this user in at a reload may not serve the account's
+	// JetStream yet, a stream electing a leader answers nothing, and on a cluster a consumer
+	// just made may live on another server whose interest in its requests reaches this one a
+	// moment later: each call answered "no responders" is asked again, within one bound for
+	// the whole read. A request nobody took did nothing, so asking again is safe.
 	window, cancel := context.WithTimeout(ctx, ackWait)
 	defer cancel()
-	backoff.Retry(window, backoff.Backoff{Min: 50 * time.Millisecond, Max: republishEvery}, func() bool {
+	calls := backoff.Backoff{Min: 20 * time.Millisecond, Max: republishEvery}
+	askAgain := func(err error) bool {
+		return errors.Is(err, nats.ErrNoResponders) && backoff.Sleep(window, calls.Next())
+	}
+	stream, err := k.js.Stream(ctx, render.StateStream)
+	for askAgain(err) {
 		stream, err = k.js.Stream(ctx, render.StateStream)
-		return !errors.Is(err, nats.ErrNoResponders)
-	})
+	}
 	if err != nil {
 		return fail(err)
 	}
 	last := stream.CachedInfo().State.LastSeq
 	// Memory storage, one replica, acks none: a read leaves nothing to keep. Deleted when done;
 	// InactiveThreshold removes it when the reader died first.
-	cons, err := k.js.CreateConsumer(ctx, render.StateStream, jetstream.ConsumerConfig{
+	reader := jetstream.ConsumerConfig{
 		Description:       "meshctl: reading the store back",
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -374,7 +378,11 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 		MemoryStorage:     true,
 		Replicas:          1,
 		InactiveThreshold: readInactive,
-	})
+	}
+	cons, err := k.js.CreateConsumer(ctx, render.StateStream, reader)
+	for askAgain(err) {
+		cons, err = k.js.CreateConsumer(ctx, render.StateStream, reader)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -382,19 +390,11 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 	defer k.js.DeleteConsumer(context.WithoutCancel(ctx), render.StateStream, info.Name)
 
 	latest := map[string][]byte{}
-	pulls := backoff.Backoff{Min: 20 * time.Millisecond, Max: republishEvery}
 	var through uint64 // the highest stream sequence handed over
 	for pending := info.NumPending; pending > 0 || through < last; {
 		batch, err := cons.Fetch(int(min(max(pending, 1), readBatch)), jetstream.FetchContext(ctx))
 		if err != nil {
 			return fail(err)
-		}
-		// On a cluster the consumer just made may live on another server than this
-		// connection's, whose interest in its pull requests reaches this one a moment later:
-		// until then a pull is answered "no responders", and is asked again within a bound.
-		if err := batch.Error(); errors.Is(err, nats.ErrNoResponders) && window.Err() == nil {
-			backoff.Sleep(window, pulls.Next())
-			continue
 		}
 		got := 0
 		for m := range batch.Messages() {
@@ -418,7 +418,10 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 			}
 			latest[key] = value
 		}
-		if err := batch.Error(); err != nil {
+		// A batch's error is known once its messages are all handed over, not before.
+		if err := batch.Error(); askAgain(err) {
+			continue
+		} else if err != nil {
 			return fail(err)
 		}
 		if got == 0 {
@@ -426,6 +429,9 @@ func (k *KV) ReadAll(ctx context.Context) ([]state.Record, error) {
 			// (purged). Ask again what is left rather than wait for messages that are gone.
 			last = 0
 			ci, err := cons.Info(ctx)
+			for askAgain(err) {
+				ci, err = cons.Info(ctx)
+			}
 			if err != nil {
 				return fail(err)
 			}

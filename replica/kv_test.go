@@ -299,3 +299,87 @@ func TestAcknowledgedRecordsSurviveTheLeader(t *testing.T) {
 		t.Fatalf("after a write under the new leader (-written +read):\n%s", diff)
 	}
 }
+
+// A JetStream API that answers nobody for a moment — a server that has let the reader in at a
+// reload but does not serve the account's JetStream yet, a consumer placed on a server whose
+// interest has not reached this one — is asked again within the read's bound, at each of
+// ReadAll's calls and not only its first. Here the reader reaches JetStream through mappings
+// the test adds as the read goes: stream info only, until the read has asked for its consumer
+// twice; then consumer creates, until it has pulled from it twice; then the rest.
+func TestReadAllAsksAgainWhileTheAPIAnswersNobody(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	e := bustest.StartTestBus(t, nil)
+	kv, err := replica.Open(ctx, connect(t, e.URL()), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := records(10, "1")
+	if err := kv.Write(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+
+	const prefix = "$JS.LATE.API"
+	acc := e.Server().GlobalAccount()
+	serve := func(api ...string) {
+		t.Helper()
+		for _, a := range api {
+			if err := acc.AddMapping(prefix+"."+a+".>", "$JS.API."+a+".>"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	serve("STREAM.INFO")
+	nc, err := nats.Connect(e.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.NewWithAPIPrefix(nc, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := replica.Bind(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		records []state.Record
+		err     error
+	}
+	done := make(chan result, 1)
+	sent := func(what string, n uint64) {
+		t.Helper()
+		from := nc.Stats().OutMsgs
+		testwait.Until(t, what, func() error {
+			select {
+			case r := <-done:
+				t.Fatalf("the read ended while the API answered nobody: %d records, %v", len(r.records), r.err)
+			default:
+			}
+			if sent := nc.Stats().OutMsgs - from; sent < n {
+				return fmt.Errorf("%d requests sent", sent)
+			}
+			return nil
+		})
+	}
+	go func() {
+		got, err := late.ReadAll(ctx)
+		done <- result{got, err}
+	}()
+	// A stream info, then two consumer creates: the first was answered by nobody.
+	sent("the read to ask for its consumer a second time", 3)
+	serve("CONSUMER.CREATE")
+	// At most two creates (one sent before the mapping, one after), then two pulls: the
+	// first was answered by nobody.
+	sent("the read to pull a second time", 4)
+	serve("CONSUMER.MSG.NEXT", "CONSUMER.INFO", "CONSUMER.DELETE")
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the read failed once the API answered: %v", r.err)
+	}
+	if diff := cmp.Diff(want, r.records); diff != "" {
+		t.Fatalf("read back (-written +read):\n%s", diff)
+	}
+}
