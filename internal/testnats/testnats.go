@@ -31,10 +31,11 @@ type TB interface {
 	Skip(args ...any)
 }
 
+// The nats-server NATSServerBinary built, under buildMu: built at the first call after the
+// process starts or after RemoveBuiltServer.
 var (
-	buildOnce   sync.Once
+	buildMu     sync.Mutex
 	builtServer string
-	buildErr    error
 	buildDir    string
 )
 
@@ -45,7 +46,8 @@ const TestServerEnv = "MESHCTL_TEST_NATS_SERVER"
 // NATSServerBinary builds nats-server from the module's pinned version once per test process —
 // the same release the embedded bus links — for tests that need a real separate server process
 // (signals, pid files, a server that stops and starts). It builds with -race when the tests do,
-// to reuse the packages already compiled for them. Call RemoveBuiltServer from TestMain.
+// to reuse the packages already compiled for them. Call RemoveBuiltServer from TestMain; a
+// call after it builds again.
 //
 // MESHCTL_TEST_NATS_SERVER, when set, names a nats-server binary to use instead: the release
 // matrix (`make test-compat`) runs the external-server tests against each supported release.
@@ -58,32 +60,40 @@ func NATSServerBinary(tb TB) string {
 	if err != nil {
 		tb.Skip("the go command is not on PATH, so nats-server cannot be built")
 	}
-	buildOnce.Do(func() {
-		gomod, err := exec.Command(goBin, "env", "GOMOD").Output()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if builtServer == "" {
+		bin, err := buildServer(goBin)
 		if err != nil {
-			buildErr = err
-			return
+			tb.Fatalf("building nats-server: %v", err)
 		}
-		buildDir, buildErr = os.MkdirTemp("", "meshctl-nats-server-")
-		if buildErr != nil {
-			return
-		}
-		args := []string{"build", "-o", filepath.Join(buildDir, "nats-server")}
-		if raceEnabled() {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command(goBin, append(args, "github.com/nats-io/nats-server/v2")...)
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New(err.Error() + ": " + string(out))
-			return
-		}
-		builtServer = filepath.Join(buildDir, "nats-server")
-	})
-	if buildErr != nil {
-		tb.Fatalf("building nats-server: %v", buildErr)
+		builtServer = bin
 	}
 	return builtServer
+}
+
+// buildServer builds the module's nats-server into a directory of its own, kept in buildDir.
+func buildServer(goBin string) (string, error) {
+	gomod, err := exec.Command(goBin, "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	if buildDir, err = os.MkdirTemp("", "meshctl-nats-server-"); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(buildDir, "nats-server")
+	args := []string{"build", "-o", bin}
+	if raceEnabled() {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goBin, append(args, "github.com/nats-io/nats-server/v2")...)
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(buildDir)
+		buildDir = ""
+		return "", errors.New(err.Error() + ": " + string(out))
+	}
+	return bin, nil
 }
 
 func raceEnabled() bool {
@@ -99,11 +109,14 @@ func raceEnabled() bool {
 	return false
 }
 
-// RemoveBuiltServer removes what NATSServerBinary built.
+// RemoveBuiltServer removes what NATSServerBinary built; the next call builds again.
 func RemoveBuiltServer() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
+	builtServer, buildDir = "", ""
 }
 
 // SelfSignedCert writes an ECDSA certificate for 127.0.0.1 that names nothing a public verifier
